@@ -1,0 +1,13 @@
+"""The dataflow IR: data model, validation, tracer, numpy interpreter, text form.
+
+``ir`` knows nothing of differentiation or Slang; a ``DataflowGraph`` is the
+only thing that crosses into the other packages.
+"""
+from .graph import (ACCUMULATIONS, DTYPES, FLOAT_DTYPES, AccessNode, Container, DataflowGraph,
+                    GraphError, Memlet, Tasklet, connector_symbol, index_symbol, size_symbol)
+from .interpreter import run
+from .sizes import bind_sizes
+
+__all__ = ["ACCUMULATIONS", "DTYPES", "FLOAT_DTYPES", "AccessNode", "Container", "DataflowGraph",
+           "GraphError", "Memlet", "Tasklet", "connector_symbol", "index_symbol", "size_symbol",
+           "run", "bind_sizes"]

@@ -1,0 +1,207 @@
+"""The numpy interpreter: reference semantics of the IR and the ``"numpy"`` device.
+
+Each tasklet is evaluated once for its whole domain with numpy broadcasting
+(open index grids), never with a Python loop per element, so it stays usable
+at millions of elements.  Everything here follows the rules in ``graph.py``.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Mapping
+
+import numpy as np
+import sympy
+
+from .graph import (ACCUMULATION_IDENTITY, DTYPES, FLOAT_DTYPES, DataflowGraph, GraphError,
+                    Memlet, Tasklet)
+from .sizes import bind_sizes, substitute_sizes
+
+_UFUNC = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile(args: tuple[sympy.Symbol, ...], exprs: tuple[sympy.Basic, ...]):
+    """numpy function of ``args`` returning ``exprs`` (cached across calls)."""
+    return sympy.lambdify(args, list(exprs), modules=["numpy"], cse=len(exprs) > 1 or None)
+
+
+def _evaluate(args: tuple, exprs: tuple, values: list, shape: tuple[int, ...]) -> list[np.ndarray]:
+    fn = _compile(args, exprs)
+    with np.errstate(all="ignore"):
+        out = fn(*values)
+    return [np.broadcast_to(np.asarray(o), shape) for o in out]
+
+
+class _Point:
+    """The iteration points of one tasklet: open grids, or flat coordinates
+    when a condition removes some points."""
+
+    def __init__(self, tasklet: Tasklet, sizes: Mapping[str, int]):
+        ranges = []
+        for sym, begin, end in tasklet.domain:
+            b, e = substitute_sizes(begin, sizes), substitute_sizes(end, sizes)
+            if not (b.is_Integer and e.is_Integer):
+                raise GraphError(f"tasklet {tasklet.name}: domain {sym}={begin}:{end} has unbound sizes")
+            ranges.append(np.arange(int(b), max(int(b), int(e)), dtype=np.int64))
+        self.symbols = tasklet.index_symbols
+        self.full_shape = tuple(len(r) for r in ranges)
+        grids = np.ix_(*ranges) if ranges else ()
+        self.grids = list(grids)
+        self.shape = self.full_shape
+        self.masked = False
+        cond = tasklet.condition
+        if cond is not sympy.true and ranges:
+            cond = substitute_sizes(cond, sizes)
+            mask = _evaluate(self.symbols, (cond,), self.grids, self.full_shape)[0]
+            coords = np.nonzero(mask)
+            self.grids = [r[c] for r, c in zip(ranges, coords)]
+            self.shape = (len(coords[0]),)
+            self.masked = True
+
+
+def _index_arrays(memlet: Memlet, point: _Point, int_values: dict, sizes) -> tuple:
+    args = point.symbols + tuple(int_values)
+    exprs = tuple(substitute_sizes(e, sizes) for e in memlet.index)
+    if not exprs:
+        return ()
+    vals = _evaluate(args, exprs, point.grids + list(int_values.values()), point.shape)
+    return tuple(np.asarray(v, dtype=np.int64) for v in vals)
+
+
+def _check_bounds(index: tuple, shape: tuple[int, ...], tasklet: Tasklet, memlet: Memlet) -> None:
+    for axis, (idx, extent) in enumerate(zip(index, shape)):
+        if idx.size and (idx.min() < 0 or idx.max() >= extent):
+            bad = idx.min() if idx.min() < 0 else idx.max()
+            raise IndexError(f"tasklet {tasklet.name}{' (' + tasklet.source + ')' if tasklet.source else ''}: "
+                             f"index {bad} out of range for axis {axis} of {memlet.container} "
+                             f"(extent {extent}) in access {memlet}")
+
+
+def _affine_axes(memlet: Memlet, point: _Point) -> list[int] | None:
+    """Domain axes used by a write index when each component is ``sym + c``
+    over distinct symbols (or a constant); None when not of that form."""
+    if point.masked:
+        return None
+    axes = []
+    for e in memlet.index:
+        e = sympy.sympify(e)
+        if not e.free_symbols:
+            continue
+        hits = [k for k, s in enumerate(point.symbols) if (e - s).free_symbols.isdisjoint(point.symbols)
+                and s in e.free_symbols]
+        if len(hits) != 1 or hits[0] in axes:
+            return None
+        axes.append(hits[0])
+    return axes
+
+
+def _write(target: np.ndarray, memlet: Memlet, value: np.ndarray, point: _Point, index: tuple) -> None:
+    value = value.astype(target.dtype, copy=False)
+    if memlet.accumulate is None:
+        target[index] = value
+        return
+    ufunc = _UFUNC[memlet.accumulate]
+    axes = _affine_axes(memlet, point)
+    if axes is None:
+        ufunc.at(target, tuple(np.broadcast_to(i, point.shape) for i in index) or (), value)
+        return
+    unused = tuple(k for k in range(len(point.shape)) if k not in axes)
+    reduced = ufunc.reduce(value, axis=unused) if unused else value
+    # remaining axes of `reduced` are the used ones in domain order; index by reduced grids
+    kept = tuple(slice(None) if k in axes else 0 for k in range(len(point.shape)))
+    sub_index = tuple(np.broadcast_to(i, point.shape)[kept] for i in index)
+    target[sub_index] = ufunc(target[sub_index], reduced)
+
+
+def run_tasklet(graph: DataflowGraph, name: str, values: dict[str, np.ndarray],
+                sizes: Mapping[str, int], check_bounds: bool = True) -> None:
+    """Evaluate one tasklet over its domain, reading and writing ``values``."""
+    t: Tasklet = graph.node(name)
+    point = _Point(t, sizes)
+    reads = graph.reads(name)
+    conn_values: dict[sympy.Symbol, np.ndarray] = {}
+    # direct reads first, then reads whose index uses an integer connector (gather)
+    pending = list(reads)
+    while pending:
+        progressed = False
+        for access, memlet in list(pending):
+            needs = set().union(*[sympy.sympify(e).free_symbols for e in memlet.index]) - set(point.symbols)
+            needs = {s for s in needs if not s.is_positive}
+            if not needs <= set(conn_values):
+                continue
+            int_vals = {s: conn_values[s] for s in needs}
+            index = _index_arrays(memlet, point, int_vals, sizes)
+            src = values[access]
+            if check_bounds:
+                _check_bounds(index, src.shape, t, memlet)
+            v = src[index] if index else src[()]
+            conn_values[t.inputs[memlet.connector]] = np.broadcast_to(v, point.shape)
+            pending.remove((access, memlet))
+            progressed = True
+        if not progressed:
+            raise GraphError(f"tasklet {name}: indices of {[str(m) for _, m in pending]} depend on "
+                             "connectors that are not read")
+    if not point.shape or 0 not in point.shape:
+        arg_syms = tuple(conn_values) + point.symbols
+        arg_vals = list(conn_values.values()) + point.grids
+        conns = list(t.body)
+        exprs = tuple(substitute_sizes(t.body[c], sizes) for c in conns)
+        outs = dict(zip(conns, _evaluate(arg_syms, exprs, arg_vals, point.shape)))
+    else:
+        outs = {c: np.zeros(point.shape) for c in t.body}
+    for access, memlet in graph.writes(name):
+        int_vals = {s: v for s, v in conn_values.items() if s.is_integer}
+        index = _index_arrays(memlet, point, int_vals, sizes)
+        target = values[access]
+        if check_bounds:
+            _check_bounds(index, target.shape, t, memlet)
+        _write(target, memlet, outs[memlet.connector], point, index)
+
+
+def _float_dtype(dtype: str, float_dtype: str | None) -> type:
+    return DTYPES[float_dtype if (float_dtype and dtype in FLOAT_DTYPES) else dtype]
+
+
+def run(graph: DataflowGraph, inputs: Mapping[str, np.ndarray], sizes: Mapping[str, int] | None = None,
+        float_dtype: str | None = None, check_bounds: bool = True,
+        keep: bool = False) -> dict[str, np.ndarray]:
+    """Execute ``graph`` on numpy arrays.
+
+    ``inputs`` maps argument names to arrays (missing arguments are an error);
+    returns ``{result_name: array}`` holding each result's latest version.
+    ``float_dtype="float64"`` computes every float container in double
+    precision (finite differences, oracles).  ``keep=True`` returns every
+    access node's value too, keyed by node id, for inspection.
+    """
+    missing = [a for a in graph.arguments if a not in inputs]
+    if missing:
+        raise GraphError(f"missing arguments {missing} (graph {graph.name!r} takes {graph.arguments})")
+    bound = bind_sizes(graph, inputs, sizes)
+    values: dict[str, np.ndarray] = {}
+
+    def allocate(node_id: str) -> None:
+        node = graph.node(node_id)
+        c = graph.containers[node.container]
+        dtype = _float_dtype(c.dtype, float_dtype)
+        if c.role == "argument" and node.version == 0:
+            values[node_id] = np.array(inputs[c.name], dtype=dtype, copy=True)
+            return
+        fill = ACCUMULATION_IDENTITY[graph.accumulation(node_id)]
+        if dtype is np.bool_:
+            fill = bool(fill) if np.isfinite(fill) else fill > 0
+        elif np.issubdtype(dtype, np.integer) and not np.isfinite(fill):
+            fill = np.iinfo(dtype).min if fill < 0 else np.iinfo(dtype).max
+        values[node_id] = np.full(c.concrete_shape(bound), fill, dtype=dtype)
+
+    for node_id in graph.topological_order():
+        if isinstance(graph.node(node_id), Tasklet):
+            for access, _ in graph.writes(node_id):
+                if access not in values:
+                    allocate(access)
+            run_tasklet(graph, node_id, values, bound, check_bounds)
+        elif node_id not in values:
+            allocate(node_id)
+    out = {r: values[graph.latest(r)] for r in graph.results}
+    if keep:
+        out.update(values)
+    return out
