@@ -1,0 +1,114 @@
+"""The public API on the numpy interpreter, against JAX in float64."""
+import numpy as np
+import pytest
+
+import symdiff as sd
+from corpus import CASES, Case, assert_matches_jax, build_program, jax_value_and_grad
+
+DEVICE = "numpy"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_corpus_value_and_grad_matches_jax(case: Case):
+    prog = build_program(sd, case)
+    inputs = case.inputs()
+    value, grads = prog.value_and_grad(*inputs.values(), wrt=case.wrt, device=DEVICE)
+    assert_matches_jax(case, value, grads, inputs)
+
+
+def _poly(x: sd.f32[6], w: sd.f32[6]):
+    return np.sum(np.sin(x * w) * x)
+
+
+poly = sd.differentiable_program(_poly)
+poly_case = Case("poly", lambda xp, x, w: xp.sum(xp.sin(x * w) * x), {"x": (6,), "w": (6,)}, ["x", "w"])
+
+
+def test_forward_call_matches_numpy():
+    x, w = poly_case.inputs().values()
+    np.testing.assert_allclose(poly(x, w, device=DEVICE), _poly(x, w), rtol=1e-5)
+
+
+def test_grad_with_wrt_returns_only_requested():
+    x, w = poly_case.inputs().values()
+    grads = poly.grad(x, w, wrt=["w"], device=DEVICE)
+    assert list(grads) == ["w"]
+    _, ref = jax_value_and_grad(poly_case, {"x": x, "w": w})
+    np.testing.assert_allclose(grads["w"], ref["w"], rtol=1e-4, atol=1e-5)
+
+
+def test_vjp_of_non_scalar_output_matches_jax():
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    @sd.differentiable_program
+    def f(a: sd.f32[4, 3], b: sd.f32[3]):
+        return np.tanh(a * b) + a
+
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    ct = rng.standard_normal((4, 3)).astype(np.float32)
+    value, grads = f.vjp(a, b, cotangent=ct, device=DEVICE)
+    ref_v, pullback = jax.vjp(lambda a, b: jnp.tanh(a * b) + a, a.astype(np.float64), b.astype(np.float64))
+    ga, gb = pullback(ct.astype(np.float64))
+    np.testing.assert_allclose(value, ref_v, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grads["a"], ga, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(grads["b"], gb, rtol=1e-4, atol=1e-5)
+
+
+def test_value_and_grad_refuses_non_scalar_output():
+    @sd.differentiable_program
+    def f(a: sd.f32[4]):
+        return a * 2.0
+
+    with pytest.raises(sd.ProgramError, match="vjp"):
+        f.value_and_grad(np.ones(4, np.float32), device=DEVICE)
+
+
+def test_unknown_wrt_is_named():
+    x, w = poly_case.inputs().values()
+    with pytest.raises(sd.ProgramError, match="'nope'"):
+        poly.grad(x, w, wrt=["nope"], device=DEVICE)
+
+
+def test_hessian_vector_product_matches_jax():
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    x, w = poly_case.inputs().values()
+    v = np.linspace(-1, 1, 6).astype(np.float32)
+    gp = poly.grad_program(wrt=["x"])
+    _, hv = gp.vjp(x, w, cotangent=v, wrt=["x"], device=DEVICE)
+    f = lambda x: jnp.sum(jnp.sin(x * w.astype(np.float64)) * x)  # noqa: E731
+    ref = jax.jvp(jax.grad(f), (x.astype(np.float64),), (v.astype(np.float64),))[1]
+    np.testing.assert_allclose(hv["x"], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_gradient_of_squared_gradient_norm_matches_jax():
+    """L1 = sum(dL0/da**2 + dL0/db**2); compare dL1/da, dL1/db with JAX."""
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    @sd.differentiable_program
+    def l0(a: sd.f32[5], b: sd.f32[5]):
+        return np.sum(np.exp(a * b) + a * a * b)
+
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(5).astype(np.float32) * 0.5 for _ in range(2))
+    gp = l0.grad_program(wrt=["a", "b"])
+    ga, gb = gp(a, b, device=DEVICE)
+    _, g1 = gp.vjp(a, b, cotangent=(2 * ga, 2 * gb), device=DEVICE)
+
+    def L0(a, b):
+        return jnp.sum(jnp.exp(a * b) + a * a * b)
+
+    def L1(a, b):
+        da, db = jax.grad(L0, argnums=(0, 1))(a, b)
+        return jnp.sum(da ** 2 + db ** 2)
+
+    ra, rb = jax.grad(L1, argnums=(0, 1))(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(g1["a"], ra, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(g1["b"], rb, rtol=1e-3, atol=1e-4)
