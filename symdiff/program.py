@@ -1,0 +1,289 @@
+"""The public front door: ``@differentiable_program`` and what it returns.
+
+A ``DifferentiableProgram`` owns a *graph builder* (tracing a Python
+function, or differentiating another program's graph) and caches, per
+argument specs, the forward graph, each backward graph and each compiled
+executable.  Everything user-visible (values, gradients, graphs, Slang) is
+derived from those caches, so a second call with the same shapes traces,
+differentiates and compiles nothing.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+import ir
+import lowering
+from ir.specs import ArraySpec, spec_of
+
+from .backward import add_backward_pass
+
+GraphBuilder = Callable[[tuple[ArraySpec, ...]], ir.DataflowGraph]
+
+
+class ProgramError(ValueError):
+    """A call the program cannot serve; the message says what to do instead."""
+
+
+def default_device() -> str:
+    """``SYMDIFF_DEVICE`` if set, else ``"auto"`` (best device present)."""
+    return os.environ.get("SYMDIFF_DEVICE", "auto")
+
+
+class DifferentiableProgram:
+    """A traced array program with forward, gradient and inspection methods."""
+
+    def __init__(self, builder: GraphBuilder, arg_names: Sequence[str],
+                 annotations: Mapping[str, ArraySpec], name: str, device: str | None = None):
+        self._builder = builder
+        self.arg_names = list(arg_names)
+        self._annotations = dict(annotations)
+        self.name = name
+        self.device = device
+        self._graphs: dict[tuple, ir.DataflowGraph] = {}
+        self._backward: dict[tuple, ir.DataflowGraph] = {}
+        self._executables: dict[tuple, Any] = {}
+        self._last_specs: tuple[ArraySpec, ...] | None = None
+
+    # -- specs and graphs ---------------------------------------------------------
+    def _bind(self, args: Sequence, kwargs: Mapping) -> dict[str, Any]:
+        if len(args) > len(self.arg_names):
+            raise ProgramError(f"{self.name}() takes {len(self.arg_names)} arguments "
+                               f"({', '.join(self.arg_names)}), got {len(args)}")
+        bound = dict(zip(self.arg_names, args))
+        for k, v in kwargs.items():
+            if k not in self.arg_names:
+                raise ProgramError(f"{self.name}() has no argument {k!r}; its arguments are {self.arg_names}")
+            if k in bound:
+                raise ProgramError(f"{self.name}() got argument {k!r} twice")
+            bound[k] = v
+        missing = [n for n in self.arg_names if n not in bound]
+        if missing:
+            raise ProgramError(f"{self.name}() is missing arguments {missing}")
+        return bound
+
+    def _specs_for(self, values: Mapping[str, Any] | None) -> tuple[ArraySpec, ...]:
+        specs = []
+        for n in self.arg_names:
+            if n in self._annotations:
+                specs.append(self._annotations[n])
+            elif values is not None:
+                v = values[n]
+                specs.append(v.spec if isinstance(v, lowering.DeviceArray) else spec_of(v))
+            elif self._last_specs is not None:
+                return self._last_specs
+            else:
+                raise ProgramError(f"argument {n!r} of {self.name} has no annotation: call the program once "
+                                   f"(or annotate it, e.g. `{n}: sd.f32[16]`) before asking for its graph")
+        return tuple(specs)
+
+    def _forward_graph(self, specs: tuple[ArraySpec, ...]) -> ir.DataflowGraph:
+        if specs not in self._graphs:
+            self._graphs[specs] = self._builder(specs)
+        self._last_specs = specs
+        return self._graphs[specs]
+
+    def _float_args(self, graph: ir.DataflowGraph) -> list[str]:
+        return [a for a in self.arg_names if graph.containers[a].dtype in ir.FLOAT_DTYPES]
+
+    def _resolve_wrt(self, graph: ir.DataflowGraph, wrt: Sequence[str] | str | None) -> tuple[str, ...]:
+        if wrt is None:
+            return tuple(self._float_args(graph))
+        wrt = (wrt,) if isinstance(wrt, str) else tuple(wrt)
+        for w in wrt:
+            if w not in self.arg_names:
+                raise ProgramError(f"wrt={w!r} is not an argument of {self.name}; its arguments are "
+                                   f"{self.arg_names}")
+        return wrt
+
+    def _backward_graph(self, specs: tuple[ArraySpec, ...], wrt: tuple[str, ...]) -> ir.DataflowGraph:
+        key = (specs, wrt)
+        if key not in self._backward:
+            graph = self._forward_graph(specs).copy()
+            grads = add_backward_pass(graph, inputs=list(wrt), outputs=graph.results)
+            graph.meta["gradients"] = grads
+            self._backward[key] = graph
+        return self._backward[key]
+
+    def _executable(self, graph: ir.DataflowGraph, device: str | None):
+        device = device or self.device or default_device()
+        key = (id(graph), device)
+        if key not in self._executables:
+            self._executables[key] = lowering.compile(graph, device=device)
+        return self._executables[key]
+
+    # -- public: inspection -------------------------------------------------------
+    @property
+    def graph(self) -> ir.DataflowGraph:
+        """The forward graph (for the annotated specs, or the last call's)."""
+        return self._forward_graph(self._specs_for(None))
+
+    def backward_graph(self, wrt: Sequence[str] | str | None = None) -> ir.DataflowGraph:
+        """Forward + backward graph; ``graph.meta["gradients"]`` maps inputs to
+        gradient containers and ``graph.meta["seeds"]`` outputs to cotangents."""
+        specs = self._specs_for(None)
+        return self._backward_graph(specs, self._resolve_wrt(self._forward_graph(specs), wrt))
+
+    def slang_source(self, wrt: Sequence[str] | str | None = None, device: str | None = None,
+                     forward_only: bool = False) -> str:
+        """The generated Slang module for the forward + backward program."""
+        graph = self.graph if forward_only else self.backward_graph(wrt)
+        exe = self._executable(graph, device)
+        if exe.source is None:
+            raise ProgramError(f"device {exe.device!r} runs the numpy interpreter and generates no Slang; "
+                               "pass device='cpu' or 'vulkan'")
+        return exe.source
+
+    def stats(self) -> dict[str, dict]:
+        """Kernel, dispatch, byte and compile-time counts of every compiled executable."""
+        return {f"{exe.device}:{id(exe):x}": exe.stats() for exe in self._executables.values()}
+
+    # -- public: running ----------------------------------------------------------
+    def _inputs(self, graph: ir.DataflowGraph, values: Mapping[str, Any]) -> dict[str, Any]:
+        inputs = {}
+        for n in self.arg_names:
+            v = values[n]
+            if not isinstance(v, lowering.DeviceArray):
+                v = np.asarray(v, dtype=ir.DTYPES[graph.containers[n].dtype])
+            inputs[n] = v
+        return inputs
+
+    def _run(self, graph: ir.DataflowGraph, inputs: Mapping[str, Any], device: str | None,
+             device_arrays: bool) -> dict[str, Any]:
+        exe = self._executable(graph, device)
+        return exe(dict(inputs), return_device_arrays=device_arrays)
+
+    @staticmethod
+    def _present(value: Any) -> Any:
+        """0-d results come back as numpy scalars, others as arrays."""
+        if isinstance(value, np.ndarray) and value.ndim == 0:
+            return value[()]
+        return value
+
+    def _outputs(self, graph: ir.DataflowGraph, results: Mapping[str, Any]) -> Any:
+        names = graph.meta.get("result_names", graph.results)
+        outs = [self._present(results[r]) for r in names]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __call__(self, *args, device: str | None = None, device_arrays: bool = False, **kwargs) -> Any:
+        values = self._bind(args, kwargs)
+        graph = self._forward_graph(self._specs_for(values))
+        return self._outputs(graph, self._run(graph, self._inputs(graph, values), device, device_arrays))
+
+    def vjp(self, *args, cotangent: Any, wrt: Sequence[str] | str | None = None,
+            device: str | None = None, device_arrays: bool = False, **kwargs) -> tuple[Any, dict[str, Any]]:
+        """``(value, {input: cotangent @ d value / d input})`` for any output shape.
+
+        ``cotangent``: one array for a single output, a tuple for several."""
+        values = self._bind(args, kwargs)
+        specs = self._specs_for(values)
+        forward = self._forward_graph(specs)
+        wrt = self._resolve_wrt(forward, wrt)
+        graph = self._backward_graph(specs, wrt)
+        outputs = forward.meta.get("result_names", forward.results)
+        cts = (cotangent,) if len(outputs) == 1 else tuple(cotangent)
+        if len(cts) != len(outputs):
+            raise ProgramError(f"{self.name} has {len(outputs)} outputs; pass a tuple of {len(outputs)} cotangents")
+        inputs = self._inputs(graph, values)
+        for out, ct in zip(outputs, cts):
+            seed = graph.meta["seeds"][out]
+            c = graph.containers[seed]
+            if isinstance(ct, lowering.DeviceArray):
+                inputs[seed] = ct
+            else:
+                expected = c.concrete_shape(ir.bind_sizes(forward, inputs))
+                ct = np.asarray(ct, dtype=ir.DTYPES[c.dtype])
+                if ct.shape != expected:
+                    try:
+                        ct = np.broadcast_to(ct, expected)
+                    except ValueError:
+                        raise ProgramError(f"cotangent for output {out!r} has shape {ct.shape}, "
+                                           f"the output has shape {expected}") from None
+                inputs[seed] = np.ascontiguousarray(ct)
+        results = self._run(graph, inputs, device, device_arrays)
+        grads = {w: self._present(results[graph.meta["gradients"][w]]) for w in wrt}
+        return self._outputs(forward, results), grads
+
+    def value_and_grad(self, *args, wrt: Sequence[str] | str | None = None, device: str | None = None,
+                       device_arrays: bool = False, **kwargs) -> tuple[Any, dict[str, Any]]:
+        """``(value, {input: gradient})`` of a program with one scalar output."""
+        values = self._bind(args, kwargs)
+        forward = self._forward_graph(self._specs_for(values))
+        outputs = forward.meta.get("result_names", forward.results)
+        sizes = ir.bind_sizes(forward, self._inputs(forward, values))
+        shapes = [forward.containers[o].concrete_shape(sizes) for o in outputs]
+        if len(outputs) != 1 or int(np.prod(shapes[0])) != 1:
+            raise ProgramError(f"value_and_grad needs one scalar output; {self.name} returns "
+                               f"{len(outputs)} output(s) of shape(s) {shapes}. "
+                               "Use .vjp(..., cotangent=...) for non-scalar outputs.")
+        return self.vjp(*args, cotangent=np.ones(()), wrt=wrt, device=device,
+                        device_arrays=device_arrays, **kwargs)
+
+    def grad(self, *args, wrt: Sequence[str] | str | None = None, device: str | None = None,
+             **kwargs) -> dict[str, Any]:
+        """``{input: gradient}`` of a program with one scalar output."""
+        return self.value_and_grad(*args, wrt=wrt, device=device, **kwargs)[1]
+
+    def grad_program(self, wrt: Sequence[str] | str | None = None) -> "DifferentiableProgram":
+        """A new program with the same arguments whose outputs are the gradients
+        (in ``wrt`` order), so it can be run, differentiated or vjp'd again:
+        Hessian-vector products are ``grad_program().vjp(x, cotangent=v)``."""
+        parent = self
+
+        def build(specs: tuple[ArraySpec, ...]) -> ir.DataflowGraph:
+            forward = parent._forward_graph(specs)
+            names = parent._resolve_wrt(forward, wrt)
+            outputs = forward.meta.get("result_names", forward.results)
+            if len(outputs) != 1:
+                raise ProgramError(f"grad_program needs one scalar output; {parent.name} has {outputs}")
+            graph = parent._backward_graph(specs, names).copy()
+            return seal_gradients(graph, outputs[0], names)
+
+        return DifferentiableProgram(build, self.arg_names, self._annotations, f"grad({self.name})", self.device)
+
+    def __repr__(self) -> str:
+        return f"<differentiable_program {self.name}({', '.join(self.arg_names)})>"
+
+
+def seal_gradients(graph: ir.DataflowGraph, output: str, wrt: Sequence[str]) -> ir.DataflowGraph:
+    """Turn a backward graph into a program returning only gradients: the seed
+    becomes a constant 1 written by a tasklet, forward results become
+    transients, and the gradient containers are the results in ``wrt`` order."""
+    seed = graph.meta["seeds"][output]
+    seed_c = graph.containers[seed]
+    seed_c.role = "transient"
+    graph.add_tasklet(f"seed_{output}_one", [], {"one": 1.0}, {},
+                      {"one": (graph.access(seed, 0), tuple(0 for _ in seed_c.shape))})
+    for r in graph.results:
+        graph.containers[r].role = "transient"
+    grads = graph.meta["gradients"]
+    # results must be listed in wrt order: rebuild the container table order
+    for w in wrt:
+        c = graph.containers.pop(grads[w])
+        c.role = "result"
+        graph.containers[c.name] = c
+    graph.meta["result_names"] = [grads[w] for w in wrt]
+    graph.meta.pop("seeds", None)
+    graph.meta.pop("gradients", None)
+    return graph
+
+
+def differentiable_program(fn: Callable | None = None, *, device: str | None = None):
+    """Decorate a numpy-style function (or index-level code with ``sd.map``).
+
+    Arguments annotated with ``sd.f32[...]``-style specs fix their dtype and
+    shape; unannotated ones take them from the first call's values.
+    """
+    if fn is None:
+        return lambda f: differentiable_program(f, device=device)
+    params = list(inspect.signature(fn).parameters)
+    hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items()
+             if k in params and isinstance(v, ArraySpec)}
+
+    def build(specs: tuple[ArraySpec, ...]) -> ir.DataflowGraph:
+        return ir.trace(fn, *specs)
+
+    return DifferentiableProgram(build, params, hints, fn.__name__, device)
