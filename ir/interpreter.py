@@ -85,10 +85,11 @@ def _affine_axes(memlet: Memlet, point: _Point) -> list[int] | None:
     axes = []
     for e in memlet.index:
         e = sympy.sympify(e)
-        if not e.free_symbols:
+        if all(s.is_positive for s in e.free_symbols):  # constant up to size symbols
             continue
-        hits = [k for k, s in enumerate(point.symbols) if (e - s).free_symbols.isdisjoint(point.symbols)
-                and s in e.free_symbols]
+        # the offset must be constant too: a connector in it (scatter) can collide
+        hits = [k for k, s in enumerate(point.symbols)
+                if s in e.free_symbols and all(r.is_positive for r in (e - s).free_symbols)]
         if len(hits) != 1 or hits[0] in axes:
             return None
         axes.append(hits[0])
@@ -97,13 +98,20 @@ def _affine_axes(memlet: Memlet, point: _Point) -> list[int] | None:
 
 def _write(target: np.ndarray, memlet: Memlet, value: np.ndarray, point: _Point, index: tuple) -> None:
     value = value.astype(target.dtype, copy=False)
+    if not index:  # 0-d target: every point hits its one element, whatever the domain's shape
+        if value.size and memlet.accumulate is None:
+            target[()] = value.flat[-1]
+        elif value.size:
+            ufunc = _UFUNC[memlet.accumulate]
+            target[()] = ufunc(target[()], ufunc.reduce(value, axis=None))
+        return
     if memlet.accumulate is None:
         target[index] = value
         return
     ufunc = _UFUNC[memlet.accumulate]
     axes = _affine_axes(memlet, point)
     if axes is None:
-        ufunc.at(target, tuple(np.broadcast_to(i, point.shape) for i in index) or (), value)
+        ufunc.at(target, tuple(np.broadcast_to(i, point.shape) for i in index), value)
         return
     unused = tuple(k for k in range(len(point.shape)) if k not in axes)
     reduced = ufunc.reduce(value, axis=unused) if unused else value
