@@ -120,6 +120,14 @@ class _TaskletChecker:
                 raise self.fail(f"read connector {conn!r} is not among its inputs {list(self.t.inputs)}")
             if read_conns.count(conn) > 1:
                 raise self.fail(f"input connector {conn!r} is read by more than one edge")
+        sizes = {s.name for s in self.graph.size_symbols()}
+        for sym in self.index_syms:
+            if sym.name in self.t.inputs or sym.name in sizes:
+                raise self.fail(f"index symbol {sym} shares its name with a connector or size symbol "
+                                "(generated code and lambdify need distinct names)")
+        for conn in self.t.inputs:
+            if conn in sizes:
+                raise self.fail(f"input connector {conn!r} shares its name with a size symbol")
         unread = [c for c in self.t.inputs if c not in read_conns]
         if unread:
             raise self.fail(f"input connectors {unread} have no read edge")

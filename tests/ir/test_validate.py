@@ -167,6 +167,14 @@ def test_write_connector_not_in_body():
     rejects(g, "tasklet 't'", "'other'", "not an output")
 
 
+@pytest.mark.parametrize("name", ["i", "N"])
+def test_connector_name_clashing_with_index_or_size_symbol(name):
+    g = copy_graph((N,))
+    g.add_tasklet("clash", [(i, 0, N)], {"o": x}, {"x": (g.access("a"), (i,)), name: (g.access("a"), (0,))},
+                  {"o": (g.new_version("b"), (i,))})
+    rejects(g, "tasklet 'clash'", "shares its name")
+
+
 def test_body_uses_unknown_symbol():
     g = copy_graph()
     g.node("t").body["o"] = x + y
