@@ -1,0 +1,325 @@
+"""``add_backward_pass``: extend a dataflow graph with its reverse pass, in place.
+
+The reverse pass is built from the same pieces as the forward one (containers,
+versions, tasklets, memlets), so it runs on every backend and can itself be
+differentiated (higher order).  Per active forward tasklet ``T`` over domain
+``D`` (see ``activity``) there is one backward tasklet over the same ``D`` and
+``condition``: it reads the gradient of each written version at the write
+index ``psi(i)``, the forward values its partials need, and adds
+``g * d body / d conn`` into the gradient of each read version at the read
+index ``phi(i)``.  Reading ``g`` at ``psi(i)`` for every ``i`` turns a forward
+``"sum"`` accumulation into a broadcast, and the ``"sum"`` write at ``phi(i)``
+turns a forward broadcast (or gather) into a reduction (or scatter-add).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import sympy
+
+from ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, connector_symbol, index_symbol
+
+from .activity import Activity, Pair, analyse, latest_versions
+from .derivatives import guarded_product, shared_subexpressions, tasklet_partials
+from .errors import DifferentiationError
+
+
+def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
+                      outputs: Sequence[str]) -> dict[str, str]:
+    """Add the reverse pass of ``outputs`` w.r.t. ``inputs``; return
+    ``{input: gradient_container}``.
+
+    Naming (chosen with ``graph.unique_name``, so a clash gets a suffix):
+
+    * ``seed_<output>``: a new *argument* holding the cotangent of each output
+      (its latest version); ``graph.meta["seeds"][output]`` names it.
+    * ``grad_<input>``: a new *result* holding the gradient of each input's
+      version 0; ``graph.meta["gradients"][input]`` names it.  An input the
+      outputs do not depend on gets this container with no writer: it reads as
+      zeros and costs no tasklet.
+    * ``grad_<container>_<version>``: transient gradient of an intermediate
+      version; ``grad_<tasklet>`` the backward tasklet of a forward tasklet,
+      marked ``backward=True`` with ``meta["forward_tasklet"]``,
+      ``meta["forward_values"]`` (``"stored"``: reads forward results such as
+      ``exp(x)``'s output; ``"recompute"``: recomputes from the forward inputs;
+      ``"none"``), ``meta["write_modes"]`` (``{connector: "plain"|"sum"}``:
+      plain where the index map is injective and the gradient has a single
+      contributor) and ``meta["cse"]`` (shared subexpressions of its body).
+
+    Both meta dicts are merged across calls, so a second (higher-order) pass
+    keeps the first pass's seeds; ``graph.meta["backward_passes"]`` lists
+    every call's inputs, outputs, seeds and gradients.
+    """
+    inputs = list(dict.fromkeys(inputs))
+    outputs = list(dict.fromkeys(outputs))
+    _check_request(graph, inputs, outputs)
+    latest = latest_versions(graph)
+    input_nodes = {x: graph.access(x, 0) for x in inputs}
+    output_nodes = {o: latest[o] for o in outputs if o in latest}
+    activity = analyse(graph, input_nodes.values(), output_nodes.values())
+
+    gradients = {}
+    for x in inputs:
+        c = graph.containers[x]
+        gradients[x] = graph.add_container(graph.unique_name(f"grad_{x}"), c.shape, c.dtype, "result").name
+        graph.access(gradients[x], 0)
+    seeds = {}
+    for o in outputs:
+        c = graph.containers[o]
+        seeds[o] = graph.add_container(graph.unique_name(f"seed_{o}"), c.shape, c.dtype, "argument").name
+        graph.access(seeds[o], 0)
+
+    _ReversePass(graph, activity,
+                 {input_nodes[x]: gradients[x] for x in inputs},
+                 {output_nodes[o]: seeds[o] for o in output_nodes if output_nodes[o] in activity.versions},
+                 ).build()
+
+    graph.meta.setdefault("seeds", {}).update(seeds)
+    graph.meta.setdefault("gradients", {}).update(gradients)
+    graph.meta.setdefault("backward_passes", []).append(
+        {"inputs": inputs, "outputs": outputs, "seeds": seeds, "gradients": gradients})
+    return gradients
+
+
+def _check_request(graph: DataflowGraph, inputs: list[str], outputs: list[str]) -> None:
+    for kind, names in (("input", inputs), ("output", outputs)):
+        for name in names:
+            if name not in graph.containers:
+                raise DifferentiationError(
+                    f"{kind} {name!r} is not a container of graph {graph.name!r} "
+                    f"(arguments {graph.arguments}, results {graph.results})")
+            dtype = graph.containers[name].dtype
+            if dtype not in FLOAT_DTYPES:
+                raise DifferentiationError(
+                    f"{kind} {name!r} has dtype {dtype}; only float containers "
+                    f"({', '.join(FLOAT_DTYPES)}) can be differentiated")
+
+
+def injective(index: Sequence[sympy.Expr], domain: Sequence[sympy.Symbol]) -> bool:
+    """Provably injective: every component is ``sym + c`` (c free of domain
+    symbols and connectors) over distinct domain symbols, or a constant, and
+    every domain symbol is used."""
+    used: list[sympy.Symbol] = []
+    for e in index:
+        syms = e.free_symbols & set(domain)
+        rest = e.free_symbols - syms
+        if any(not s.is_positive for s in rest):  # an integer connector (gather)
+            return False
+        if not syms:
+            continue
+        if len(syms) != 1:
+            return False
+        s = syms.pop()
+        if s in used or (e - s).free_symbols & set(domain):
+            return False
+        used.append(s)
+    return set(used) == set(domain)
+
+
+def _expensive(expr: sympy.Expr) -> bool:
+    """Worth storing rather than recomputing: any function call or root."""
+    return any(isinstance(n, sympy.core.function.Application)
+               or (isinstance(n, sympy.Pow) and not n.exp.is_Integer)
+               for n in sympy.preorder_traversal(expr))
+
+
+@functools.lru_cache(maxsize=None)
+def _use_stored(partial: sympy.Expr, value: sympy.Expr, stored: sympy.Symbol) -> sympy.Expr:
+    """``partial`` with the forward value ``value`` read from its stored result
+    where that saves recomputing an expensive function (``tanh' = 1 - o**2``)."""
+    if not _expensive(value):
+        return partial
+    replaced = partial.xreplace({value: stored})
+    if replaced == partial and isinstance(value, sympy.Pow):
+        replaced = partial.subs(value, stored)  # sqrt(x)' = x**(-1/2)/2 -> 1/(2*o)
+    return replaced
+
+
+class _Names:
+    """Connector names of one backward tasklet, never clashing with the
+    forward connectors it also reads."""
+
+    def __init__(self, taken: set[str]):
+        self.taken = set(taken)
+
+    def __call__(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.taken:
+            k += 1
+            name = f"{base}_{k}"
+        self.taken.add(name)
+        return name
+
+
+@dataclass
+class _Body:
+    """A backward tasklet under construction."""
+
+    names: _Names
+    reads: dict[str, tuple[str, tuple]] = field(default_factory=dict)  # conn -> (access, index)
+    symbols: dict[tuple, sympy.Symbol] = field(default_factory=dict)  # (access, index) -> symbol
+
+    def read(self, graph: DataflowGraph, base: str, access: str, index: tuple) -> sympy.Symbol:
+        """The symbol of ``access[index]``, one connector per distinct read."""
+        key = (access, index)
+        if key not in self.symbols:
+            conn = self.names(base)
+            self.reads[conn] = (access, index)
+            self.symbols[key] = connector_symbol(conn, graph.containers[graph.node(access).container].dtype)
+        return self.symbols[key]
+
+
+class _ReversePass:
+    def __init__(self, graph: DataflowGraph, activity: Activity, input_grads: dict[str, str],
+                 seeds: dict[str, str]):
+        self.graph = graph
+        self.activity = activity
+        self.seeds = seeds  # active output version -> seed container
+        self.grad: dict[str, str] = dict(input_grads)  # active version -> gradient container
+        self.contributors: dict[str, int] = {}
+        self.aux: dict[str, dict[str, str]] = {}  # max/min/prod version -> helper access ids
+
+    def build(self) -> None:
+        order = [n for n in reversed(self.graph.topological_order()) if n in self.activity.pairs]
+        readers = {}
+        for tasklet in order:
+            for p in self.activity.pairs[tasklet]:
+                readers.setdefault((p.read_access, p.read.connector, tasklet), p.read_access)
+        for access in list(readers.values()) + list(self.seeds):
+            self.contributors[access] = self.contributors.get(access, 0) + 1
+        for access, n in self.contributors.items():
+            if access in self.grad:
+                continue
+            if access in self.seeds and n == 1:
+                self.grad[access] = self.seeds[access]  # the cotangent is the gradient itself
+                continue
+            node = self.graph.node(access)
+            c = self.graph.containers[node.container]
+            name = self.graph.unique_name(f"grad_{node.container}_{node.version}")
+            self.graph.add_container(name, c.shape, c.dtype, "transient", gradient_of=access)
+            self.grad[access] = name
+        for access, seed in self.seeds.items():
+            if self.grad[access] != seed:
+                self._copy_seed(access, seed)
+        for tasklet in order:
+            self._backward_tasklet(tasklet, self.activity.pairs[tasklet])
+
+    def _mode(self, access: str, index: tuple, domain: Sequence[sympy.Symbol]) -> str | None:
+        return None if self.contributors[access] == 1 and injective(index, domain) else "sum"
+
+    def _copy_seed(self, access: str, seed: str) -> None:
+        shape = self.graph.containers[seed].shape
+        idx = tuple(index_symbol(f"i{k}") for k in range(len(shape)))
+        target = self.graph.access(self.grad[access], 0)
+        self.graph.add_tasklet(
+            f"copy_{seed}", [(i, 0, n) for i, n in zip(idx, shape)], {"d": connector_symbol("g", "float64")},
+            {"g": (self.graph.access(seed, 0), idx)},
+            {"d": (target, idx, self._mode(access, idx, idx))},
+            backward=True, forward_tasklet=None, seed_of=access)
+
+    def _aux(self, access: str) -> dict[str, str]:
+        """Helpers of a ``max``/``min``/``prod``-accumulated version, one set
+        shared by all its writers: tie counts, or zero counts and the product
+        of the nonzero factors (exact gradients of a product with zeros)."""
+        if access in self.aux:
+            return self.aux[access]
+        g = self.graph
+        node = g.node(access)
+        c = g.containers[node.container]
+        acc = g.accumulation(access)
+        kinds = {"count": "sum"} if acc in ("max", "min") else {"zeros": "sum", "nonzero": "prod"}
+        helpers = {}
+        for kind, mode in kinds.items():
+            name = g.add_container(g.unique_name(f"{kind}_{node.container}_{node.version}"),
+                                   c.shape, c.dtype, "transient").name
+            helpers[kind] = g.access(name, 0)
+        for writer, wm in g.writers(access):
+            t = g.node(writer)
+            value = t.body[wm.connector]
+            body = _Body(_Names(set(t.inputs)))
+            body.reads.update({rm.connector: (ra, rm.index) for ra, rm in g.reads(writer)})
+            if acc in ("max", "min"):
+                stored = body.read(g, "result", access, wm.index)
+                exprs = {"count": sympy.Piecewise((1, sympy.Eq(value, stored)), (0, True))}
+            else:
+                is_zero = sympy.Eq(value, 0)
+                exprs = {"zeros": sympy.Piecewise((1, is_zero), (0, True)),
+                         "nonzero": sympy.Piecewise((1, is_zero), (value, True))}
+            outs = {body.names(k): k for k in exprs}
+            g.add_tasklet(f"{next(iter(kinds))}_{writer}", t.domain, {c: exprs[k] for c, k in outs.items()},
+                          body.reads, {c: (helpers[k], wm.index, kinds[k]) for c, k in outs.items()},
+                          condition=t.condition, backward=True, forward_tasklet=writer)
+        self.aux[access] = helpers
+        return helpers
+
+    def _term(self, body: _Body, t, pair: Pair, partial: sympy.Expr) -> tuple[sympy.Expr, bool]:
+        """One contribution ``d out/d conn * g`` of a (write, read) pair, and
+        whether it reads a stored forward result."""
+        g = self.graph
+        wm = pair.write
+        grad = body.read(g, f"g_{wm.connector}", g.access(self.grad[pair.write_access], 0), wm.index)
+        value = t.body[wm.connector]
+        acc = wm.accumulate
+        if acc in (None, "sum"):
+            stored = False
+            if acc is None and _expensive(value):
+                out = connector_symbol("__stored__", g.containers[wm.container].dtype)
+                replaced = _use_stored(partial, value, out)
+                if replaced != partial:
+                    sym = body.read(g, f"f_{wm.connector}", pair.write_access, wm.index)
+                    partial, stored = replaced.xreplace({out: sym}), True
+            return guarded_product(grad, partial), stored
+        aux = self._aux(pair.write_access)
+        stored_value = body.read(g, f"f_{wm.connector}", pair.write_access, wm.index)
+        contribution = guarded_product(grad, partial)
+        if acc in ("max", "min"):
+            count = body.read(g, "count", aux["count"], wm.index)
+            return sympy.Piecewise((contribution / count, sympy.Eq(value, stored_value)), (0, True)), True
+        zeros = body.read(g, "zeros", aux["zeros"], wm.index)
+        nonzero = body.read(g, "nonzero", aux["nonzero"], wm.index)
+        return sympy.Piecewise((contribution * nonzero / value, sympy.Eq(zeros, 0)),
+                               (contribution * nonzero, sympy.Eq(value, 0) & sympy.Eq(zeros, 1)),
+                               (0, True)), True
+
+    def _backward_tasklet(self, tasklet: str, pairs: list[Pair]) -> None:
+        g = self.graph
+        t = g.node(tasklet)
+        partials = tasklet_partials(t.body, t.inputs)
+        body = _Body(_Names(set(t.inputs) | set(t.body)))
+        sums: dict[tuple[str, Memlet], sympy.Expr] = {}
+        stored = False
+        for p in pairs:
+            term, used = self._term(body, t, p, partials[(p.write.connector, p.read.connector)])
+            key = (p.read_access, p.read)
+            sums[key] = sums.get(key, sympy.S.Zero) + term
+            stored |= used
+        exprs, writes, modes = {}, {}, {}
+        domain = t.index_symbols
+        for (access, rm), expr in sums.items():
+            conn = body.names(f"d_{rm.connector}")
+            exprs[conn] = expr
+            mode = self._mode(access, rm.index, domain)
+            writes[conn] = (g.access(self.grad[access], 0), rm.index, mode)
+            modes[conn] = mode or "plain"
+        # forward connectors the bodies and indices need, closed over gather indices
+        forward = {m.connector: (a, m.index) for a, m in g.reads(tasklet)}
+        needed = set().union(*(e.free_symbols for e in exprs.values()))
+        for _, index in list(body.reads.values()) + [(None, w[1]) for w in writes.values()]:
+            needed |= set().union(*(sympy.sympify(i).free_symbols for i in index))
+        values = set().union(*(e.free_symbols for e in exprs.values()))
+        recomputed = any(t.inputs[c] in values for c in forward)
+        pending = [s.name for s in needed if s.name in forward]
+        while pending:
+            conn = pending.pop()
+            if conn in body.reads:
+                continue
+            body.reads[conn] = forward[conn]
+            for i in forward[conn][1]:
+                pending.extend(s.name for s in sympy.sympify(i).free_symbols if s.name in forward)
+        replacements, reduced = shared_subexpressions(tuple(exprs.items()))
+        g.add_tasklet(f"grad_{tasklet}", t.domain, exprs, body.reads, writes, condition=t.condition,
+                      source=t.source, backward=True, forward_tasklet=tasklet,
+                      forward_values="stored" if stored else ("recompute" if recomputed else "none"),
+                      write_modes=modes, cse={"replacements": replacements, "body": reduced})

@@ -1,0 +1,135 @@
+"""Symbolic partial derivatives of tasklet bodies.
+
+Only float connectors are differentiated (integer and bool connectors select
+elements or branches; they carry no gradient).  Non-smooth points follow JAX:
+``Max``/``Min`` differentiate to ``Heaviside`` with value 1/2 at a tie,
+``Abs`` to ``sign`` (0 at 0), ``Piecewise`` to the selected branch only.
+
+Costs are kept flat so that differentiating 10^4 tasklets stays linear:
+partials are cached per body (a traced chain repeats few distinct bodies), the
+only simplification is ``factor_terms`` on small expressions and is kept only
+when it shrinks the expression (``sympy.simplify`` can take seconds on one
+body), and common subexpressions are found by ``sympy.cse`` once per backward
+body.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Mapping
+
+import sympy
+from sympy.core.function import Application
+
+from . import registry
+from .errors import DifferentiationError
+
+# functions whose value stays finite for finite arguments; anything else in a
+# partial (exp, log, 1/x, sqrt, ...) may be inf/nan where the cotangent is 0
+_BOUNDED = (sympy.sin, sympy.cos, sympy.tanh, sympy.atan, sympy.erf, sympy.Heaviside, sympy.sign,
+            sympy.Abs, sympy.Piecewise, sympy.Max, sympy.Min, sympy.floor, sympy.ceiling)
+_SIMPLIFY_MAX_OPS = 40
+
+
+def is_float_symbol(sym: sympy.Symbol) -> bool:
+    """Float connectors are the real, non-integer ones (see ``ir.connector_symbol``)."""
+    return bool(sym.is_real) and not sym.is_integer
+
+
+def derivative(expr: sympy.Expr, x: sympy.Symbol) -> sympy.Expr:
+    """``d expr / d x`` using registered rules where present, sympy elsewhere."""
+    ruled = {a for a in expr.atoms(Application)
+             if registry.rule_for(a.func) is not None and x in a.free_symbols}
+    if not ruled:
+        result = sympy.diff(expr, x)
+    else:
+        dummies = {a: sympy.Dummy(f"u_{a.func.__name__}") for a in ruled}
+        replaced = expr.xreplace(dummies)
+        result = sympy.diff(replaced, x)
+        for app, u in dummies.items():
+            if u not in replaced.free_symbols:
+                continue  # only nested inside another ruled application
+            outer = sympy.diff(replaced, u)
+            partials = list(registry.rule_for(app.func)(*app.args))
+            inner = sum((sympy.sympify(p) * derivative(arg, x)
+                         for p, arg in zip(partials, app.args) if p != 0), sympy.S.Zero)
+            result += outer * inner
+        result = result.xreplace({u: a for a, u in dummies.items()})
+    leftover = result.atoms(sympy.Derivative, sympy.Subs)
+    if leftover:
+        funcs = sorted({str(d.expr.func) if isinstance(d, sympy.Derivative) else str(d) for d in leftover})
+        raise DifferentiationError(
+            f"sympy cannot differentiate {funcs} in {expr}; supply a rule with "
+            f"symdiff.registry.register_derivative(<function>, lambda *args: (partials...))")
+    return result
+
+
+def tidy(expr: sympy.Expr) -> sympy.Expr:
+    """A bounded simplification: ``factor_terms`` on small expressions, kept
+    only if it reduces the operation count (never worse, never slow)."""
+    ops = sympy.count_ops(expr)
+    if ops == 0 or ops > _SIMPLIFY_MAX_OPS:
+        return expr
+    candidate = sympy.factor_terms(expr)
+    return candidate if sympy.count_ops(candidate) < ops else expr
+
+
+@functools.lru_cache(maxsize=None)
+def _partials(body: tuple[tuple[str, sympy.Expr], ...],
+              inputs: tuple[tuple[str, sympy.Symbol], ...]) -> dict[tuple[str, str], sympy.Expr]:
+    out = {}
+    for o, expr in body:
+        for a, sym in inputs:
+            if not is_float_symbol(sym) or sym not in expr.free_symbols:
+                continue
+            d = tidy(derivative(expr, sym))
+            if d != 0:
+                out[(o, a)] = d
+    return out
+
+
+def tasklet_partials(body: Mapping[str, sympy.Expr],
+                     inputs: Mapping[str, sympy.Symbol]) -> dict[tuple[str, str], sympy.Expr]:
+    """``{(output_connector, input_connector): partial}``, nonzero partials only.
+
+    A missing pair means the output does not depend differentiably on that
+    input (activity analysis prunes on exactly this)."""
+    return _partials(tuple(body.items()), tuple(inputs.items()))
+
+
+@functools.lru_cache(maxsize=None)
+def may_be_nonfinite(expr: sympy.Expr) -> bool:
+    """True unless ``expr`` is provably finite for finite arguments: only
+    polynomials and bounded functions of them.  Contributions whose partial
+    may be inf/nan are guarded so that a zero cotangent gives exactly 0."""
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, sympy.Pow) and not (node.exp.is_Integer and node.exp >= 0):
+            return True
+        if isinstance(node, Application) and not isinstance(node, _BOUNDED):
+            return True
+    return False
+
+
+def guarded_product(g: sympy.Symbol, partial: sympy.Expr) -> sympy.Expr:
+    """``g * partial``, but exactly 0 where ``g == 0`` if ``partial`` may be
+    non-finite there (``where(x > 0, sqrt(x), 0)`` at ``x < 0``; JAX gives nan).
+
+    Caveat for higher order: the guard's derivative with respect to ``g`` is 0
+    at ``g == 0`` exactly, where the true one is ``partial``."""
+    if not may_be_nonfinite(partial):
+        return g * partial
+    return sympy.Piecewise((0, sympy.Eq(g, 0)), (g * partial, True))
+
+
+@functools.lru_cache(maxsize=None)
+def shared_subexpressions(body: tuple[tuple[str, sympy.Expr], ...]) -> tuple[list, dict[str, sympy.Expr]]:
+    """``(replacements, reduced_body)`` from ``sympy.cse`` over all outputs of
+    one backward body, so a printer can emit each shared term once."""
+    replacements, reduced = sympy.cse([e for _, e in body], symbols=sympy.numbered_symbols("cse"))
+    return replacements, {k: r for (k, _), r in zip(body, reduced)}
+
+
+def _forget() -> None:
+    _partials.cache_clear()
+
+
+registry.on_change(_forget)

@@ -1,0 +1,65 @@
+"""User-supplied derivative rules for sympy functions (JAX ``custom_jvp`` style).
+
+sympy differentiates most of the math a tasklet body holds, but some functions
+it leaves as an unevaluated ``Derivative`` (an undefined ``sympy.Function``,
+``floor``) or differentiates into something no backend can run
+(``DiracDelta`` from ``sign``/``Heaviside``).  A rule registered here replaces
+sympy's own derivative of that function everywhere, including inside the
+backward graph when it is differentiated again.
+
+The built-in rules make piecewise-constant functions have derivative 0, which is
+what JAX does and what keeps second-order graphs free of ``DiracDelta``.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import sympy
+
+Partials = Callable[..., Sequence[sympy.Expr]]
+
+_RULES: dict[type, Partials] = {}
+_listeners: list[Callable[[], None]] = []
+
+
+def register_derivative(func: type, partials: Partials) -> None:
+    """Use ``partials(*args)`` as the derivative of ``func(*args)``.
+
+    ``func`` is a sympy function class (``sympy.floor``, ``sympy.Function("f")``).
+    ``partials`` receives the application's arguments and returns one partial
+    derivative per argument (missing trailing entries count as 0), so the chain
+    rule through the arguments stays sympy's job.  Registering again replaces
+    the rule; derivatives computed before are forgotten.
+    """
+    if not (isinstance(func, type) and issubclass(func, sympy.Basic)):
+        raise TypeError(f"register_derivative: {func!r} is not a sympy function class")
+    if not callable(partials):
+        raise TypeError(f"register_derivative: partials for {func.__name__} must be callable")
+    _RULES[func] = partials
+    for forget in _listeners:
+        forget()
+
+
+def unregister_derivative(func: type) -> None:
+    """Drop a rule, falling back to sympy's derivative (tests, experiments)."""
+    _RULES.pop(func, None)
+    for forget in _listeners:
+        forget()
+
+
+def rule_for(func: type) -> Partials | None:
+    """The registered rule of a function class, if any."""
+    return _RULES.get(func)
+
+
+def on_change(forget: Callable[[], None]) -> None:
+    """Call ``forget`` whenever the rules change (derivative caches subscribe)."""
+    _listeners.append(forget)
+
+
+def _zero(*args: sympy.Expr) -> tuple[sympy.Expr, ...]:
+    return tuple(sympy.S.Zero for _ in args)
+
+
+for _f in (sympy.Heaviside, sympy.sign, sympy.floor, sympy.ceiling, sympy.DiracDelta):
+    register_derivative(_f, _zero)
