@@ -325,6 +325,15 @@ class DataflowGraph:
     def __str__(self) -> str:
         return self.summary()
 
+    # -- rendering (Jupyter) ------------------------------------------------------
+    def to_svg(self, engine: str = "auto") -> str:
+        """An SVG drawing; ``engine``: ``"auto"`` (graphviz dot if on PATH), ``"dot"``, ``"builtin"``."""
+        from .render import to_svg
+        return to_svg(self, engine)
+
+    def _repr_svg_(self) -> str:
+        return self.to_svg()
+
     def __repr__(self) -> str:
         return (f"<DataflowGraph {self.name!r}: {len(self.containers)} containers, "
                 f"{len(self.tasklets())} tasklets>")

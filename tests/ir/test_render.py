@@ -1,0 +1,156 @@
+"""Rendering: well-formed SVG carrying every label, non-overlapping boxes at 50
+nodes, and the backward/gradient/strategy annotations a user looks for."""
+import shutil
+import xml.etree.ElementTree as ET
+from itertools import combinations
+
+import pytest
+import sympy
+
+from ir import DataflowGraph, connector_symbol, index_symbol, render, size_symbol
+
+N = size_symbol("N")
+i, j = index_symbol("i"), index_symbol("j")
+x, y = sympy.Symbol("x", real=True), sympy.Symbol("y", real=True)
+SVG = "{http://www.w3.org/2000/svg}"
+ENGINES = ["builtin"] + (["dot"] if shutil.which("dot") else [])
+
+
+def layered_graph(stages: int = 16) -> DataflowGraph:
+    """A forward chain of maps and reductions, each stage reading the two
+    previous values, and a mirrored backward chain into gradient containers:
+    fan-in, fan-out, long edges, and every annotation the renderer shows."""
+    g = DataflowGraph("layered")
+    g.add_container("a", (N, 3), "float32", "argument")
+    g.add_container("b", (N, 3), "float32", "argument")
+    prev = [g.access("a"), g.access("b")]
+    for s in range(stages):
+        name = f"h{s}"
+        g.add_container(name, (N, 3), "float32", "result" if s == stages - 1 else "transient")
+        body = sympy.tanh(x * y + sympy.exp(-x ** 2) / (1 + y ** 2) + sympy.sqrt(x ** 2 + y ** 4)) \
+            if s % 3 == 0 else x + y
+        g.add_tasklet(f"f{s}", [(i, 0, N), (j, 0, 3)], {"o": body},
+                      {"x": (prev[-1], (i, j)), "y": (prev[-2], (i, j))}, {"o": (g.new_version(name), (i, j))},
+                      condition=sympy.Ge(i, 1) if s == 2 else sympy.true, source=f"model.py:{s + 10}")
+        prev.append(g.access(name))
+    g.add_container("grad_a", (N, 3), "float32", "result")
+    g.add_container("seed", (N, 3), "float32", gradient=True)
+    grad = g.access("seed")
+    for s in range(stages // 2):
+        ct = connector_symbol("ct", "float32")
+        t = g.add_tasklet(f"b{s}", [(i, 0, N), (j, 0, 3)], {"o": ct * (1 - x ** 2)},
+                          {"ct": (grad, (i, j)), "x": (prev[-1 - s], (i, j))},
+                          {"o": (g.new_version("grad_a"), (0, j), "sum")}, backward=True,
+                          forward_values="recompute" if s % 2 else "stored", strategy="atomic")
+        grad = g.writes(t.name)[0][0]
+    return g.validate()
+
+
+@pytest.fixture(scope="module")
+def graph50() -> DataflowGraph:
+    g = layered_graph()
+    assert 45 <= g.nx.number_of_nodes() <= 60
+    return g
+
+
+def texts(svg: str) -> str:
+    root = ET.fromstring(svg)
+    return "\n".join("".join(t.itertext()) for t in root.iter(f"{SVG}text"))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_fifty_nodes_no_overlap(graph50, engine):
+    boxes = render.layout(graph50, engine)
+    assert set(boxes) == set(graph50.nx.nodes)
+    for (u, (ux, uy, uw, uh)), (v, (vx, vy, vw, vh)) in combinations(boxes.items(), 2):
+        apart = ux + uw <= vx or vx + vw <= ux or uy + uh <= vy or vy + vh <= uy
+        assert apart, f"{u} {boxes[u]} overlaps {v} {boxes[v]}"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_fifty_nodes_svg_well_formed_with_every_label(graph50, engine):
+    svg = graph50.to_svg(engine)
+    shown = texts(svg)
+    for v in graph50.nx.nodes:
+        for line in render.node_lines(graph50, v):
+            assert line in shown, (v, line)
+    titles = [t.text for t in ET.fromstring(svg).iter(f"{SVG}title")]
+    assert sum(1 for t in titles if t and t.startswith(("tasklet", "backward tasklet"))) == len(graph50.tasklets())
+
+
+def test_layers_follow_dataflow(graph50):
+    boxes = render.layout(graph50, "builtin")
+    for u, v in graph50.nx.edges():
+        assert boxes[u][0] + boxes[u][2] < boxes[v][0], (u, v)
+
+
+def test_barycenter_ordering_does_not_add_crossings(graph50):
+    from ir import layout
+    import networkx as nx
+    g = nx.DiGraph(graph50.nx)
+    assert layout.crossings(g, layout.order(g)) <= layout.crossings(g, layout.layers(g))
+
+
+def test_container_and_tasklet_labels(graph50):
+    assert render.node_lines(graph50, "a#0") == ["a #0", "float32[N, 3]", "argument"]
+    f1 = render.node_lines(graph50, "f1")
+    assert f1 == ["f1", "[i=0:N, j=0:3]", "o = x + y"]
+    assert "if i >= 1" in render.node_lines(graph50, "f2")
+
+
+def test_long_expression_shortened_with_full_text_on_hover(graph50):
+    full = str(graph50.node("f0").body["o"])
+    assert len(full) > render.LABEL_CHARS
+    shown = [line for line in render.node_lines(graph50, "f0") if line.startswith("o = ")][0]
+    assert shown.endswith("…") and len(shown) == render.LABEL_CHARS
+    root = ET.fromstring(graph50.to_svg("builtin"))
+    node = next(g for g in root.iter(f"{SVG}g") if g.get("id") == "node-f0")
+    title = node.find(f"{SVG}title").text
+    assert f"o = {full}" in title and "model.py:10" in title
+
+
+def test_backward_and_gradient_marked(graph50):
+    root = ET.fromstring(graph50.to_svg("builtin"))
+    classes = {g.get("id"): g.get("class") for g in root.iter(f"{SVG}g") if g.get("id")}
+    assert classes["node-b0"] == "node backward"
+    assert classes["node-f0"] == "node tasklet"
+    assert classes["node-grad_a#1"] == "node gradient"   # by name
+    assert classes["node-seed#0"] == "node gradient"     # by meta
+    assert classes["node-h0#0"] == "node container"
+    assert render.node_lines(graph50, "seed#0")[-1] == "gradient transient"
+    legend = "".join(next(g for g in root.iter(f"{SVG}g") if g.get("class") == "legend").itertext())
+    assert "backward tasklet" in legend and "gradient container" in legend
+
+
+def test_store_recompute_and_strategy_shown(graph50):
+    assert render.node_lines(graph50, "b0")[-2:] == ["forward values: stored", "strategy: atomic"]
+    assert "forward values: recompute" in render.node_lines(graph50, "b1")
+
+
+def test_edges_show_index_and_accumulation(graph50):
+    shown = texts(graph50.to_svg("builtin"))
+    assert "x ← [i, j]" in shown
+    assert "o += [0, j]" in shown
+
+
+def test_gather_and_scalar_labels():
+    g = DataflowGraph("gather")
+    g.add_container("a", (5,), "float32", "argument")
+    g.add_container("idx", (3,), "int32", "argument")
+    g.add_container("s", (), "float64", "result")
+    n = connector_symbol("n", "int32")
+    g.add_tasklet("t", [(i, 0, 3)], {"o": x}, {"x": (g.access("a"), (n,)), "n": (g.access("idx"), (i,))},
+                  {"o": (g.new_version("s"), (), "max")})
+    shown = texts(g.to_svg("builtin"))
+    assert "x ← [n]" in shown and "o max= []" in shown and "float64 scalar" in shown
+
+
+def test_repr_svg_and_empty_graph():
+    g = layered_graph(2)
+    assert g._repr_svg_().startswith("<svg")
+    assert ET.fromstring(DataflowGraph("empty").to_svg("builtin")).tag == f"{SVG}svg"
+
+
+def test_unknown_engine_rejected():
+    with pytest.raises(ValueError, match="engine"):
+        render.layout(DataflowGraph(), "neato")
