@@ -1,0 +1,13 @@
+"""Lowering: dataflow graphs to fused Slang compute kernels run by slangpy.
+
+``compile(graph, device=...)`` plans kernels (``plan``), prints Slang
+(``printer``, ``codegen``), compiles through a cache (``cache``) and returns an
+``Executable`` (``runtime``) on a device chosen by ``devices``.
+"""
+from .cache import SlangGenerationError
+from .devices import DeviceUnavailable, available_devices
+from .plan import LoweringError
+from .runtime import DeviceArray, Executable, UnsupportedOnDevice, asarray, compile
+
+__all__ = ["compile", "Executable", "DeviceArray", "asarray", "available_devices", "LoweringError",
+           "SlangGenerationError", "UnsupportedOnDevice", "DeviceUnavailable"]

@@ -1,0 +1,61 @@
+"""In-process compile cache: one compiled module per (device, source hash).
+
+Executables of the same program (or a recompiled binding producing the same
+text) share kernels; slangpy also refuses to reload a module name with other
+source, so module names are the hash.  The on-disk side is slangpy's shader
+cache, configured per device in ``devices.py``.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+
+import slangpy as spy
+
+_lock = threading.Lock()
+_modules: dict[tuple[str, str], dict[str, spy.ComputeKernel]] = {}
+stats = {"compiles": 0, "compile_seconds": 0.0}
+
+
+class SlangGenerationError(RuntimeError):
+    """Generated Slang failed to compile: a bug in the lowering, quoted here."""
+
+
+def _quote(source: str, message: str) -> str:
+    lines = source.splitlines()
+    quoted = []
+    for m in re.finditer(r"-->\s*\S+?:(\d+):(\d+)", message):
+        n = int(m.group(1)) - 1  # slangpy counts one line more than the string has
+        if 1 <= n <= len(lines):
+            quoted.append(f"  line {n}: {lines[n - 1].strip()}")
+    first = next((ln for ln in message.splitlines() if "error" in ln.lower()), message.strip()[:300])
+    where = "\n".join(dict.fromkeys(quoted)) or "  (no line reported)"
+    return f"generated Slang does not compile: {first.strip()}\n{where}\n--- compiler output ---\n{message}"
+
+
+def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str]) -> dict[str, spy.ComputeKernel]:
+    """Compiled compute kernels for ``entries`` of ``source`` (cached)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    key = (device_kind, digest)
+    with _lock:
+        if key in _modules:
+            return _modules[key]
+        start = time.perf_counter()
+        try:
+            module = device.load_module_from_source(f"symdiff_{digest}", source)
+            out = {}
+            for entry in entries:
+                program = device.link_program([module], [module.entry_point(entry)])
+                out[entry] = device.create_compute_kernel(program)
+                out[entry].pipeline  # force the backend compile now, not at first dispatch
+        except spy.SlangCompileError as exc:
+            raise SlangGenerationError(_quote(source, str(exc))) from None
+        except RuntimeError as exc:
+            raise SlangGenerationError(f"backend compile of generated Slang failed "
+                                       f"({device_kind}):\n{exc}") from None
+        stats["compiles"] += 1
+        stats["compile_seconds"] += time.perf_counter() - start
+        _modules[key] = out
+        return out

@@ -1,0 +1,291 @@
+"""Slang module generation: one module per planned program, one entry point per kernel.
+
+The text is meant to be read by a person debugging a program: each kernel
+opens with a comment naming its tasklets and their source lines, each tasklet
+keeps its own block with locals prefixed by the tasklet name (fused tasklets
+share one scope, so a produced value can be passed on in a register).
+Buffers are flat ``RWStructuredBuffer``s, one per stored version; strides are
+compile-time constants because a module is generated per size binding.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import sympy
+
+from ir.graph import DataflowGraph, Memlet, Tasklet
+
+from .plan import Kernel, Plan, Step, extent, uses_connectors
+from .printer import PRELUDE, SLANG_TYPES, SlangPrinter
+
+GROUP_SIZE = 256
+MAX_GROUPS = 65535  # per dispatch dimension
+ROW_THREADS = GROUP_SIZE * MAX_GROUPS  # threads per row of a 2-D dispatch
+
+# Slang type of a buffer element: bools travel as ints (structured buffers of
+# bool are not portable).
+STORAGE_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "int"}
+COMBINE = {"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "max({a}, {b})", "min": "min({a}, {b})"}
+
+
+@dataclass
+class KernelEntry:
+    """What the runtime needs to dispatch one entry point."""
+
+    name: str
+    threads: int
+    buffers: dict[str, str]  # entry-point parameter -> access node id
+
+    @property
+    def thread_count(self) -> list[int]:
+        if self.threads <= ROW_THREADS:
+            return [self.threads, 1, 1]
+        return [ROW_THREADS, -(-self.threads // ROW_THREADS), 1]
+
+
+@dataclass
+class Module:
+    source: str
+    kernels: list[KernelEntry]
+    fill_entries: dict[str, str]  # storage type -> fill entry point name
+    buffer_names: dict[str, str] = field(default_factory=dict)  # access node id -> identifier
+
+
+def identifier(text: str) -> str:
+    """A Slang identifier for a graph name (names may hold '#', '.', '-')."""
+    ident = re.sub(r"\W", "_", text)
+    return ident if re.match(r"[A-Za-z_]", ident) else f"_{ident}"
+
+
+def buffer_name(access: str) -> str:
+    container, version = access.rsplit("#", 1)
+    return f"{identifier(container)}_v{version}"
+
+
+def precision_of(graph: DataflowGraph, tasklet: Tasklet) -> str:
+    """double when the tasklet touches any float64 container, else float."""
+    touched = [m.container for _, m in graph.reads(tasklet.name) + graph.writes(tasklet.name)]
+    return "double" if any(graph.containers[c].dtype == "float64" for c in touched) else "float"
+
+
+class _KernelWriter:
+    def __init__(self, plan: Plan, kernel: Kernel, atomics: set):
+        self.g = plan.graph
+        self.plan = plan
+        self.kernel = kernel
+        self.atomics = atomics
+        self.lines: list[str] = []
+        self.buffers: dict[str, str] = {}
+
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append("    " * depth + line)
+
+    def buffer(self, access: str) -> str:
+        name = buffer_name(access)
+        self.buffers[name] = access
+        return name
+
+    def flat_index(self, memlet: Memlet, names: dict) -> str:
+        shape = self.g.containers[memlet.container].shape
+        if not shape:
+            return "0"
+        strides = [math.prod(int(d) for d in shape[k + 1:]) for k in range(len(shape))]
+        expr = sum((sympy.sympify(i) * s for i, s in zip(memlet.index, strides)), sympy.Integer(0))
+        return SlangPrinter("int", names).doprint(expr)
+
+    def write(self) -> str:
+        k = self.kernel
+        self.emit("int lin = int(tid.x) + int(tid.y) * %d;" % ROW_THREADS, 1)
+        self.emit(f"if (lin >= {k.threads}) return;", 1)
+        strides = [math.prod(k.box[a + 1:]) for a in range(len(k.box))]
+        for a, (n, stride) in enumerate(zip(k.box, strides)):
+            self.emit(f"int t{a} = {_digit('lin', stride, n, a == 0)};", 1)
+        for step in k.steps:
+            self.step(step)
+        return "\n".join(self.lines)
+
+    def step(self, step: Step) -> None:
+        t = step.tasklet
+        p = identifier(t.name)
+        names: dict[sympy.Symbol, str] = {}
+        for a, (s, b, _) in enumerate(step.parallel):
+            names[s] = f"{p}_{identifier(s.name)}"
+        for s, _, _ in step.loop:
+            names[s] = f"{p}_{identifier(s.name)}"
+        for conn, sym in t.inputs.items():
+            names[sym] = f"{p}_{identifier(conn)}"
+        precision = precision_of(self.g, t)
+        self.emit(f"// tasklet {t.name}" + (f" ({t.source})" if t.source else ""), 1)
+        for a, (s, b, _) in enumerate(step.parallel):
+            self.emit(f"int {names[s]} = t{a} + {int(b)};" if int(b) else f"int {names[s]} = t{a};", 1)
+        writes = [w for w in step.writes if w.access in self.plan.stored]
+        outputs = {c: f"{p}_{identifier(c)}" for c in t.body}
+        out_types = {c: self.out_type(t, c) for c in t.body}
+        depth = 1
+        if step.loop:
+            accs = {w.memlet.connector: w.memlet.accumulate for w in step.writes}
+            for c, var in outputs.items():
+                identity = SlangPrinter(out_types[c] if out_types[c] != "bool" else precision).literal(
+                    {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}[accs[c]])
+                self.emit(f"{out_types[c]} {var} = {identity};", 1)
+            length = math.prod(extent(r) for r in step.loop)
+            self.emit(f"for (int r = 0; r < {length}; r++)", 1)
+            self.emit("{", 1)
+            depth = 2
+            stride = length
+            for s, b, e in step.loop:
+                stride //= extent((s, b, e))
+                digit = _digit("r", stride, extent((s, b, e)), s == step.loop[0][0])
+                self.emit(f"int {names[s]} = {f'{int(b)} + ' if int(b) else ''}{digit};", depth)
+        elif t.condition is not sympy.true:
+            for c, var in outputs.items():
+                self.emit(f"{out_types[c]} {var} = {SlangPrinter(precision).literal(0) if out_types[c] != 'bool' else 'false'};", 1)
+        if t.condition is not sympy.true:
+            self.emit(f"if ({SlangPrinter(precision, names).doprint(t.condition)})", depth)
+            self.emit("{", depth)
+            depth += 1
+        self.reads(step, names, depth)
+        values = self.body(t, names, precision, out_types, depth)
+        for c, var in outputs.items():
+            if step.loop:
+                acc = next(w.memlet.accumulate for w in step.writes if w.memlet.connector == c)
+                self.emit(f"{var} = {COMBINE[acc].format(a=var, b=values[c])};", depth)
+            elif t.condition is not sympy.true:
+                self.emit(f"{var} = {values[c]};", depth)
+            else:
+                self.emit(f"{out_types[c]} {var} = {values[c]};", depth)
+        if not step.loop:
+            self.stores(step, writes, outputs, names, depth)
+        while depth > 1:
+            depth -= 1
+            self.emit("}", depth)
+        if step.loop:
+            self.stores(step, writes, outputs, names, 1)
+
+    def out_type(self, t: Tasklet, conn: str) -> str:
+        m = next((m for _, m in self.g.writes(t.name) if m.connector == conn), None)
+        return SLANG_TYPES[self.g.containers[m.container].dtype] if m else precision_of(self.g, t)
+
+    def reads(self, step: Step, names: dict, depth: int) -> None:
+        pending = list(step.reads)
+        conns = set(step.tasklet.inputs.values())
+        done: set = set()
+        while pending:
+            for r in list(pending):
+                needed = set().union(*[sympy.sympify(e).free_symbols for e in r.memlet.index]) & conns
+                if not needed <= done:
+                    continue
+                var = names[step.tasklet.inputs[r.connector]]
+                dtype = self.g.containers[r.memlet.container].dtype
+                if r.producer is not None:
+                    value = f"{identifier(r.producer)}_{identifier(self.producer_connector(r))}"
+                else:
+                    value = f"{self.buffer(r.access)}[{self.flat_index(r.memlet, names)}]"
+                    if dtype == "bool":
+                        value = f"({value} != 0)"
+                self.emit(f"{SLANG_TYPES[dtype]} {var} = {value};", depth)
+                done.add(step.tasklet.inputs[r.connector])
+                pending.remove(r)
+
+    def producer_connector(self, r) -> str:
+        return next(m.connector for _, m in self.g.writers(r.access))
+
+    def body(self, t: Tasklet, names: dict, precision: str, out_types: dict, depth: int) -> dict[str, str]:
+        conns = list(t.body)
+        temps, exprs = sympy.cse([t.body[c] for c in conns],
+                                 symbols=sympy.numbered_symbols(f"{identifier(t.name)}_tmp"))
+        names = dict(names)
+        for sym, expr in temps:
+            kind = "bool" if isinstance(expr, sympy.logic.boolalg.Boolean) else \
+                "int" if expr.is_integer else precision
+            names[sym] = sym.name
+            printer_kind = precision if kind == "bool" else kind
+            self.emit(f"{kind} {sym.name} = {SlangPrinter(printer_kind, names, precision).doprint(expr)};", depth)
+        values = {}
+        for c, expr in zip(conns, exprs):
+            kind = out_types[c]
+            if kind == "int":
+                text = SlangPrinter("int", names, precision).doprint(expr) if expr.is_integer else \
+                    f"int({SlangPrinter(precision, names).doprint(expr)})"
+            elif kind == "bool":
+                text = SlangPrinter(precision, names).doprint(expr)
+                if not isinstance(expr, sympy.logic.boolalg.Boolean):
+                    text = f"({text} != {SlangPrinter(precision).literal(0)})"
+            else:
+                text = SlangPrinter(kind, names).doprint(expr)
+            values[c] = text
+        return values
+
+    def stores(self, step: Step, writes, outputs: dict, names: dict, depth: int) -> None:
+        for w in writes:
+            dtype = self.g.containers[w.memlet.container].dtype
+            value = outputs[w.memlet.connector]
+            if dtype == "bool":
+                value = f"({value} ? 1 : 0)"
+            buf = self.buffer(w.access)
+            idx = self.flat_index(w.memlet, names)
+            if w.mode == "store":
+                self.emit(f"{buf}[{idx}] = {value};", depth)
+            elif w.mode == "combine":
+                self.emit(f"{buf}[{idx}] = {COMBINE[w.memlet.accumulate].format(a=f'{buf}[{idx}]', b=value)};",
+                          depth)
+            else:
+                self.atomics.add((STORAGE_TYPES[dtype], w.memlet.accumulate))
+                self.emit(f"atomic_{w.memlet.accumulate}({buf}, {idx}, {value});", depth)
+
+
+def _digit(var: str, stride: int, n: int, outermost: bool) -> str:
+    """One coordinate of a row-major linear index (the outermost needs no modulo)."""
+    quotient = f"{var} / {stride}" if stride > 1 else var
+    return quotient if outermost else f"({quotient}) % {n}" if stride > 1 else f"{var} % {n}"
+
+
+def _atomic_helper(storage: str, op: str) -> str:
+    """A scatter-combine that is exact on the CPU device (threads run one after
+    another, and it has no float atomics) and atomic elsewhere."""
+    sequential = f"buf[i] = {COMBINE[op].format(a='buf[i]', b='v')};"
+    if op == "prod":
+        atomic = ("{ " + storage + " old = buf[i]; for (;;) { " + storage + " prev; "
+                  "InterlockedCompareExchangeFloatBitwise(buf[i], old, old * v, prev); "
+                  "if (prev == old) break; old = prev; } }")
+    else:
+        atomic = {"sum": "InterlockedAdd", "max": "InterlockedMax", "min": "InterlockedMin"}[op] + "(buf[i], v);"
+    return (f"void atomic_{op}(RWStructuredBuffer<{storage}> buf, int i, {storage} v)\n{{\n"
+            f"    __target_switch\n    {{\n    case cpp: {sequential}\n    default: {atomic}\n    }}\n}}")
+
+
+def _fill_entry(storage: str) -> str:
+    return (f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
+            f"void fill_{storage}(uint3 tid: SV_DispatchThreadID, uniform {storage} value, uniform int count, "
+            f"RWStructuredBuffer<{storage}> buf)\n{{\n"
+            f"    int i = int(tid.x) + int(tid.y) * {ROW_THREADS};\n    if (i < count) buf[i] = value;\n}}")
+
+
+def generate(plan: Plan) -> Module:
+    """The Slang module for a plan (entry points, buffer bindings, fill kernels)."""
+    g = plan.graph
+    atomics: set = set()
+    parts, entries = [], []
+    for kernel in plan.kernels:
+        w = _KernelWriter(plan, kernel, atomics)
+        body = w.write()
+        described = ", ".join(s.tasklet.name + (f" ({s.tasklet.source})" if s.tasklet.source else "")
+                              for s in kernel.steps)
+        params = ", ".join(f"RWStructuredBuffer<{STORAGE_TYPES[g.containers[g.node(a).container].dtype]}> {n}"
+                           for n, a in sorted(w.buffers.items()))
+        name = identifier(kernel.name)
+        parts.append(f"// kernel {name}: {len(kernel.steps)} tasklet(s), {kernel.threads} thread(s) "
+                     f"over {list(kernel.box)}\n//   {described}\n"
+                     f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
+                     f"void {name}(uint3 tid: SV_DispatchThreadID{', ' if params else ''}{params})\n"
+                     f"{{\n{body}\n}}")
+        entries.append(KernelEntry(name, kernel.threads, dict(w.buffers)))
+    fill_types = sorted({STORAGE_TYPES[g.containers[g.node(a).container].dtype]
+                         for a, v in plan.fills.items() if v != 0})
+    header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", PRELUDE]
+    header += [_atomic_helper(s, op) for s, op in sorted(atomics)]
+    source = "\n\n".join(header + parts + [_fill_entry(s) for s in fill_types]) + "\n"
+    return Module(source, entries, {s: f"fill_{s}" for s in fill_types},
+                  {a: buffer_name(a) for a in plan.stored})

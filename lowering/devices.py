@@ -1,0 +1,96 @@
+"""slangpy devices: one per kind per process, chosen by name or automatically.
+
+Creating a device costs 0.2-1.3 s here, so each kind is created once and
+shared by every executable (and every test).
+
+Which backend ``"auto"`` picks on a machine without a GPU was measured on
+this 2-core machine (slangpy 0.43.1, Mesa 25 lavapipe), see ``AUTO_ORDER``.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import slangpy as spy
+
+KINDS = ("cuda", "vulkan", "cpu", "numpy")
+ENV_VAR = "SYMDIFF_DEVICE"
+SOFTWARE_ADAPTERS = ("llvmpipe", "lavapipe", "swiftshader", "softpipe")
+
+# Without a hardware GPU, lavapipe (both cores, LLVM-vectorised, float
+# atomics, on-disk shader cache) beats the single-threaded CPU device on the
+# programs that matter (transcendental-heavy losses, compile time), see the
+# measurements in the lowering report; the CPU device is the fallback.
+AUTO_ORDER = ("vulkan", "cpu")
+
+_lock = threading.Lock()
+_devices: dict[str, spy.Device] = {}
+
+
+class DeviceUnavailable(RuntimeError):
+    """The requested backend cannot be created on this machine."""
+
+
+def cache_dir() -> Path:
+    """Per-user directory for slangpy's shader cache (``$XDG_CACHE_HOME/symdiff``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "symdiff"
+
+
+def _adapters(kind: str) -> list[str]:
+    try:
+        return [a.name for a in spy.Device.enumerate_adapters(getattr(spy.DeviceType, kind))]
+    except Exception:  # a missing driver library raises rather than listing nothing
+        return []
+
+
+def is_software(kind: str) -> bool:
+    """Whether a Vulkan device here is a CPU rasteriser (lavapipe): slow doubles are wrong."""
+    return kind == "vulkan" and all(any(s in a.lower() for s in SOFTWARE_ADAPTERS) for a in _adapters(kind))
+
+
+def available_devices() -> list[str]:
+    """Device names that work here, best first for ``auto``'s purposes."""
+    found = [k for k in ("cuda", "vulkan") if _adapters(k)]
+    return found + ["cpu", "numpy"]
+
+
+def get_device(kind: str) -> spy.Device:
+    """The shared slangpy device of one kind (created on first use)."""
+    with _lock:
+        if kind not in _devices:
+            spy.Logger.get().level = spy.LogLevel.fatal
+            path = cache_dir() / kind
+            path.mkdir(parents=True, exist_ok=True)
+            try:
+                _devices[kind] = spy.Device(
+                    type=getattr(spy.DeviceType, kind), enable_hot_reload=False,
+                    compiler_options={"optimization": spy.SlangOptimizationLevel.maximal},
+                    shader_cache_path=str(path))
+            except Exception as exc:
+                raise DeviceUnavailable(f"cannot create a slangpy {kind} device here: {exc}") from exc
+        return _devices[kind]
+
+
+def requested(device: str | None) -> str:
+    """The device name asked for: ``None`` defers to ``$SYMDIFF_DEVICE``, then ``"auto"``."""
+    return (device or os.environ.get(ENV_VAR) or "auto").lower()
+
+
+def resolve(device: str | None) -> str:
+    """The concrete device kind for a request; ``"auto"`` means a hardware GPU,
+    else the first of ``AUTO_ORDER`` present."""
+    name = requested(device)
+    if name not in KINDS + ("auto",):
+        raise ValueError(f"unknown device {name!r}: expected one of {('auto',) + KINDS}")
+    if name != "auto":
+        if name not in available_devices():
+            raise DeviceUnavailable(f"device {name!r} is not available here (found {available_devices()})")
+        return name
+    avail = available_devices()
+    if "cuda" in avail:
+        return "cuda"
+    if "vulkan" in avail and not is_software("vulkan"):
+        return "vulkan"
+    return next(k for k in AUTO_ORDER if k in avail)

@@ -1,0 +1,322 @@
+"""Kernel planning: which tasklets share a compute kernel, and how each write lands.
+
+Planning works on a *concrete* graph (sizes bound, see ``bind``) so extents,
+strides and fusion decisions are plain integers.  The rules:
+
+* A tasklet's **parallel symbols** are the domain symbols its write indices
+  use; the others are **reduced** symbols, run as a loop inside the thread
+  (an accumulating write then happens once per thread, from a register).
+  A reduction too large for one thread while there are few parallel points is
+  first rewritten into two tasklets (``split_large_reductions``): partial
+  results per chunk, then a reduction over the chunks.
+* The kernel's thread box is the parallel extents.  A tasklet joins an
+  existing kernel with the same box when every version it reads is either
+  finished by an earlier kernel or produced in that kernel by a single plain
+  (or sole accumulating) writer at the same thread point: the value is then
+  passed in a register and the version needs no buffer unless read elsewhere.
+* A write is **exclusive** when its index is injective over the thread points
+  and no other tasklet of the kernel writes that version: accumulation is then
+  a read-modify-write (or a plain store when the writer alone covers the whole
+  version).  Otherwise threads collide and the write is atomic.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import sympy
+
+from ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Tasklet, connector_symbol
+from ir.sizes import substitute_sizes
+
+# A reduction longer than this, with fewer parallel points than
+# SPLIT_PARALLEL_LIMIT, is split in two stages: one thread summing millions of
+# elements would leave every other core (or GPU lane) idle.
+SPLIT_REDUCTION_MIN = 4096
+SPLIT_PARALLEL_LIMIT = 4096
+SPLIT_TARGET_THREADS = 8192
+SPLIT_MIN_CHUNK = 256
+
+
+class LoweringError(RuntimeError):
+    """A graph this lowering cannot run (the message says why)."""
+
+
+def bind(graph: DataflowGraph, sizes: dict[str, int]) -> DataflowGraph:
+    """A copy of ``graph`` with every size symbol replaced by its value."""
+    g = DataflowGraph(graph.name)
+    g.meta = dict(graph.meta)
+    for c in graph.containers.values():
+        g.add_container(c.name, c.concrete_shape(sizes), c.dtype, c.role, **c.meta)
+    for node_id, data in graph.nx.nodes(data=True):
+        node = data["node"]
+        if isinstance(node, Tasklet):
+            node = Tasklet(node.name, tuple((s, substitute_sizes(b, sizes), substitute_sizes(e, sizes))
+                                            for s, b, e in node.domain),
+                           {k: substitute_sizes(v, sizes) for k, v in node.body.items()}, dict(node.inputs),
+                           substitute_sizes(node.condition, sizes), node.source, node.backward,
+                           dict(node.meta))
+        g.nx.add_node(node_id, node=node)
+    for u, v, data in graph.nx.edges(data=True):
+        m = data["memlet"]
+        g.nx.add_edge(u, v, memlet=Memlet(m.container, tuple(substitute_sizes(i, sizes) for i in m.index),
+                                          m.connector, m.accumulate))
+    return g
+
+
+# -- index analysis ------------------------------------------------------------------
+def extent(rng) -> int:
+    return max(0, int(rng[2]) - int(rng[1]))
+
+
+def uses_connectors(index, tasklet: Tasklet) -> bool:
+    """Whether an index depends on values read by the tasklet (gather/scatter)."""
+    conns = set(tasklet.inputs.values())
+    return any(sympy.sympify(e).free_symbols & conns for e in index)
+
+
+def parallel_symbols(graph: DataflowGraph, tasklet: Tasklet) -> tuple[sympy.Symbol, ...]:
+    """Domain symbols the writes depend on, in domain order; all of them for a
+    scatter (its target is only known per point)."""
+    writes = graph.writes(tasklet.name)
+    if any(uses_connectors(m.index, tasklet) for _, m in writes):
+        return tasklet.index_symbols
+    used = set().union(*[sympy.sympify(e).free_symbols for _, m in writes for e in m.index]) if writes else set()
+    if writes and all(m.accumulate is None for _, m in writes):
+        return tasklet.index_symbols  # plain writes: every point is its own thread
+    return tuple(s for s in tasklet.index_symbols if s in used)
+
+
+def injective_axes(index, symbols) -> bool:
+    """Whether ``index`` is ``sym + c`` (distinct symbols) or constant per component
+    and uses every one of ``symbols``: one thread point per element."""
+    seen = []
+    for e in index:
+        e = sympy.sympify(e)
+        free = e.free_symbols
+        if not free:
+            continue
+        hits = [s for s in symbols if s in free and (e - s).free_symbols.isdisjoint(symbols)
+                and not (e - s).free_symbols]
+        if len(hits) != 1 or hits[0] in seen:
+            return False
+        seen.append(hits[0])
+    return len(seen) == len(symbols)
+
+
+def covers(index, domain, shape) -> bool:
+    """Whether an injective index over ``domain`` hits every element of ``shape``."""
+    if len(index) != len(shape):
+        return False
+    ranges = {s: (int(b), int(e)) for s, b, e in domain}
+    used = set()
+    for e, n in zip(index, shape):
+        e = sympy.sympify(e)
+        if not e.free_symbols:
+            if n != 1:
+                return False
+            continue
+        (s,) = e.free_symbols
+        used.add(s)
+        b, end = ranges[s]
+        offset = int(e - s)
+        if b + offset != 0 or end + offset != n:
+            return False
+    return all(extent(r) == 1 or r[0] in used for r in domain)
+
+
+# -- two-stage reductions ------------------------------------------------------------
+def split_large_reductions(graph: DataflowGraph) -> None:
+    """Rewrite long reductions with few outputs into partial sums per chunk
+    (many threads) followed by a short reduction over the chunks."""
+    for t in list(graph.tasklets()):
+        writes = graph.writes(t.name)
+        if not writes or any(m.accumulate is None or uses_connectors(m.index, t) for _, m in writes):
+            continue
+        par = parallel_symbols(graph, t)
+        if not all(injective_axes(m.index, par) for _, m in writes):
+            continue
+        par_ranges = [r for r in t.domain if r[0] in par]
+        red_ranges = [r for r in t.domain if r[0] not in par]
+        points = math.prod(extent(r) for r in par_ranges)
+        length = math.prod(extent(r) for r in red_ranges)
+        if not red_ranges or length < SPLIT_REDUCTION_MIN or points >= SPLIT_PARALLEL_LIMIT:
+            continue
+        chunks = max(2, min(SPLIT_TARGET_THREADS // max(points, 1), length // SPLIT_MIN_CHUNK))
+        chunk_len = -(-length // chunks)
+        chunks = -(-length // chunk_len)
+        _split(graph, t, par_ranges, red_ranges, chunks, chunk_len, length)
+
+
+def _split(graph: DataflowGraph, t: Tasklet, par_ranges, red_ranges, chunks: int, chunk_len: int,
+           length: int) -> None:
+    c, r = sympy.Symbol(f"{t.name}_chunk", integer=True), sympy.Symbol(f"{t.name}_r", integer=True)
+    flat = c * chunk_len + r
+    subs, stride = {}, length
+    for s, b, e in red_ranges:
+        stride //= extent((s, b, e))
+        subs[s] = b + sympy.Mod(sympy.floor(flat / stride), extent((s, b, e)))
+    par_index = tuple(s - b for s, b, _ in par_ranges)
+    par_shape = tuple(extent(rng) for rng in par_ranges)
+    reads, writes_1, stage_2 = {}, {}, []
+    for access, m in graph.reads(t.name):
+        reads[m.connector] = (access, tuple(sympy.sympify(i).xreplace(subs) for i in m.index))
+    for access, m in graph.writes(t.name):
+        dtype = graph.containers[m.container].dtype
+        partial = graph.unique_name(f"{t.name}_{m.connector}_partial")
+        graph.add_container(partial, par_shape + (chunks,), dtype, "transient", two_stage=True)
+        writes_1[m.connector] = (graph.access(partial, 0), par_index + (c,), m.accumulate)
+        stage_2.append((access, m, partial))
+    bound = sympy.StrictLessThan(flat, length)
+    cond = sympy.And(t.condition.xreplace(subs), bound)
+    graph.remove_tasklet(t.name)
+    graph.add_tasklet(f"{t.name}_stage1", tuple(par_ranges) + ((c, 0, chunks), (r, 0, chunk_len)),
+                      {k: v.xreplace(subs) for k, v in t.body.items()}, reads, writes_1, condition=cond,
+                      source=t.source, backward=t.backward)
+    for access, m, partial in stage_2:
+        v = connector_symbol("v", graph.containers[partial].dtype)
+        graph.add_tasklet(f"{t.name}_stage2", tuple(par_ranges) + ((c, 0, chunks),), {m.connector: v},
+                          {"v": (graph.access(partial, 0), par_index + (c,))},
+                          {m.connector: (access, m.index, m.accumulate)}, source=t.source,
+                          backward=t.backward)
+
+
+# -- the plan --------------------------------------------------------------------------
+@dataclass
+class Read:
+    connector: str
+    access: str
+    memlet: Memlet
+    producer: str | None = None  # tasklet passing the value in a register, or None: buffer
+
+
+@dataclass
+class Write:
+    access: str
+    memlet: Memlet
+    mode: str  # "store" | "combine" (exclusive read-modify-write) | "atomic"
+
+
+@dataclass
+class Step:
+    """One tasklet inside a kernel: thread symbols, loop symbols, reads, writes."""
+
+    tasklet: Tasklet
+    parallel: tuple  # domain ranges bound to the kernel's thread axes, in order
+    loop: tuple  # domain ranges run as a loop inside the thread
+    reads: list[Read] = field(default_factory=list)
+    writes: list[Write] = field(default_factory=list)
+
+
+@dataclass
+class Kernel:
+    name: str
+    box: tuple[int, ...]
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def threads(self) -> int:
+        return math.prod(self.box)
+
+
+@dataclass
+class Plan:
+    graph: DataflowGraph  # the concrete (bound, rewritten) graph
+    kernels: list[Kernel]
+    stored: set[str]  # access nodes that need a buffer
+    fills: dict[str, float]  # access node -> identity value to fill before each call
+
+
+def _same_point(producer: Step, w: Memlet, consumer: Step, r: Memlet) -> bool:
+    """Whether the consumer reads exactly what the producer wrote at this thread."""
+    if len(w.index) != len(r.index) or uses_connectors(r.index, consumer.tasklet):
+        return False
+    axes = [sympy.Symbol(f"_t{k}", integer=True) for k in range(len(producer.parallel))]
+    ps = {s: b + a for (s, b, _), a in zip(producer.parallel, axes)}
+    cs = {s: b + a for (s, b, _), a in zip(consumer.parallel, axes)}
+    return all(sympy.expand(sympy.sympify(a).xreplace(ps) - sympy.sympify(b).xreplace(cs)) == 0
+               for a, b in zip(w.index, r.index))
+
+
+def _forwardable(graph: DataflowGraph, access: str, kernel: Kernel, consumer: Step, r: Memlet) -> str | None:
+    writers = graph.writers(access)
+    if len(writers) != 1:
+        return None
+    name, w = writers[0]
+    step = next((s for s in kernel.steps if s.tasklet.name == name), None)
+    if step is None or step.tasklet.condition is not sympy.true or uses_connectors(w.index, step.tasklet):
+        return None
+    if not injective_axes(w.index, [s for s, _, _ in step.parallel]):
+        return None
+    if not covers(w.index, step.parallel, graph.containers[w.container].shape):
+        return None
+    return name if _same_point(step, w, consumer, r) else None
+
+
+def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int], t: Tasklet) -> None:
+    par = parallel_symbols(graph, t)
+    parallel = tuple(rng for rng in t.domain if rng[0] in par)
+    loop = tuple(rng for rng in t.domain if rng[0] not in par)
+    box = tuple(extent(rng) for rng in parallel)
+    reads = graph.reads(t.name)
+    written = {a for a, _ in graph.writes(t.name)}
+    for k, kernel in enumerate(kernels):
+        if kernel.box != box:
+            continue
+        step = Step(t, parallel, loop)
+        ok = True
+        for access, m in reads:
+            writers = [w for w, _ in graph.writers(access)]
+            if all(kernel_of[w] < k for w in writers):
+                step.reads.append(Read(m.connector, access, m))
+                continue
+            producer = _forwardable(graph, access, kernel, step, m)
+            if producer is None:
+                ok = False
+                break
+            step.reads.append(Read(m.connector, access, m, producer))
+        # a second accumulating writer of a version would collide with the first
+        if ok and not any(a in written for s in kernel.steps for a, _ in graph.writes(s.tasklet.name)):
+            kernel.steps.append(step)
+            kernel_of[t.name] = k
+            return
+    step = Step(t, parallel, loop, [Read(m.connector, a, m) for a, m in reads])
+    kernels.append(Kernel(f"k{len(kernels)}_{t.name}", box, [step]))
+    kernel_of[t.name] = len(kernels) - 1
+
+
+def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
+    """Bind sizes, split long reductions, group tasklets into kernels and
+    decide buffers, fills and write modes."""
+    g = bind(graph, sizes)
+    split_large_reductions(g)
+    kernels: list[Kernel] = []
+    kernel_of: dict[str, int] = {}
+    for node_id in g.topological_order():
+        if isinstance(g.node(node_id), Tasklet):
+            _place(g, kernels, kernel_of, g.node(node_id))
+
+    buffer_reads = {r.access for k in kernels for s in k.steps for r in s.reads if r.producer is None}
+    latest_results = {g.latest(c) for c in g.results}
+    stored: set[str] = set(buffer_reads | latest_results)
+    fills: dict[str, float] = {}
+    for kernel in kernels:
+        for step in kernel.steps:
+            t = step.tasklet
+            thread_syms = [s for s, _, _ in step.parallel]
+            for access, m in g.writes(t.name):
+                writers = g.writers(access)
+                others = [s for s in kernel.steps if s is not step
+                          and any(a == access for a, _ in g.writes(s.tasklet.name))]
+                exclusive = (not uses_connectors(m.index, t) and injective_axes(m.index, thread_syms)
+                             and not others)
+                sole = (len(writers) == 1 and exclusive and t.condition is sympy.true
+                        and covers(m.index, step.parallel, g.containers[m.container].shape))
+                if m.accumulate is None or sole:
+                    mode = "store"
+                else:
+                    mode = "combine" if exclusive else "atomic"
+                step.writes.append(Write(access, m, mode))
+                if not sole and access in stored:
+                    fills[access] = ACCUMULATION_IDENTITY[m.accumulate]
+    return Plan(g, kernels, stored, fills)

@@ -1,0 +1,241 @@
+"""sympy -> Slang expression printer.
+
+Tasklet bodies are sympy expressions; the kernels need Slang text whose
+literals carry the program's precision (an untyped ``1.5`` would silently
+promote float32 arithmetic, and an untyped literal in a double program would
+lose precision), whose conditions are branch-free ``select``s, and whose small
+integer powers are multiplications (``pow`` is slow and wrong for negative
+bases).  Integer (index) arithmetic follows Python/sympy semantics: ``Mod`` and
+``floor`` of a quotient round toward minus infinity, unlike Slang's ``%``/``/``.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import sympy
+from sympy.codegen.cfunctions import expm1, log1p
+from sympy.printing.c import C99CodePrinter
+from sympy.printing.precedence import precedence
+
+SLANG_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "bool"}
+
+# Helpers the printed expressions may call; emitted once at the top of a module.
+PRELUDE = """\
+// Floor division and modulo (Python semantics) for index arithmetic.
+int floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+int floormod(int a, int b) { return a - b * floordiv(a, b); }
+// log(1 + x) and exp(x) - 1 without cancellation near 0.
+float log1p_(float x) { float u = 1.0f + x; return u == 1.0f ? x : log(u) * x / (u - 1.0f); }
+double log1p_(double x) { double u = 1.0l + x; return u == 1.0l ? x : log(u) * x / (u - 1.0l); }
+float expm1_(float x) { float u = exp(x); return u == 1.0f ? x : (u - 1.0f == -1.0f ? -1.0f : (u - 1.0f) * x / log(u)); }
+double expm1_(double x) { double u = exp(x); return u == 1.0l ? x : (u - 1.0l == -1.0l ? -1.0l : (u - 1.0l) * x / log(u)); }
+"""
+
+# Functions that are exact (or correctly rounded) in lavapipe's double
+# arithmetic; anything else on a double is a transcendental it gets wrong.
+EXACT_FUNCTIONS = (sympy.Abs, sympy.Max, sympy.Min, sympy.sign, sympy.Heaviside, sympy.Piecewise,
+                   sympy.floor, sympy.ceiling, sympy.Mod)
+
+
+class SlangPrinter(C99CodePrinter):
+    """Prints one expression in a given scalar type context.
+
+    ``names`` maps symbols to Slang identifiers (connectors and index symbols
+    are renamed per tasklet so fused tasklets cannot clash); ``scalar`` is the
+    Slang type literals and integer-valued subterms are converted to.
+    """
+
+    printmethod = "_slang"
+    _MAX_POWER_BY_MULTIPLICATION = 16
+
+    def __init__(self, scalar: str = "float", names: Mapping[sympy.Symbol, str] | None = None,
+                 precision: str | None = None):
+        super().__init__({"strict": False})
+        self.scalar = scalar
+        self.precision = precision or (scalar if scalar != "int" else "float")
+        self.names = dict(names or {})
+        self.known_functions = {
+            name: name for name in ("sin", "cos", "tan", "asin", "acos", "atan", "atan2", "exp", "log",
+                                    "log2", "log10", "exp2", "sinh", "cosh", "tanh", "sqrt",
+                                    "asinh", "acosh", "atanh")}
+        self.known_functions.update({"Abs": "abs", "ceiling": "ceil"})
+
+    # -- leaves ---------------------------------------------------------------
+    def literal(self, value) -> str:
+        """A literal of the context type; integers stay integers in int context."""
+        if self.scalar == "int":
+            return str(int(value))
+        value = float(value)
+        if not np.isfinite(value):
+            inf = "asfloat(0x7F800000u)" if value > 0 else "asfloat(0xFF800000u)"
+            if np.isnan(value):
+                inf = "asfloat(0x7FC00000u)"
+            return inf if self.scalar == "float" else f"double({inf})"
+        if self.scalar == "float":
+            text = np.format_float_scientific(np.float32(value), unique=True, trim="0") \
+                if value != 0 and not 1e-4 <= abs(value) < 1e7 else \
+                np.format_float_positional(np.float32(value), unique=True, trim="0")
+            return f"{text}f"
+        text = repr(value)
+        return text + ("" if any(c in text for c in ".e") else ".0") + "l"
+
+    def _print_Symbol(self, expr: sympy.Symbol) -> str:
+        name = self.names.get(expr, expr.name)
+        if expr.is_integer and self.scalar != "int":
+            return f"{self.scalar}({name})"
+        return name
+
+    def _print_Integer(self, expr) -> str:
+        return self.literal(int(expr))
+
+    _print_Zero = _print_Integer
+    _print_One = _print_Integer
+    _print_NegativeOne = _print_Integer
+
+    def _print_Float(self, expr) -> str:
+        return self.literal(float(expr))
+
+    def _print_Rational(self, expr) -> str:
+        if self.scalar == "int":
+            return f"floordiv({expr.p}, {expr.q})"
+        return self.literal(float(expr))
+
+    _print_Half = _print_Rational
+
+    def _print_NumberSymbol(self, expr) -> str:
+        return self.literal(float(expr))
+
+    def _print_Exp1(self, expr) -> str:
+        return self.literal(float(expr))
+
+    def _print_Pi(self, expr) -> str:
+        return self.literal(float(expr))
+
+    def _print_Infinity(self, expr) -> str:
+        return self.literal(np.inf)
+
+    def _print_NegativeInfinity(self, expr) -> str:
+        return self.literal(-np.inf)
+
+    def _print_NaN(self, expr) -> str:
+        return self.literal(np.nan)
+
+    def _print_BooleanTrue(self, expr) -> str:
+        return "true"
+
+    def _print_BooleanFalse(self, expr) -> str:
+        return "false"
+
+    # -- arithmetic -----------------------------------------------------------
+    def _print_Pow(self, expr: sympy.Pow) -> str:
+        base, exp = expr.base, expr.exp
+        if exp.is_Float and float(exp) in (0.5, -0.5) or exp.is_Float and float(exp).is_integer():
+            exp = sympy.Rational(float(exp))
+        if base is sympy.E:
+            return f"exp({self._print(exp)})"
+        if exp.is_Integer and 0 < abs(int(exp)) <= self._MAX_POWER_BY_MULTIPLICATION:
+            factor = self.parenthesize(base, precedence(sympy.Mul(2, sympy.Symbol("x"), evaluate=False)))
+            product = " * ".join([factor] * abs(int(exp)))
+            if int(exp) > 0:
+                return product if int(exp) == 1 else f"({product})"
+            return f"({self.literal(1)} / ({product}))"
+        if exp == sympy.Rational(1, 2):
+            return f"sqrt({self._print(base)})"
+        if exp == sympy.Rational(-1, 2):
+            return f"rsqrt({self._print(base)})"
+        return f"pow({self._print(base)}, {self._print(exp)})"
+
+    def _print_Mod(self, expr: sympy.Mod) -> str:
+        a, b = (self._print(arg) for arg in expr.args)
+        if self.scalar == "int":
+            return f"floormod({a}, {b})"
+        return f"({a} - {b} * floor({a} / {b}))"
+
+    def _print_floor(self, expr) -> str:
+        arg = expr.args[0]
+        if self.scalar == "int":
+            num, den = sympy.fraction(sympy.together(arg))
+            return f"floordiv({self._print(num)}, {self._print(den)})" if den != 1 else self._print(num)
+        return f"floor({self._print(arg)})"
+
+    def _print_Max(self, expr) -> str:
+        return self._nested("max", expr.args)
+
+    def _print_Min(self, expr) -> str:
+        return self._nested("min", expr.args)
+
+    def _nested(self, fn: str, args) -> str:
+        text = self._print(args[0])
+        for arg in args[1:]:
+            text = f"{fn}({text}, {self._print(arg)})"
+        return text
+
+    def _print_sign(self, expr) -> str:
+        x = self._print(expr.args[0])
+        return f"select({x} > {self.literal(0)}, {self.literal(1)}, " \
+               f"select({x} < {self.literal(0)}, {self.literal(-1)}, {self.literal(0)}))"
+
+    def _print_Heaviside(self, expr) -> str:
+        x = self._print(expr.args[0])
+        at_zero = expr.args[1] if len(expr.args) > 1 else sympy.Rational(1, 2)
+        return f"select({x} > {self.literal(0)}, {self.literal(1)}, " \
+               f"select({x} < {self.literal(0)}, {self.literal(0)}, {self._print(at_zero)}))"
+
+    def _print_log1p(self, expr) -> str:
+        return f"log1p_({self._print(expr.args[0])})"
+
+    def _print_expm1(self, expr) -> str:
+        return f"expm1_({self._print(expr.args[0])})"
+
+    # -- conditions -----------------------------------------------------------
+    def _print_Piecewise(self, expr: sympy.Piecewise) -> str:
+        *pieces, (last, last_cond) = expr.args
+        text = self._print(last)
+        if last_cond is not sympy.true:
+            text = f"select({self._print(last_cond)}, {text}, {self.literal(np.nan)})"
+        for value, cond in reversed(pieces):
+            text = f"select({self._print(cond)}, {self._print(value)}, {text})"
+        return text
+
+    def _print_Relational(self, expr) -> str:
+        op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
+        lhs, rhs = expr.lhs, expr.rhs
+        printer = self
+        if lhs.is_integer and rhs.is_integer and self.scalar != "int":
+            printer = SlangPrinter("int", self.names, self.precision)
+        elif not (lhs.is_integer and rhs.is_integer) and self.scalar == "int":
+            printer = SlangPrinter(self.precision, self.names, self.precision)
+        return f"({printer._print(lhs)} {op} {printer._print(rhs)})"
+
+    def _print_And(self, expr) -> str:
+        return "(" + " && ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_Or(self, expr) -> str:
+        return "(" + " || ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_Not(self, expr) -> str:
+        return f"!{self._print(expr.args[0])}"
+
+    def _print_ITE(self, expr) -> str:
+        c, a, b = expr.args
+        return f"select({self._print(c)}, {self._print(a)}, {self._print(b)})"
+
+
+def print_expr(expr: sympy.Basic, scalar: str = "float", names: Mapping[sympy.Symbol, str] | None = None,
+               precision: str | None = None) -> str:
+    """Slang text for ``expr`` computed in ``scalar`` ("float", "double" or "int");
+    ``precision`` is the float type comparisons inside integer code fall back to."""
+    return SlangPrinter(scalar, names, precision).doprint(sympy.sympify(expr))
+
+
+def is_exact_in_double(expr: sympy.Basic) -> bool:
+    """Whether ``expr`` only uses operations lavapipe computes correctly on doubles
+    (``+ - * /``, ``sqrt``, integer powers, comparisons, selects)."""
+    for node in sympy.preorder_traversal(sympy.sympify(expr)):
+        if isinstance(node, sympy.Pow):
+            if not (node.exp.is_Integer or node.exp in (sympy.Rational(1, 2), sympy.Rational(-1, 2))):
+                return False
+        elif isinstance(node, (sympy.Function, log1p, expm1)) and not isinstance(node, EXACT_FUNCTIONS):
+            return False
+    return True

@@ -1,0 +1,267 @@
+"""Running planned programs through slangpy: buffers, one command encoder per
+call, readback, device-resident arrays.
+
+An ``Executable`` keeps one instance per size binding (plan, kernels and every
+buffer), so a repeated call with the same shapes compiles nothing and
+allocates nothing: it uploads the inputs, records fills and dispatches into
+one command encoder, submits once and reads the results back.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import slangpy as spy
+
+import ir
+from ir.graph import DTYPES, DataflowGraph
+
+from . import cache, devices
+from .codegen import Module, ROW_THREADS, STORAGE_TYPES, generate
+from .plan import LoweringError, Plan, plan
+from .printer import is_exact_in_double
+
+_USAGE = (spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access
+          | spy.BufferUsage.copy_source | spy.BufferUsage.copy_destination)
+_STORAGE_NUMPY = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "bool": np.int32}
+
+
+class UnsupportedOnDevice(LoweringError):
+    """The program would compute wrong numbers on the requested device."""
+
+
+def _new_buffer(device: spy.Device, dtype: str, count: int, data: np.ndarray | None = None) -> spy.Buffer:
+    storage = _STORAGE_NUMPY[dtype]
+    size = max(count, 1) * np.dtype(storage).itemsize  # empty buffers are invalid
+    if data is not None and data.size:
+        return device.create_buffer(size=size, usage=_USAGE, data=np.ascontiguousarray(data, dtype=storage))
+    return device.create_buffer(size=size, usage=_USAGE)
+
+
+def _readback(buffer: spy.Buffer, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    count = math.prod(shape)
+    if count == 0:
+        return np.zeros(shape, dtype=DTYPES[dtype])
+    raw = buffer.to_numpy().view(_STORAGE_NUMPY[dtype])[:count].reshape(shape)
+    return raw.astype(np.bool_) if dtype == "bool" else raw
+
+
+class DeviceArray:
+    """An array living in a slangpy buffer: executables take and return it so
+    repeated calls move no data; ``np.asarray`` reads it back."""
+
+    def __init__(self, buffer: spy.Buffer, shape: tuple[int, ...], dtype: str, device: str):
+        self.buffer, self.shape, self.dtype, self.device = buffer, tuple(shape), dtype, device
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numpy(self) -> np.ndarray:
+        return _readback(self.buffer, self.dtype, self.shape)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self.numpy()
+        return out.astype(dtype) if dtype is not None else out
+
+    def __repr__(self) -> str:
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device={self.device!r})"
+
+
+def asarray(array, device: str | None = None, dtype: str | None = None) -> DeviceArray:
+    """Upload ``array`` once to a device (``None``: the default device)."""
+    kind = devices.resolve(device)
+    if kind == "numpy":
+        raise ValueError("the numpy device keeps arrays in host memory: pass numpy arrays instead")
+    if isinstance(array, DeviceArray) and array.device == kind and (dtype is None or dtype == array.dtype):
+        return array
+    host = np.asarray(array)
+    name = dtype or (host.dtype.name if host.dtype.name in DTYPES else "float32")
+    host = host.astype(DTYPES[name], copy=False)
+    buffer = _new_buffer(devices.get_device(kind), name, host.size, host)
+    return DeviceArray(buffer, host.shape, name, kind)
+
+
+def unsafe_double_tasklets(graph: DataflowGraph) -> list[str]:
+    """Tasklets computing a double transcendental (wrong on lavapipe)."""
+    bad = []
+    for t in graph.tasklets():
+        touched = [m.container for _, m in graph.reads(t.name) + graph.writes(t.name)]
+        if any(graph.containers[c].dtype == "float64" for c in touched) and \
+                not all(is_exact_in_double(e) for e in t.body.values()):
+            bad.append(t.name + (f" ({t.source})" if t.source else ""))
+    return bad
+
+
+@dataclass
+class _Instance:
+    """Everything one size binding needs, built once."""
+
+    plan: Plan
+    module: Module
+    kernels: dict[str, spy.ComputeKernel]
+    buffers: dict[str, spy.Buffer]
+    shapes: dict[str, tuple[int, ...]]
+
+
+class Executable:
+    """A compiled program: ``exe(inputs) -> {result: array}``."""
+
+    def __init__(self, graph: DataflowGraph, device: str, sizes: Mapping[str, int] | None = None):
+        self.graph = graph
+        self.device = device
+        self.sizes = dict(sizes or {})
+        self._instances: dict[tuple, _Instance] = {}
+        self._last: _Instance | None = None
+        self._stats = {"kernels": 0, "dispatches": 0, "bytes_moved": 0, "compile_time": 0.0,
+                       "compiles": 0, "buffers_allocated": 0, "calls": 0}
+        if device != "numpy" and not (graph.size_symbols() - {ir.size_symbol(k) for k in self.sizes}):
+            self._instance(dict(self.sizes))
+
+    @property
+    def source(self) -> str | None:
+        """Slang text of the latest size binding (None on the numpy device)."""
+        return self._last.module.source if self._last else None
+
+    def stats(self) -> dict:
+        """kernels (of the latest binding), dispatches and bytes_moved (of the
+        latest call), compile_time (seconds, total), compiles, buffers_allocated."""
+        return dict(self._stats)
+
+    def _instance(self, sizes: dict[str, int]) -> _Instance:
+        key = tuple(sorted(sizes.items()))
+        inst = self._instances.get(key)
+        if inst is None:
+            start = time.perf_counter()
+            before = cache.stats["compiles"]
+            p = plan(self.graph, sizes)
+            module = generate(p)
+            dev = devices.get_device(self.device)
+            kernels = cache.kernels(self.device, dev, module.source,
+                                    [k.name for k in module.kernels] + list(module.fill_entries.values()))
+            g = p.graph
+            shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
+            buffers = {}
+            enc = dev.create_command_encoder()
+            for access in p.stored:
+                node = g.node(access)
+                if g.containers[node.container].role == "argument" and node.version == 0:
+                    continue  # bound per call: the caller's upload or DeviceArray
+                buffers[access] = _new_buffer(dev, g.containers[node.container].dtype, math.prod(shapes[access]))
+                enc.clear_buffer(buffers[access])  # versions nobody writes read as zeros
+            dev.submit_command_buffer(enc.finish())
+            self._stats["buffers_allocated"] += len(buffers)
+            self._stats["compiles"] += cache.stats["compiles"] - before
+            self._stats["compile_time"] += time.perf_counter() - start
+            inst = self._instances[key] = _Instance(p, module, kernels, buffers, shapes)
+        self._last = inst
+        self._stats["kernels"] = len(inst.plan.kernels)
+        return inst
+
+    def __call__(self, inputs: Mapping[str, np.ndarray | DeviceArray], sizes: Mapping[str, int] | None = None,
+                 return_device_arrays: bool = False) -> dict[str, np.ndarray | DeviceArray]:
+        self._stats["calls"] += 1
+        if self.device == "numpy":
+            if return_device_arrays:
+                raise ValueError("the numpy device has no device arrays")
+            host = {k: np.asarray(v) for k, v in inputs.items()}
+            return ir.run(self.graph, host, {**self.sizes, **(sizes or {})})
+        bound = ir.bind_sizes(self.graph, inputs, {**self.sizes, **(sizes or {})})  # np.shape reads .shape
+        missing = [a for a in self.graph.arguments if a not in inputs]
+        if missing:
+            raise ir.GraphError(f"missing arguments {missing} (graph {self.graph.name!r} takes {self.graph.arguments})")
+        inst = self._instance(bound)
+        dev = devices.get_device(self.device)
+        g = inst.plan.graph
+        moved = 0
+        bindings = dict(inst.buffers)
+        for name in g.arguments:
+            access = f"{name}#0"
+            if access not in inst.plan.stored:
+                continue
+            value, dtype = inputs[name], g.containers[name].dtype
+            if isinstance(value, DeviceArray):
+                if value.device != self.device or value.dtype != dtype:
+                    raise ValueError(f"argument {name!r}: a {value.dtype} array on {value.device!r}, "
+                                     f"the program needs {dtype} on {self.device!r}")
+                bindings[access] = value.buffer
+                continue
+            host = np.ascontiguousarray(value, dtype=_STORAGE_NUMPY[dtype])
+            if access not in inst.buffers:
+                inst.buffers[access] = _new_buffer(dev, dtype, host.size)
+                self._stats["buffers_allocated"] += 1
+            bindings[access] = inst.buffers[access]
+            if host.size:
+                inst.buffers[access].copy_from_numpy(host)
+                moved += host.nbytes
+        enc = dev.create_command_encoder()
+        dispatches = self._record(enc, inst, bindings)
+        results: dict[str, DeviceArray | np.ndarray] = {}
+        latest = {r: g.latest(r) for r in g.results}
+        if return_device_arrays:
+            for r, access in latest.items():
+                dtype = g.containers[r].dtype
+                copy = _new_buffer(dev, dtype, math.prod(inst.shapes[access]))
+                enc.copy_buffer(copy, 0, bindings[access], 0, copy.size)
+                results[r] = DeviceArray(copy, inst.shapes[access], dtype, self.device)
+        dev.submit_command_buffer(enc.finish())
+        if not return_device_arrays:
+            for r, access in latest.items():
+                results[r] = _readback(bindings[access], g.containers[r].dtype, inst.shapes[access])
+                moved += results[r].nbytes
+        self._stats["dispatches"] = dispatches
+        self._stats["bytes_moved"] = moved
+        return results
+
+    def _record(self, enc: spy.CommandEncoder, inst: _Instance, bindings: dict[str, spy.Buffer]) -> int:
+        """Record the fills and kernel dispatches of one call; returns the count."""
+        g = inst.plan.graph
+        dispatches = 0
+        for access, identity in inst.plan.fills.items():
+            dtype = g.containers[g.node(access).container].dtype
+            if identity == 0:
+                enc.clear_buffer(bindings[access])
+                continue
+            value = identity
+            if dtype == "int32" and not np.isfinite(identity):
+                value = np.iinfo(np.int32).min if identity < 0 else np.iinfo(np.int32).max
+            count = math.prod(inst.shapes[access])
+            fill = inst.kernels[inst.module.fill_entries[STORAGE_TYPES[dtype]]]
+            fill.dispatch(thread_count=[min(count, ROW_THREADS), -(-count // ROW_THREADS), 1],
+                          command_encoder=enc, value=value, count=count, buf=bindings[access])
+            dispatches += 1
+        for entry in inst.module.kernels:
+            if entry.threads == 0:
+                continue
+            params = {name: bindings[access] for name, access in entry.buffers.items()}
+            inst.kernels[entry.name].dispatch(thread_count=entry.thread_count, command_encoder=enc, **params)
+            dispatches += 1
+        return dispatches
+
+
+def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str, int] | None = None) -> Executable:
+    """Lower ``graph`` for a device (``None``: ``$SYMDIFF_DEVICE`` or ``"auto"``).
+
+    Sizes left symbolic are bound at call time; each distinct binding gets its
+    own module, compiled once.  A float64 program using a transcendental is
+    refused on lavapipe (its double ``exp``/``sin``/``log``/... are wrong) or,
+    under ``"auto"``, routed to the CPU device.
+    """
+    requested = devices.requested(device)
+    kind = devices.resolve(device)
+    if kind == "vulkan" and devices.is_software(kind):
+        bad = unsafe_double_tasklets(graph)
+        if bad and requested == "auto":
+            kind = "cpu"
+        elif bad:
+            raise UnsupportedOnDevice(
+                "lavapipe (software Vulkan) computes double-precision exp/sin/log/pow/tanh wrongly; "
+                f"tasklets {', '.join(bad)} use them on float64 data. Use device='cpu', or float32.")
+    return Executable(graph, kind, sizes)
