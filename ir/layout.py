@@ -21,10 +21,15 @@ ORDER_SWEEPS = 8
 
 def layers(g: nx.DiGraph) -> list[list]:
     """Longest-path layering from the sources: every edge points to a later
-    layer, and a node sits as far left as its inputs allow."""
+    layer, and a node sits as far left as its inputs allow.  Sources (inputs,
+    seeds) then move right to just before their first reader, so they do not
+    trail long edges across the whole drawing."""
     rank: dict = {}
     for v in nx.topological_sort(g):
         rank[v] = max((rank[u] + 1 for u in g.predecessors(v)), default=0)
+    for v in g.nodes:
+        if g.in_degree(v) == 0 and g.out_degree(v):
+            rank[v] = min(rank[w] for w in g.successors(v)) - 1
     out: list[list] = [[] for _ in range(max(rank.values(), default=-1) + 1)]
     for v in g.nodes:  # insertion order: a stable starting order within each layer
         out[rank[v]].append(v)

@@ -34,7 +34,7 @@ CHAR_W = 7.2          # advance of a 12px monospace glyph
 LINE_H = 16.0
 PAD = 8.0
 LABEL_CHARS = 44      # longest text line on a box before it is shortened
-EDGE_CHARS = 26
+EDGE_CHARS = 30
 LEGEND_H = 30.0
 MARGIN = 10.0
 DPI = 72.0            # graphviz works in inches
@@ -47,7 +47,6 @@ STYLE = {
 }
 LEGEND = [("tasklet", "forward tasklet"), ("backward", "backward tasklet"),
           ("container", "container #version"), ("gradient", "gradient container")]
-ACC_OP = {None: "=", "sum": "+=", "max": "max=", "min": "min=", "prod": "*="}
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -117,9 +116,11 @@ def node_title(graph: "DataflowGraph", node_id: str) -> str:
 
 
 def edge_text(memlet: Memlet, write: bool) -> str:
-    """Connector, index and (for writes) the accumulation operator."""
+    """Connector, index and (for writes) the accumulation."""
     idx = "[" + ", ".join(str(i) for i in memlet.index) + "]"
-    return f"{memlet.connector} {ACC_OP[memlet.accumulate]} {idx}" if write else f"{memlet.connector} ← {idx}"
+    if not write:
+        return f"{memlet.connector} ← {idx}"
+    return f"{memlet.connector} → {idx}" + (f" ({memlet.accumulate})" if memlet.accumulate else "")
 
 
 def _box_size(lines: list[str]) -> tuple[float, float]:

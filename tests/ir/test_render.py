@@ -130,7 +130,7 @@ def test_store_recompute_and_strategy_shown(graph50):
 def test_edges_show_index_and_accumulation(graph50):
     shown = texts(graph50.to_svg("builtin"))
     assert "x ← [i, j]" in shown
-    assert "o += [0, j]" in shown
+    assert "o → [0, j] (sum)" in shown
 
 
 def test_gather_and_scalar_labels():
@@ -142,7 +142,7 @@ def test_gather_and_scalar_labels():
     g.add_tasklet("t", [(i, 0, 3)], {"o": x}, {"x": (g.access("a"), (n,)), "n": (g.access("idx"), (i,))},
                   {"o": (g.new_version("s"), (), "max")})
     shown = texts(g.to_svg("builtin"))
-    assert "x ← [n]" in shown and "o max= []" in shown and "float64 scalar" in shown
+    assert "x ← [n]" in shown and "o → [] (max)" in shown and "float64 scalar" in shown
 
 
 def test_repr_svg_and_empty_graph():
