@@ -1,0 +1,181 @@
+"""``python -m bench``: every workload on symdiff's devices and on the peers, in one process.
+
+Per workload and size: the peers first (their gradients are the reference),
+then symdiff on each device; a configuration whose answer disagrees with the
+reference is reported as WRONG, never with a speed.  See docs/benchmarks.md
+for how to read the output.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import lowering
+import symdiff as sd
+
+from . import report, symdiff_runner
+from .peers import PEERS, Grads, Peer, Runner
+from .timing import Timeout, measure, time_limit
+from .workloads import WORKLOADS, Workload
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Settings:
+    budget: float        # seconds of timed calls per measurement after the warm-up
+    k_max: int           # most timed calls per measurement
+    limit: float         # seconds a first call may take before the configuration is a timeout
+
+
+QUICK = Settings(budget=0.3, k_max=10, limit=60.0)
+FULL = Settings(budget=2.0, k_max=20, limit=60.0)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def relative_error(result: Grads, reference: Grads) -> float:
+    """Max relative L2 error of the value and each gradient."""
+    value, grads = result
+    ref_value, ref_grads = reference
+    errors = [abs(value - ref_value) / max(abs(ref_value), 1e-30)]
+    for name, ref in ref_grads.items():
+        g = np.asarray(grads[name], np.float64).reshape(ref.shape)
+        errors.append(float(np.linalg.norm(g - ref) / max(np.linalg.norm(ref), 1e-30)))
+    return max(errors)
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, Timeout):
+        return "timeout"
+    text = str(exc).strip().splitlines()
+    return f"error: {type(exc).__name__}: {text[0][:100] if text else ''}"
+
+
+def measure_runner(run: Runner, settings: Settings) -> tuple[dict[str, Any], Any]:
+    """Forward and (where the runner has one) value_and_grad timings, and the
+    last value_and_grad result."""
+    entry: dict[str, Any] = {}
+    out = None
+    if run.value_and_grad is not None:
+        t, out = measure(run.value_and_grad, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
+        entry["value_and_grad"] = t.as_dict()
+    t, _ = measure(run.forward, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
+    entry["forward"] = t.as_dict()
+    return entry, out
+
+
+def run_peer(peer: Peer, workload: Workload, inputs: dict[str, np.ndarray], settings: Settings,
+             reference: Grads | None) -> tuple[dict[str, Any], Grads | None]:
+    """One peer's timings; its gradients, which become the reference if there is none yet."""
+    try:
+        run = peer.runner(workload, inputs)
+        entry, out = measure_runner(run, settings)
+    except Exception as exc:  # a peer failing is reported, not fatal
+        return {"status": describe(exc)}, None
+    entry["status"] = "ok"
+    grads = run.to_numpy(out) if out is not None else None
+    if grads is not None and reference is not None:
+        entry["grad_error"] = relative_error(grads, reference)
+    return entry, grads
+
+
+def run_symdiff(workload: Workload, size_name: str, inputs: dict[str, np.ndarray], device: str,
+                settings: Settings, reference: Grads | None) -> dict[str, Any]:
+    size = workload.size(size_name)
+    entry: dict[str, Any] = {}
+    try:
+        fn = symdiff_runner.program_function(workload, size)
+        program = sd.differentiable_program(fn)
+        run = symdiff_runner.runner(workload, program, inputs, device)
+        t, out = measure(run.value_and_grad, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
+        entry["value_and_grad"] = t.as_dict()
+        if reference is not None:
+            entry["grad_error"] = relative_error(run.to_numpy(out), reference)
+            if entry["grad_error"] > workload.tol:
+                entry["status"] = "WRONG"
+                return entry
+        t, _ = measure(run.forward, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
+        entry["forward"] = t.as_dict()
+        entry["stats"] = program.stats()
+        with time_limit(settings.limit):
+            first, second = symdiff_runner.first_call_seconds(workload, size, device, fn)
+        entry["compile_warm"] = first - second
+        entry["compile_cold"] = symdiff_runner.cold_compile_seconds(workload, size_name, device, settings.limit)
+    except Exception as exc:  # reported in the table; the run goes on
+        entry["status"] = describe(exc)
+        return entry
+    entry["status"] = "ok" if reference is not None else "unchecked"
+    return entry
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes only (under a minute)")
+    p.add_argument("--device", action="append", choices=lowering.devices.KINDS,
+                   help="symdiff device(s) to measure (repeatable); default: every device present")
+    p.add_argument("--workload", action="append", choices=[w.name for w in WORKLOADS],
+                   help="workload(s) to run (repeatable); default: all")
+    p.add_argument("--large-numpy", action="store_true",
+                   help="also run symdiff's numpy interpreter at the large sizes (slow)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    settings = QUICK if args.quick else FULL
+    present = lowering.available_devices()
+    devices = [d for d in (args.device or present) if d in present]
+    workloads = [w for w in WORKLOADS if not args.workload or w.name in args.workload]
+    peers = [p for p in PEERS if p.available()]
+    sizes = ["small"] if args.quick else ["small", "large"]
+    log(f"bench: devices {devices}, peers {[p.name for p in peers]}, sizes {sizes}")
+
+    rows = []
+    for workload in workloads:
+        for size_name in sizes:
+            size = workload.size(size_name)
+            inputs = workload.inputs(size)
+            row: dict[str, Any] = {"workload": workload.name, "size": size_name, "label": size.label,
+                                   "peers": {}, "symdiff": {}}
+            reference = None
+            for peer in peers:
+                row["peers"][peer.name], grads = run_peer(peer, workload, inputs, settings, reference)
+                reference = reference or grads
+                log(f"  {workload.name} {size.label} {peer.name}: {row['peers'][peer.name]['status']}")
+            for device in devices:
+                if device == "numpy" and size_name == "large" and not args.large_numpy:
+                    row["symdiff"][device] = {"status": "skipped"}
+                    continue
+                row["symdiff"][device] = run_symdiff(workload, size_name, inputs, device, settings, reference)
+                log(f"  {workload.name} {size.label} symdiff/{device}: {row['symdiff'][device]['status']}")
+            rows.append(row)
+
+    results = {
+        "command": " ".join(["python -m bench", shlex.join(argv)]).strip(),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "elapsed_s": time.perf_counter() - started,
+        "machine": report.machine_info(),
+        "devices": devices,
+        "peers": [f"{p.name} {p.version()}" for p in peers],
+        "settings": dataclasses.asdict(settings),
+        "rows": rows,
+    }
+    print(report.render(results))
+    report.write(results, ROOT / "bench" / "results.json", ROOT / "docs" / "benchmarks.md")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

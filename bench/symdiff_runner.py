@@ -1,0 +1,96 @@
+"""symdiff under test: programs built through the public API, run on device-resident inputs.
+
+Also the child process of the cold-compile measurement: ``python -m
+bench.symdiff_runner WORKLOAD SIZE DEVICE`` times the first
+``value_and_grad`` call in a fresh interpreter with empty caches and prints one
+JSON line.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any, Callable
+
+import numpy as np
+
+import symdiff as sd
+
+from .peers import Grads, Runner
+from .timing import timed
+from .workloads import WORKLOADS, Size, Workload
+
+
+def program_function(workload: Workload, size: Size) -> Callable:
+    """``workload.body`` with numpy bound, named arguments and ``sd.f32[...]``
+    annotations: what a user would decorate."""
+    def program(*arrays):
+        return workload.body(np, *arrays)
+
+    program.__name__ = program.__qualname__ = workload.name
+    program.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in size.shapes])
+    program.__annotations__ = {n: sd.f32[s] for n, s in size.shapes.items()}
+    return program
+
+
+def _ready(value: Any) -> float:
+    """Read the scalar result back: the call is finished only once it is on the host."""
+    return float(np.asarray(value))
+
+
+def runner(workload: Workload, program: Any, inputs: dict[str, np.ndarray], device: str) -> Runner:
+    """Forward and value_and_grad of ``program`` with inputs uploaded once, results left on the device."""
+    args = [sd.asarray(v, device=device) for v in inputs.values()]
+
+    def forward() -> float:
+        return _ready(program(*args, device=device, device_arrays=True))
+
+    def value_and_grad() -> tuple[float, dict[str, Any]]:
+        value, grads = program.value_and_grad(*args, wrt=list(workload.wrt), device=device, device_arrays=True)
+        return _ready(value), grads
+
+    def to_numpy(out: tuple[float, dict[str, Any]]) -> Grads:
+        value, grads = out
+        return value, {w: np.asarray(g) for w, g in grads.items()}
+
+    return Runner(forward, value_and_grad, to_numpy)
+
+
+def first_call_seconds(workload: Workload, size: Size, device: str, fn: Callable | None = None) -> tuple[float, float]:
+    """(first value_and_grad call, second call) of a new program object, in seconds.
+
+    The difference is what the first call spent tracing, differentiating,
+    generating and compiling; inputs are uploaded (and the device created)
+    before the clock starts."""
+    inputs = workload.inputs(size)
+    run = runner(workload, sd.differentiable_program(fn or program_function(workload, size)), inputs, device)
+    first, _ = timed(run.value_and_grad)
+    second, _ = timed(run.value_and_grad)
+    return first, second
+
+
+def cold_compile_seconds(workload: Workload, size_name: str, device: str, limit: float) -> float:
+    """Compile time of the first call in a fresh process with empty on-disk caches."""
+    with tempfile.TemporaryDirectory(prefix="symdiff-bench-") as cache:
+        env = dict(os.environ, SYMDIFF_CACHE_DIR=cache, XDG_CACHE_HOME=cache)
+        proc = subprocess.run([sys.executable, "-m", "bench.symdiff_runner", workload.name, size_name, device],
+                              capture_output=True, text=True, env=env, timeout=limit,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "child failed")
+    first, second = json.loads(proc.stdout.strip().splitlines()[-1])
+    return first - second
+
+
+def main(argv: list[str]) -> None:
+    name, size_name, device = argv
+    workload = next(w for w in WORKLOADS if w.name == name)
+    print(json.dumps(first_call_seconds(workload, workload.size(size_name), device)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
