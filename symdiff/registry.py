@@ -19,6 +19,7 @@ import sympy
 Partials = Callable[..., Sequence[sympy.Expr]]
 
 _RULES: dict[type, Partials] = {}
+_BUILTIN: dict[type, Partials] = {}
 _listeners: list[Callable[[], None]] = []
 
 
@@ -41,8 +42,11 @@ def register_derivative(func: type, partials: Partials) -> None:
 
 
 def unregister_derivative(func: type) -> None:
-    """Drop a rule, falling back to sympy's derivative (tests, experiments)."""
-    _RULES.pop(func, None)
+    """Drop a user rule: back to the built-in rule, or to sympy's derivative."""
+    if func in _BUILTIN:
+        _RULES[func] = _BUILTIN[func]
+    else:
+        _RULES.pop(func, None)
     for forget in _listeners:
         forget()
 
@@ -61,5 +65,5 @@ def _zero(*args: sympy.Expr) -> tuple[sympy.Expr, ...]:
     return tuple(sympy.S.Zero for _ in args)
 
 
-for _f in (sympy.Heaviside, sympy.sign, sympy.floor, sympy.ceiling, sympy.DiracDelta):
-    register_derivative(_f, _zero)
+_BUILTIN.update({f: _zero for f in (sympy.Heaviside, sympy.sign, sympy.floor, sympy.ceiling, sympy.DiracDelta)})
+_RULES.update(_BUILTIN)
