@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import os
 import shlex
 import sys
 import time
@@ -134,7 +135,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
-    started = time.perf_counter()
+    started, load_at_start = time.perf_counter(), os.getloadavg()[0]
     settings = QUICK if args.quick else FULL
     present = lowering.available_devices()
     devices = [d for d in (args.device or present) if d in present]
@@ -167,6 +168,7 @@ def main(argv: list[str]) -> None:
         "command": " ".join(["python -m bench", shlex.join(argv)]).strip(),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "elapsed_s": time.perf_counter() - started,
+        "load_average": [load_at_start, os.getloadavg()[0]],
         "machine": report.machine_info(),
         "devices": devices,
         "peers": [f"{p.name} {p.version()}" for p in peers],

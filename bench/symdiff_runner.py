@@ -43,14 +43,17 @@ def _ready(value: Any) -> float:
 
 
 def runner(workload: Workload, program: Any, inputs: dict[str, np.ndarray], device: str) -> Runner:
-    """Forward and value_and_grad of ``program`` with inputs uploaded once, results left on the device."""
-    args = [sd.asarray(v, device=device) for v in inputs.values()]
+    """Forward and value_and_grad of ``program`` with inputs uploaded once, results left on the device
+    (the numpy interpreter keeps everything in host memory anyway)."""
+    resident = device != "numpy"
+    args = [sd.asarray(v, device=device) if resident else v for v in inputs.values()]
 
     def forward() -> float:
-        return _ready(program(*args, device=device, device_arrays=True))
+        return _ready(program(*args, device=device, device_arrays=resident))
 
     def value_and_grad() -> tuple[float, dict[str, Any]]:
-        value, grads = program.value_and_grad(*args, wrt=list(workload.wrt), device=device, device_arrays=True)
+        value, grads = program.value_and_grad(*args, wrt=list(workload.wrt), device=device,
+                                              device_arrays=resident)
         return _ready(value), grads
 
     def to_numpy(out: tuple[float, dict[str, Any]]) -> Grads:
