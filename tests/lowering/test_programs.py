@@ -1,0 +1,26 @@
+"""The graph corpus on every device, against the interpreter (``ir.run``)."""
+import numpy as np
+import pytest
+
+import ir
+import lowering
+from lowering_graphs import CORPUS
+
+
+def assert_agrees(graph, inputs, device, rtol=2e-5, atol=1e-5):
+    exe = lowering.compile(graph, device=device)
+    got = exe(inputs)
+    want = ir.run(graph, inputs)
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype, name
+        np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol, err_msg=f"{name} on {device}")
+    return exe
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_corpus_matches_interpreter(case, device):
+    graph, inputs = CORPUS[case]()
+    # long float32 sums are reassociated (partial sums): allow their rounding
+    rtol = 1e-4 if "large" in case or "long" in case else 2e-5
+    assert_agrees(graph, inputs, device, rtol=rtol, atol=1e-4)
