@@ -25,7 +25,7 @@ import symdiff as sd
 
 from . import report, symdiff_runner
 from .peers import PEERS, Grads, Peer, Runner
-from .timing import Timeout, measure, time_limit
+from .timing import describe, measure, time_limit
 from .workloads import WORKLOADS, Workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,13 +55,6 @@ def relative_error(result: Grads, reference: Grads) -> float:
         g = np.asarray(grads[name], np.float64).reshape(ref.shape)
         errors.append(float(np.linalg.norm(g - ref) / max(np.linalg.norm(ref), 1e-30)))
     return max(errors)
-
-
-def describe(exc: BaseException) -> str:
-    if isinstance(exc, Timeout):
-        return "timeout"
-    text = str(exc).strip().splitlines()
-    return f"error: {type(exc).__name__}: {text[0][:100] if text else ''}"
 
 
 def measure_runner(run: Runner, settings: Settings) -> tuple[dict[str, Any], Any]:
@@ -113,12 +106,34 @@ def run_symdiff(workload: Workload, size_name: str, inputs: dict[str, np.ndarray
         with time_limit(settings.limit):
             first, second = symdiff_runner.first_call_seconds(workload, size, device, fn)
         entry["compile_warm"] = first - second
-        entry["compile_cold"] = symdiff_runner.cold_compile_seconds(workload, size_name, device, settings.limit)
     except Exception as exc:  # reported in the table; the run goes on
         entry["status"] = describe(exc)
         return entry
     entry["status"] = "ok" if reference is not None else "unchecked"
     return entry
+
+
+def measure_cold_compiles(rows: list[dict], workloads: list[Workload], devices: list[str], sizes: list[str],
+                          settings: Settings) -> dict[str, dict[str, Any]]:
+    """Fill in ``compile_cold`` for every configuration that ran correctly; one
+    child process per Slang device and size, after all in-process timings so it
+    competes with none.  Returns each child's start-up cost."""
+    startup: dict[str, dict[str, Any]] = {}
+    for device in (d for d in devices if d != "numpy"):
+        for size_name in sizes:
+            entries = {r["workload"]: r["symdiff"][device] for r in rows if r["size"] == size_name}
+            todo = [w for w in workloads if entries[w.name]["status"] == "ok"]
+            if not todo:
+                continue
+            try:
+                cold = symdiff_runner.cold_compile_seconds(todo, size_name, device, settings.limit)
+            except Exception as exc:  # the child failing costs the column, not the run
+                cold = {"startup": describe(exc), "workloads": {w.name: describe(exc) for w in todo}}
+            startup.setdefault(device, {})[size_name] = cold["startup"]
+            for name, seconds in cold["workloads"].items():
+                entries[name]["compile_cold"] = seconds
+            log(f"  cold compiles {device} {size_name}: {cold}")
+    return startup
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -163,6 +178,7 @@ def main(argv: list[str]) -> None:
                 row["symdiff"][device] = run_symdiff(workload, size_name, inputs, device, settings, reference)
                 log(f"  {workload.name} {size.label} symdiff/{device}: {row['symdiff'][device]['status']}")
             rows.append(row)
+    startup = measure_cold_compiles(rows, workloads, devices, sizes, settings)
 
     results = {
         "command": " ".join(["python -m bench", shlex.join(argv)]).strip(),
@@ -173,6 +189,7 @@ def main(argv: list[str]) -> None:
         "devices": devices,
         "peers": [f"{p.name} {p.version()}" for p in peers],
         "settings": dataclasses.asdict(settings),
+        "cold_startup_s": startup,
         "rows": rows,
     }
     print(report.render(results))

@@ -76,8 +76,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def _fmt(x: float | None, spec: str = ".2f") -> str:
-    return "" if x is None else format(x, spec)
+def _fmt(x: float | str | None, spec: str = ".2f") -> str:
+    """A number formatted, or the failure text stored in its place."""
+    return "" if x is None else x if isinstance(x, str) else format(x, spec)
 
 
 def _min(entry: dict, key: str) -> float | None:
@@ -93,7 +94,7 @@ def symdiff_ratios(row: dict, entry: dict) -> dict[str, float | None]:
         "xJAX": _ratio(vg, _min(peers.get("jax", {}), "value_and_grad")),
         "xtorch": _ratio(vg, _min(peers.get("torch", {}), "value_and_grad")),
         "bwd/fwd": _ratio(vg - fwd, fwd) if vg is not None and fwd else None,
-        "cold s": entry.get("compile_cold"),
+        "cold s": cold if isinstance(cold := entry.get("compile_cold"), float) else None,
         "warm ms": entry["compile_warm"] * 1e3 if entry.get("compile_warm") is not None else None,
     }
 
@@ -116,7 +117,7 @@ def symdiff_table(results: dict) -> str:
                 continue
             r = symdiff_ratios(row, e)
             rows.append(lead + [_ms_range(e.get("value_and_grad")), _ms(e.get("forward")), _fmt(r["bwd/fwd"]),
-                                _fmt(r["xJAX"]), _fmt(r["xtorch"]), _fmt(r["cold s"]), _fmt(r["warm ms"], ".1f"),
+                                _fmt(r["xJAX"]), _fmt(r["xtorch"]), _fmt(e.get("compile_cold")), _fmt(r["warm ms"], ".1f"),
                                 _fmt(e.get("grad_error"), ".1e")])
     return _table(header, rows)
 
@@ -164,6 +165,8 @@ def render(results: dict) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
     env = ", ".join(f"{k}={v}" for k, v in m["env"].items())
     start_load, end_load = results["load_average"]
+    startup = ", ".join(f"{d} {size} {_fmt(t)} s" for d, sizes in results["cold_startup_s"].items()
+                        for size, t in sizes.items())
     return "\n\n".join([
         f"## Results\n\n`{results['command']}` on {results['date']}, {results['elapsed_s']:.0f} s.\n\n"
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}\n"
@@ -171,6 +174,8 @@ def render(results: dict) -> str:
         f"- symdiff devices measured: {', '.join(results['devices']) or 'none'}; "
         f"peers: {', '.join(results['peers']) or 'none'}\n"
         f"- threads: JAX and PyTorch use all cores, lavapipe both, slangpy's CPU device one; environment: {env}\n"
+        f"- cold-compile child start-up (device creation, Slang session, first compile of a one-line program; "
+        f"not in the cold column): {startup or 'not measured'}\n"
         f"- 1-minute load average at start / end: {start_load:.2f} / {end_load:.2f} (anything else running "
         "on the machine inflates the times)",
         "### symdiff\n\n" + symdiff_table(results),

@@ -39,6 +39,14 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def describe(exc: BaseException) -> str:
+    """A table cell for a configuration that failed."""
+    if isinstance(exc, Timeout):
+        return "timeout"
+    text = str(exc).strip().splitlines()
+    return f"error: {type(exc).__name__}: {text[0][:100] if text else ''}"
+
+
 @dataclass
 class Timing:
     """Seconds: ``first`` is the warm-up call, ``min``/``median`` over ``k`` later calls."""

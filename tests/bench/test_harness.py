@@ -21,7 +21,7 @@ def _timing(ms: float) -> dict:
 def test_report_keeps_hand_written_header_and_derives_ratios(tmp_path):
     results = {
         "command": "python -m bench --quick", "date": "today", "elapsed_s": 1.0, "load_average": [0.0, 0.0],
-        "machine": report.machine_info(), "devices": ["cpu"], "peers": ["jax 0"], "settings": {},
+        "machine": report.machine_info(), "devices": ["cpu"], "peers": ["jax 0"], "settings": {}, "cold_startup_s": {"cpu": {"small": 0.3}},
         "rows": [{"workload": "w", "size": "small", "label": "n=1", "peers": {
             "jax": {"status": "ok", "forward": _timing(1), "value_and_grad": _timing(2)}},
             "symdiff": {"cpu": {"status": "ok", "forward": _timing(1), "value_and_grad": _timing(4),
