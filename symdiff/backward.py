@@ -55,8 +55,8 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
     inputs = list(dict.fromkeys(inputs))
     outputs = list(dict.fromkeys(outputs))
     _check_request(graph, inputs, outputs)
-    latest = latest_versions(graph)
     input_nodes = {x: graph.access(x, 0) for x in inputs}
+    latest = latest_versions(graph)
     output_nodes = {o: latest[o] for o in outputs if o in latest}
     activity = analyse(graph, input_nodes.values(), output_nodes.values())
 
@@ -102,7 +102,7 @@ def injective(index: Sequence[sympy.Expr], domain: Sequence[sympy.Symbol]) -> bo
     symbols and connectors) over distinct domain symbols, or a constant, and
     every domain symbol is used."""
     used: list[sympy.Symbol] = []
-    for e in index:
+    for e in map(sympy.sympify, index):
         syms = e.free_symbols & set(domain)
         rest = e.free_symbols - syms
         if any(not s.is_positive for s in rest):  # an integer connector (gather)
