@@ -211,7 +211,11 @@ class DataflowGraph:
     def new_version(self, container: str) -> str:
         """A fresh access node one version past the latest (SSA write target)."""
         versions = self.versions(container)
-        return self.access(container, versions[-1] + 1 if versions else 0)
+        if versions:
+            return self.access(container, versions[-1] + 1)
+        # an argument's version 0 is the caller's data even before anything reads it
+        c = self.containers.get(container)  # unknown: access() raises the GraphError
+        return self.access(container, 1 if c is not None and c.role == "argument" else 0)
 
     def add_tasklet(self, name: str, domain: Iterable[Range], body: Mapping[str, sympy.Expr],
                     reads: Mapping[str, tuple[str, Index]],
