@@ -7,7 +7,8 @@ from .graph import (ACCUMULATIONS, DTYPES, FLOAT_DTYPES, AccessNode, Container, 
                     GraphError, Memlet, Tasklet, connector_symbol, index_symbol, size_symbol)
 from .interpreter import run
 from .sizes import bind_sizes
+from .tracer import TraceError, map, trace  # noqa: A004 (sd.map)
 
 __all__ = ["ACCUMULATIONS", "DTYPES", "FLOAT_DTYPES", "AccessNode", "Container", "DataflowGraph",
            "GraphError", "Memlet", "Tasklet", "connector_symbol", "index_symbol", "size_symbol",
-           "run", "bind_sizes"]
+           "run", "bind_sizes", "trace", "map", "TraceError"]

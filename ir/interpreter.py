@@ -52,7 +52,10 @@ class _Point:
         cond = tasklet.condition
         if cond is not sympy.true and ranges:
             cond = substitute_sizes(cond, sizes)
-            mask = _evaluate(self.symbols, (cond,), self.grids, self.full_shape)[0]
+            # full-shape grids: lambdify turns And(a, b, c) into logical_and.reduce((a, b, c)),
+            # which cannot stack open grids of different shapes
+            full = [np.broadcast_to(g, self.full_shape) for g in self.grids]
+            mask = _evaluate(self.symbols, (cond,), full, self.full_shape)[0]
             coords = np.nonzero(mask)
             self.grids = [r[c] for r, c in zip(ranges, coords)]
             self.shape = (len(coords[0]),)
@@ -151,7 +154,7 @@ def run_tasklet(graph: DataflowGraph, name: str, values: dict[str, np.ndarray],
                              "connectors that are not read")
     if not point.shape or 0 not in point.shape:
         arg_syms = tuple(conn_values) + point.symbols
-        arg_vals = list(conn_values.values()) + point.grids
+        arg_vals = list(conn_values.values()) + [np.broadcast_to(g, point.shape) for g in point.grids]
         conns = list(t.body)
         exprs = tuple(substitute_sizes(t.body[c], sizes) for c in conns)
         outs = dict(zip(conns, _evaluate(arg_syms, exprs, arg_vals, point.shape)))

@@ -1,0 +1,18 @@
+"""The Python tracer: ``trace(fn, *specs)`` turns a numpy-style function into a
+``DataflowGraph``; ``map[lo:hi, ...]`` writes explicit index-level loops.
+
+Modules, one job each: ``traced_array`` (the array/view model), ``emit``
+(containers, reads, SSA writes), ``elementwise``, ``reductions``, ``linalg``,
+``indexing`` (views and stores), ``creation`` (np.zeros & co. while tracing),
+``maps`` (sd.map), ``trace`` (entry point, results, cache), ``errors``.
+"""
+from . import creation, elementwise, indexing, linalg, reductions  # noqa: F401 (register the ops)
+from .errors import (MissingSpecError, ScalarConversionError, ShapeMismatchError, TracedBranchError, TraceError,
+                     TraceIndexError, UnsupportedOperationError, UntracedWriteError)
+from .maps import map  # noqa: A004
+from .trace import trace
+from .traced_array import TracedArray
+
+__all__ = ["trace", "map", "TracedArray", "TraceError", "MissingSpecError", "ScalarConversionError",
+           "ShapeMismatchError", "TracedBranchError", "TraceIndexError", "UnsupportedOperationError",
+           "UntracedWriteError"]

@@ -1,0 +1,226 @@
+"""Elementwise numpy: ufuncs, where, clip, astype, copy, and dtype promotion.
+
+Each op is one tasklet over the broadcast output shape whose body is the
+sympy form of the op; inside ``sd.map`` bodies the same ops build scalar
+expressions instead (no tasklet until the value is stored).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import sympy
+from sympy.codegen.cfunctions import exp2, expm1, log1p, log2, log10
+
+from . import context
+from .dispatch import implements
+from .emit import as_arith, as_bool, broadcast_shapes, scalar_expr, tasklet_to_new
+from .errors import UnsupportedOperationError
+from .maps import MapValue, as_map_operand
+from .traced_array import TracedArray
+
+_RANK = {"bool": 0, "int32": 1, "float32": 2, "float64": 3}
+_NUMPY_DTYPES = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int32", "bool": "bool"}
+
+
+def dtype_name(dtype) -> str:
+    """A numpy dtype-like as one of the IR dtypes (int64 narrows to int32)."""
+    name = np.dtype(dtype).name
+    if name not in _NUMPY_DTYPES:
+        raise UnsupportedOperationError("dtype", f"{name} is not supported (float32, float64, int32, bool)")
+    return _NUMPY_DTYPES[name]
+
+
+def is_traced(x) -> bool:
+    return isinstance(x, (TracedArray, MapValue))
+
+
+def result_dtype(trace: context.Trace, operands, rule: str) -> str:
+    """numpy-like promotion where Python and numpy scalars never widen a float
+    array (float32 stays float32); ``rule`` is "arith" (bool counts as int),
+    "float" (results are floating), "bool", or "same" (no adjustment)."""
+    if rule == "bool":
+        return "bool"
+    arrays = [x.dtype_name for x in operands if is_traced(x)]
+    scalars = [x for x in operands if not is_traced(x) and x is not None]
+    has_float = any(isinstance(s, (float, np.floating)) for s in scalars)
+    has_int = any(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) for s in scalars)
+    if arrays:
+        best = max(arrays, key=_RANK.__getitem__)
+        if has_float and _RANK[best] < 2:
+            best = trace.float_dtype
+        elif has_int and best == "bool":
+            best = "int32"
+    else:
+        best = trace.float_dtype if has_float else "int32" if has_int else "bool"
+    if rule == "arith" and best == "bool":
+        return "int32"
+    if rule == "float" and _RANK[best] < 2:
+        return trace.float_dtype
+    return best
+
+
+def constant_operand(trace: context.Trace, x):
+    """A plain numpy array operand becomes a traced constant (small ones only)."""
+    if isinstance(x, (np.ndarray, list, tuple)) and np.ndim(x) > 0:
+        from .creation import constant
+        return constant(trace, np.asarray(x), "numpy array operand")
+    return x
+
+
+def trace_of(operands) -> context.Trace:
+    return next(x for x in operands if is_traced(x)).trace
+
+
+def apply(op: str, fn: Callable, operands: list, dtype: str, converts: list[Callable]):
+    """Apply the scalar sympy function ``fn`` elementwise to ``operands``
+    (traced arrays, map values, scalars, None for absent optional operands);
+    ``converts[k](expr, dtype)`` prepares operand k (0/1 for bools in
+    arithmetic, ``!= 0`` for logic)."""
+    trace = trace_of(operands)
+    operands = [constant_operand(trace, x) for x in operands]
+    if any(isinstance(x, MapValue) for x in operands):
+        values = [None if x is None else as_map_operand(trace, x) for x in operands]
+        reads = {}
+        for v in values:
+            if v is not None:
+                reads.update(v.reads)
+        expr = fn(*(None if v is None else conv(v.expr, v.dtype_name) for v, conv in zip(values, converts)))
+        return MapValue(trace, expr, dtype, reads)
+    arrays = {f"x{k}": x for k, x in enumerate(operands) if isinstance(x, TracedArray)}
+    shape = broadcast_shapes(op, *(a.sym_shape for a in arrays.values()))
+
+    def body(_, symbols):
+        args = []
+        for k, (x, conv) in enumerate(zip(operands, converts)):
+            if isinstance(x, TracedArray):
+                args.append(conv(symbols[f"x{k}"], x.dtype_name))
+            else:
+                args.append(None if x is None else conv(scalar_expr(x), result_dtype(trace, [x], "arith")))
+        return fn(*args)
+
+    return tasklet_to_new(op, trace, shape, dtype, body, arrays)
+
+
+def _raw(expr, dtype):
+    return expr
+
+
+def _power(a, b):
+    if isinstance(b, sympy.Float) and b == int(b):
+        b = sympy.Integer(int(b))
+    return sympy.Pow(a, b)
+
+
+_UNARY_FLOAT = {
+    np.exp: sympy.exp, np.log: sympy.log, np.log1p: log1p, np.expm1: expm1, np.sqrt: sympy.sqrt,
+    np.sin: sympy.sin, np.cos: sympy.cos, np.tan: sympy.tan, np.tanh: sympy.tanh, np.sinh: sympy.sinh,
+    np.cosh: sympy.cosh, np.arcsin: sympy.asin, np.arccos: sympy.acos, np.arctan: sympy.atan,
+    np.arcsinh: sympy.asinh, np.arccosh: sympy.acosh, np.arctanh: sympy.atanh, np.log2: log2,
+    np.log10: log10, np.exp2: exp2, np.reciprocal: lambda x: 1 / x, np.cbrt: sympy.cbrt,
+}
+_UNARY_ARITH = {
+    np.negative: lambda x: -x, np.absolute: sympy.Abs, np.fabs: sympy.Abs, np.square: lambda x: x ** 2,
+    np.sign: sympy.sign, np.floor: sympy.floor, np.ceil: sympy.ceiling, np.positive: lambda x: x,
+}
+_BINARY = {
+    np.add: (lambda a, b: a + b, "arith"), np.subtract: (lambda a, b: a - b, "arith"),
+    np.multiply: (lambda a, b: a * b, "arith"), np.power: (_power, "arith"),
+    np.maximum: (sympy.Max, "arith"), np.minimum: (sympy.Min, "arith"),
+    np.fmax: (sympy.Max, "arith"), np.fmin: (sympy.Min, "arith"),
+    np.floor_divide: (lambda a, b: sympy.floor(a / b), "arith"), np.remainder: (sympy.Mod, "arith"),
+    np.true_divide: (lambda a, b: a / b, "float"), np.arctan2: (sympy.atan2, "float"),
+    np.hypot: (lambda a, b: sympy.sqrt(a ** 2 + b ** 2), "float"),
+}
+_COMPARE = {np.greater: sympy.Gt, np.greater_equal: sympy.Ge, np.less: sympy.Lt, np.less_equal: sympy.Le,
+            np.equal: sympy.Eq, np.not_equal: sympy.Ne}
+_LOGIC = {np.logical_and: sympy.And, np.logical_or: sympy.Or, np.logical_xor: sympy.Xor,
+          np.logical_not: sympy.Not}
+
+
+def _ufunc_handler(ufunc: np.ufunc, fn: Callable, rule: str, convert: Callable = as_arith) -> Callable:
+    def handle(*inputs, out=None, dtype=None, **kwargs):
+        if kwargs:
+            raise UnsupportedOperationError(f"numpy.{ufunc.__name__}",
+                                            f"arguments {sorted(kwargs)} are not supported when tracing")
+        inputs = list(inputs)
+        result = apply(ufunc.__name__, fn, inputs, result_dtype(trace_of(inputs), inputs, rule),
+                       [convert] * len(inputs))
+        if dtype is not None:
+            result = astype(result, dtype)
+        if out is not None:
+            target = out[0] if isinstance(out, tuple) else out
+            target[...] = result
+            return target
+        return result
+    return handle
+
+
+for _u, _f in _UNARY_FLOAT.items():
+    implements(_u)(_ufunc_handler(_u, _f, "float"))
+for _u, _f in _UNARY_ARITH.items():
+    implements(_u)(_ufunc_handler(_u, _f, "arith"))
+for _u, (_f, _rule) in _BINARY.items():
+    implements(_u)(_ufunc_handler(_u, _f, _rule))
+for _u, _f in _COMPARE.items():
+    implements(_u)(_ufunc_handler(_u, _f, "bool"))
+for _u, _f in _LOGIC.items():
+    implements(_u)(_ufunc_handler(_u, _f, "bool", as_bool))
+
+
+def _is_bool(v) -> bool:
+    return v.dtype_name == "bool" if is_traced(v) else isinstance(v, (bool, np.bool_))
+
+
+@implements(np.where)
+def where(condition, x=None, y=None):
+    """``where(c, a, b)`` is a Piecewise; the one-argument form (indices) has a
+    data-dependent shape and cannot be traced."""
+    if x is None or y is None:
+        raise UnsupportedOperationError("numpy.where", "only the three-argument form where(cond, a, b) is "
+                                        "traceable (the one-argument form has a data-dependent shape)")
+    operands = [condition, x, y]
+    both_bool = _is_bool(x) and _is_bool(y)
+    dtype = "bool" if both_bool else result_dtype(trace_of(operands), [x, y], "arith")
+    value = _raw if both_bool else as_arith
+    return apply("where", lambda c, a, b: sympy.Piecewise((a, c), (b, True)), operands, dtype,
+                 [as_bool, value, value])
+
+
+@implements(np.clip)
+def clip(a, a_min=None, a_max=None, out=None, **kwargs):
+    """``Min(Max(a, lo), hi)``: sympy's Max/Min differentiate with Heaviside,
+    whose value 1/2 at ties is JAX's convention."""
+    if kwargs or out is not None:
+        raise UnsupportedOperationError("numpy.clip", f"arguments {sorted(kwargs) or ['out']} are not supported")
+    if a_min is None and a_max is None:
+        raise UnsupportedOperationError("numpy.clip", "needs a_min or a_max")
+
+    def fn(x, lo, hi):
+        x = x if lo is None else sympy.Max(x, lo)
+        return x if hi is None else sympy.Min(x, hi)
+
+    operands = [a, a_min, a_max]
+    return apply("clip", fn, operands, result_dtype(trace_of(operands), operands, "arith"), [as_arith] * 3)
+
+
+def _convert_to(target: str) -> Callable:
+    def convert(expr, dtype):
+        if target == "bool":
+            return as_bool(expr, dtype)
+        return as_arith(expr, dtype)
+    return convert
+
+
+@implements("astype")
+def astype(x, dtype):
+    """A converting copy (numpy's astype copies too); float to int truncates on store."""
+    target = dtype_name(dtype)
+    return apply("astype", lambda v: v, [x], target, [_convert_to(target)])
+
+
+@implements(np.copy)
+def copy(a, order="K", subok=False):
+    if not isinstance(a, TracedArray):
+        raise UnsupportedOperationError("numpy.copy", "of a value inside an sd.map body")
+    return apply("copy", lambda v: v, [a], a.dtype_name, [_raw])

@@ -1,0 +1,92 @@
+"""sum / mean / max / min / prod: one tasklet over the input's whole domain
+writing the kept axes with an accumulation (graph.py: the output index does
+not use the reduced symbols)."""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from .dispatch import implements
+from .elementwise import dtype_name
+from .emit import as_arith, domain_symbols, new_array, read, write
+from .errors import TraceIndexError, UnsupportedOperationError
+from .traced_array import TracedArray
+
+
+def normalize_axes(op: str, axis, ndim: int) -> tuple[int, ...]:
+    """``axis`` (None, int or tuple, negatives allowed) as sorted distinct axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise TraceIndexError(op, f"axis {a} is out of range for an array with {ndim} dimensions")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise TraceIndexError(op, f"repeated axis in {axis}")
+    return tuple(sorted(out))
+
+
+def reduce(op: str, a, axis, keepdims: bool, accumulate: str, dtype=None) -> TracedArray:
+    """Reduce ``a`` over ``axis`` with ``accumulate``; ``op="mean"`` divides each
+    term by the count (one tasklet, no second pass)."""
+    if not isinstance(a, TracedArray):
+        raise UnsupportedOperationError(f"numpy.{op}", "of a value inside an sd.map body: accumulate with "
+                                        "s[0] += v instead")
+    axes = normalize_axes(f"numpy.{op}", axis, a.ndim)
+    if dtype is not None:
+        out_dtype = dtype_name(dtype)
+    elif op == "mean":
+        out_dtype = a.dtype_name if a.dtype_name in ("float32", "float64") else a.trace.float_dtype
+    elif accumulate in ("sum", "prod") and a.dtype_name == "bool":
+        out_dtype = "int32"
+    else:
+        out_dtype = a.dtype_name
+    syms = domain_symbols(a.ndim)
+    shape = tuple(1 if k in axes else d for k, d in enumerate(a.sym_shape) if keepdims or k not in axes)
+    index = tuple(0 if k in axes else s for k, s in enumerate(syms) if keepdims or k not in axes)
+    out = new_array(a.trace, shape, out_dtype, op)
+    reads = {}
+    value = read(a, syms, "x", reads)
+    body = as_arith(value, a.dtype_name) if accumulate in ("sum", "prod") else value
+    if op == "mean":
+        body = body / sympy.Mul(*(a.sym_shape[k] for k in axes))
+    write(op, out, index, tuple((s, 0, d) for s, d in zip(syms, a.sym_shape)), body, reads, accumulate)
+    return out
+
+
+def _check_plain(op: str, kwargs: dict) -> None:
+    bad = {k: v for k, v in kwargs.items() if v is not None and not (k == "out" and v is None)}
+    if bad:
+        raise UnsupportedOperationError(f"numpy.{op}", f"arguments {sorted(bad)} are not supported when tracing")
+
+
+@implements(np.sum)
+def sum_(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    _check_plain("sum", dict(kwargs, out=out))
+    return reduce("sum", a, axis, keepdims, "sum", dtype)
+
+
+@implements(np.mean)
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    _check_plain("mean", dict(kwargs, out=out))
+    return reduce("mean", a, axis, keepdims, "sum", dtype)
+
+
+@implements(np.prod)
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    _check_plain("prod", dict(kwargs, out=out))
+    return reduce("prod", a, axis, keepdims, "prod", dtype)
+
+
+@implements(np.max, np.amax)
+def max_(a, axis=None, out=None, keepdims=False, **kwargs):
+    _check_plain("max", dict(kwargs, out=out))
+    return reduce("max", a, axis, keepdims, "max")
+
+
+@implements(np.min, np.amin)
+def min_(a, axis=None, out=None, keepdims=False, **kwargs):
+    _check_plain("min", dict(kwargs, out=out))
+    return reduce("min", a, axis, keepdims, "min")

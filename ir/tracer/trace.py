@@ -1,0 +1,140 @@
+"""``trace(fn, *specs)``: run a Python function on traced arrays and return
+its dataflow graph (cached per function and argument specs)."""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import threading
+import weakref
+from typing import Callable
+
+import networkx as nx
+import numpy as np
+
+from ..graph import AccessNode, DataflowGraph
+from ..specs import ArraySpec
+from . import context
+from .creation import creation_traced
+from .elementwise import result_dtype
+from .emit import broadcast_index, domain_symbols, read, scalar_expr, write
+from .errors import MissingSpecError, TraceError, UnsupportedOperationError
+from .maps import MapValue
+from .traced_array import TracedArray
+
+_cache: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+_cache_lock = threading.Lock()
+
+
+def _resolve_specs(fn: Callable, specs: tuple, named_specs: dict) -> tuple[list[str], tuple[ArraySpec, ...]]:
+    """One spec per parameter: passed positionally, by name, or from the annotation."""
+    try:
+        signature = inspect.signature(fn, eval_str=True)
+    except NameError:
+        signature = inspect.signature(fn)
+    params = list(signature.parameters.values())
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
+            raise TraceError(f"trace({fn.__name__})", f"parameter {p.name!r}: *args, **kwargs and keyword-only "
+                             "parameters cannot be traced; give each array its own positional parameter")
+    names = [p.name for p in params]
+    if len(specs) > len(names):
+        raise TraceError(f"trace({fn.__name__})", f"{len(specs)} specs for {len(names)} parameters {names}")
+    unknown = set(named_specs) - set(names)
+    if unknown:
+        raise TraceError(f"trace({fn.__name__})", f"specs for unknown parameters {sorted(unknown)}")
+    resolved = []
+    for k, p in enumerate(params):
+        spec = specs[k] if k < len(specs) else named_specs.get(p.name, p.annotation)
+        if not isinstance(spec, ArraySpec):
+            raise MissingSpecError(f"trace({fn.__name__})", f"parameter {p.name!r} has no spec: pass one "
+                                   f"(trace(fn, sd.f32[64, 16], ...)) or annotate it ({p.name}: sd.f32[64, 16])")
+        resolved.append(spec)
+    return names, tuple(resolved)
+
+
+def trace(fn: Callable, *specs: ArraySpec, **named_specs: ArraySpec) -> DataflowGraph:
+    """The dataflow graph of ``fn`` for arguments of the given specs.
+
+    Parameters without a spec use their ``ArraySpec`` annotation.  The result
+    is cached per ``fn`` and specs and shared: copy it before mutating.
+    """
+    names, resolved = _resolve_specs(fn, specs, named_specs)
+    with _cache_lock:
+        cached = _cache.get(fn, {}).get(resolved)
+    if cached is not None:
+        return cached
+    graph = _trace(fn, names, resolved)
+    with _cache_lock:
+        return _cache.setdefault(fn, {}).setdefault(resolved, graph)
+
+
+def _trace(fn: Callable, names: list[str], specs: tuple[ArraySpec, ...]) -> DataflowGraph:
+    float_dtype = "float64" if any(s.dtype == "float64" for s in specs) else "float32"
+    graph = DataflowGraph(fn.__name__)
+    tr = context.Trace(graph, float_dtype)
+    args = []
+    for name, spec in zip(names, specs):
+        graph.add_container(name, spec.shape, spec.dtype, role="argument")
+        graph.access(name)
+        args.append(TracedArray(tr, name, graph.containers[name].shape, spec.dtype))
+    context.push(tr)
+    try:
+        with creation_traced(fn.__globals__):
+            value = fn(*args)
+        results = _results(tr, value)
+    finally:
+        context.pop()
+    graph.meta.update(arg_names=list(names), result_names=results, fn_name=fn.__name__)
+    return graph
+
+
+def _results(tr: context.Trace, value) -> list[str]:
+    """Result containers ``out`` (one value) or ``out0, out1, ...`` (a tuple)."""
+    values = list(value) if isinstance(value, (tuple, list)) else [value]
+    bases = ["out"] if not isinstance(value, (tuple, list)) else [f"out{k}" for k in range(len(values))]
+    names = []
+    for base, v in zip(bases, values):
+        name = tr.graph.unique_name(base)
+        _result(tr, name, v)
+        tr.graph.access(name)
+        names.append(name)
+    return names
+
+
+def _result(tr: context.Trace, name: str, v) -> None:
+    g = tr.graph
+    if isinstance(v, MapValue):
+        raise TraceError("return", "a value from inside an sd.map body cannot be returned; store it into an "
+                         "array in the loop")
+    if isinstance(v, TracedArray):
+        if v.is_whole_container() and g.containers[v.container].role == "transient":
+            _rename(g, v.container, name)
+            return
+        g.add_container(name, v.sym_shape, v.dtype_name, role="result")
+        out = TracedArray(tr, name, v.sym_shape, v.dtype_name)
+        syms = domain_symbols(v.ndim)
+        reads = {}
+        body = read(v, broadcast_index(v.sym_shape, v.sym_shape, syms), "x", reads)
+        write("result", out, syms, tuple((s, 0, d) for s, d in zip(syms, v.sym_shape)), body, reads)
+        return
+    if isinstance(v, (bool, int, float, np.generic)):
+        dtype = result_dtype(tr, [v], "same")
+        g.add_container(name, (), dtype, role="result")
+        write("result", TracedArray(tr, name, (), dtype), (), (), scalar_expr(v), {})
+        return
+    raise UnsupportedOperationError("return", f"a traced program must return traced arrays or numbers, not "
+                                    f"{type(v).__name__} (numpy arrays made before tracing are not traced)")
+
+
+def _rename(g: DataflowGraph, old: str, new: str) -> None:
+    """Turn transient container ``old`` into result container ``new`` (no copy)."""
+    c = g.containers.pop(old)
+    g.containers[new] = dataclasses.replace(c, name=new, role="result")
+    mapping = {n: f"{new}#{g.node(n).version}" for n in list(g.nx.nodes)
+               if isinstance(g.node(n), AccessNode) and g.node(n).container == old}
+    nx.relabel_nodes(g.nx, mapping, copy=False)
+    for node_id in mapping.values():
+        g.nx.nodes[node_id]["node"] = AccessNode(new, int(node_id.rsplit("#", 1)[1]))
+    for _, _, data in g.nx.edges(data=True):
+        if data["memlet"].container == old:
+            data["memlet"] = dataclasses.replace(data["memlet"], container=new)

@@ -1,0 +1,212 @@
+"""Traced arrays: views of a container in the graph being built.
+
+A traced array is (container, index map, shape, dtype).  The index map turns
+the array's own indices (placeholder symbols ``_v0, _v1, ...``) into indices
+of the container, so slicing, transposing, broadcasting and reshaping cost no
+tasklet: they only compose index maps, exactly like numpy views share memory.
+Reads always use the container's latest version at the time of the read, so
+all views of one container see in-place updates in program order, as in numpy.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from ..graph import DTYPES, index_symbol
+from .context import Trace
+from .dispatch import FUNCTIONS, handler
+from .errors import ScalarConversionError, TracedBranchError, UntracedWriteError
+
+_PLACEHOLDERS: list[sympy.Symbol] = []
+
+
+def placeholders(n: int) -> tuple[sympy.Symbol, ...]:
+    """The view-index placeholder symbols ``_v0 .. _v{n-1}``."""
+    while len(_PLACEHOLDERS) < n:
+        _PLACEHOLDERS.append(index_symbol(f"_v{len(_PLACEHOLDERS)}"))
+    return tuple(_PLACEHOLDERS[:n])
+
+
+def dim_value(d: sympy.Expr):
+    """A dimension as numpy users expect it: a Python int, or the sympy expression
+    when it involves size symbols."""
+    return int(d) if d.is_Integer else d
+
+
+class Operators:
+    """Python operators routed through numpy ufuncs, shared by traced arrays
+    and the scalar values of ``sd.map`` bodies."""
+
+    __array_priority__ = 1000
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__":
+            return handler(f"{ufunc.__name__}.{method}")(*inputs, **kwargs)
+        return handler(ufunc)(*inputs, **kwargs)
+
+    def __add__(self, o): return np.add(self, o)
+    def __radd__(self, o): return np.add(o, self)
+    def __sub__(self, o): return np.subtract(self, o)
+    def __rsub__(self, o): return np.subtract(o, self)
+    def __mul__(self, o): return np.multiply(self, o)
+    def __rmul__(self, o): return np.multiply(o, self)
+    def __truediv__(self, o): return np.true_divide(self, o)
+    def __rtruediv__(self, o): return np.true_divide(o, self)
+    def __floordiv__(self, o): return np.floor_divide(self, o)
+    def __rfloordiv__(self, o): return np.floor_divide(o, self)
+    def __mod__(self, o): return np.remainder(self, o)
+    def __rmod__(self, o): return np.remainder(o, self)
+    def __pow__(self, o): return np.power(self, o)
+    def __rpow__(self, o): return np.power(o, self)
+    def __matmul__(self, o): return np.matmul(self, o)
+    def __rmatmul__(self, o): return np.matmul(o, self)
+    def __neg__(self): return np.negative(self)
+    def __pos__(self): return self
+    def __abs__(self): return np.absolute(self)
+    def __lt__(self, o): return np.less(self, o)
+    def __le__(self, o): return np.less_equal(self, o)
+    def __gt__(self, o): return np.greater(self, o)
+    def __ge__(self, o): return np.greater_equal(self, o)
+    def __eq__(self, o): return np.equal(self, o)
+    def __ne__(self, o): return np.not_equal(self, o)
+    def __and__(self, o): return np.logical_and(self, o)
+    def __rand__(self, o): return np.logical_and(o, self)
+    def __or__(self, o): return np.logical_or(self, o)
+    def __ror__(self, o): return np.logical_or(o, self)
+    def __xor__(self, o): return np.logical_xor(self, o)
+    def __invert__(self): return np.logical_not(self)
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        raise TracedBranchError("bool()", "Python control flow (if/while/and/or/not) on a traced value "
+                                "cannot be traced; select elementwise with np.where(cond, a, b)")
+
+    def __float__(self):
+        raise ScalarConversionError("float()", "a traced value has no Python value while tracing; "
+                                    "keep it an array (np.float32(x) and float(x) are not traceable)")
+
+    def __int__(self):
+        raise ScalarConversionError("int()", "a traced value has no Python value while tracing")
+
+    def __index__(self):
+        raise ScalarConversionError("__index__", "a traced value cannot be used where Python needs an int "
+                                    "(range(), list indices, indexing a numpy array the tracer cannot see)")
+
+    def item(self):
+        raise ScalarConversionError("item()", "a traced value has no Python value while tracing")
+
+    def __array__(self, dtype=None, copy=None):
+        raise UntracedWriteError("numpy conversion", "a traced value cannot become a plain numpy array: it is "
+                                 "being stored into (or mixed with) a numpy array the tracer cannot see, one "
+                                 "created before tracing or passed in as a global; create that array inside "
+                                 "the traced program (np.zeros(...)) or pass it as an argument")
+
+
+class TracedArray(Operators):
+    """An array value of the program being traced (see the module docstring)."""
+
+    def __init__(self, trace: Trace, container: str, shape: tuple, dtype: str,
+                 index: tuple | None = None, writable: bool = True, scalar_copy: bool = False):
+        self.trace = trace
+        self.container = container
+        self._shape = tuple(sympy.sympify(s) for s in shape)
+        self._dtype = dtype
+        # container index as a function of this view's placeholders (identity for a whole container)
+        self.index = tuple(index) if index is not None else placeholders(len(self._shape))
+        self.writable = writable
+        # numpy's a[0] on a 1-d array is a scalar copy: in-place ops on it must not write through
+        self.scalar_copy = scalar_copy
+
+    # -- view model ----------------------------------------------------------------
+    @property
+    def sym_shape(self) -> tuple[sympy.Expr, ...]:
+        return self._shape
+
+    @property
+    def dtype_name(self) -> str:
+        return self._dtype
+
+    def container_index(self, idx) -> tuple[sympy.Expr, ...]:
+        """The container element read for view element ``idx``."""
+        subs = dict(zip(placeholders(len(self._shape)), (sympy.sympify(i) for i in idx)))
+        return tuple(sympy.sympify(e).xreplace(subs) for e in self.index)
+
+    def view(self, shape, index, writable: bool | None = None, scalar_copy: bool = False) -> "TracedArray":
+        """A view of the same container: ``index`` maps the new view's placeholders
+        to the container's indices."""
+        return TracedArray(self.trace, self.container, shape, self._dtype, index,
+                           self.writable if writable is None else writable, scalar_copy)
+
+    def is_whole_container(self) -> bool:
+        c = self.trace.graph.containers[self.container]
+        return self._shape == c.shape and self.index == placeholders(len(self._shape))
+
+    # -- numpy protocol ---------------------------------------------------------------
+    def __array_function__(self, func, types, args, kwargs):
+        return handler(func)(*args, **kwargs)
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(dim_value(d) for d in self._shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self):
+        return dim_value(sympy.Mul(*self._shape))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(DTYPES[self._dtype])
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d traced array")
+        if not self._shape[0].is_Integer:
+            raise ScalarConversionError("len()", f"the first dimension {self._shape[0]} is symbolic; "
+                                        "use x.shape[0]")
+        return int(self._shape[0])
+
+    def __iter__(self):
+        return (self[k] for k in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"TracedArray({self.container}, shape={self.shape}, dtype={self._dtype})"
+
+    @property
+    def T(self) -> "TracedArray":
+        return np.transpose(self)
+
+    def __getitem__(self, key):
+        return FUNCTIONS["getitem"](self, key)
+
+    def __setitem__(self, key, value) -> None:
+        FUNCTIONS["setitem"](self, key, value)
+
+    def _inplace(self, ufunc, other):
+        return FUNCTIONS["inplace"](self, ufunc, other)
+
+    def __iadd__(self, o): return self._inplace(np.add, o)
+    def __isub__(self, o): return self._inplace(np.subtract, o)
+    def __imul__(self, o): return self._inplace(np.multiply, o)
+    def __itruediv__(self, o): return self._inplace(np.true_divide, o)
+    def __ipow__(self, o): return self._inplace(np.power, o)
+
+    # -- methods ------------------------------------------------------------------------
+    def sum(self, axis=None, dtype=None, keepdims=False): return np.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def mean(self, axis=None, dtype=None, keepdims=False): return np.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def max(self, axis=None, keepdims=False): return np.max(self, axis=axis, keepdims=keepdims)
+    def min(self, axis=None, keepdims=False): return np.min(self, axis=axis, keepdims=keepdims)
+    def prod(self, axis=None, dtype=None, keepdims=False): return np.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def dot(self, other): return np.dot(self, other)
+    def transpose(self, *axes): return np.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
+    def swapaxes(self, a, b): return np.swapaxes(self, a, b)
+    def reshape(self, *shape): return np.reshape(self, shape[0] if len(shape) == 1 else shape)
+    def ravel(self): return np.reshape(self, -1)
+    def flatten(self): return np.reshape(self, -1).copy()
+    def squeeze(self, axis=None): return np.squeeze(self, axis)
+    def clip(self, a_min=None, a_max=None): return np.clip(self, a_min, a_max)
+    def copy(self): return np.copy(self)
+    def astype(self, dtype): return FUNCTIONS["astype"](self, dtype)
