@@ -4,10 +4,11 @@ import shutil
 import xml.etree.ElementTree as ET
 from itertools import combinations
 
+import networkx as nx
 import pytest
 import sympy
 
-from ir import DataflowGraph, connector_symbol, index_symbol, render, size_symbol
+from ir import DataflowGraph, connector_symbol, index_symbol, layout, render, size_symbol
 
 N = size_symbol("N")
 i, j = index_symbol("i"), index_symbol("j")
@@ -85,8 +86,6 @@ def test_layers_follow_dataflow(graph50):
 
 
 def test_barycenter_ordering_does_not_add_crossings(graph50):
-    from ir import layout
-    import networkx as nx
     g = nx.DiGraph(graph50.nx)
     assert layout.crossings(g, layout.order(g)) <= layout.crossings(g, layout.layers(g))
 
