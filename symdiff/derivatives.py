@@ -73,6 +73,17 @@ def tidy(expr: sympy.Expr) -> sympy.Expr:
     return candidate if sympy.count_ops(candidate) < ops else expr
 
 
+def float_template(exprs: tuple[sympy.Expr, ...]) -> tuple[tuple[sympy.Expr, ...], dict]:
+    """``exprs`` with each float constant replaced by a placeholder symbol, and
+    the map back.  Traced programs repeat one body with many constants
+    (``x * 0.5``, ``x * 0.25``); caching on the template differentiates it once."""
+    floats = sorted(set().union(*(e.atoms(sympy.Float) for e in exprs)), key=float)
+    if not floats:
+        return exprs, {}
+    placeholders = {f: sympy.Symbol(f"_const{k}", real=True) for k, f in enumerate(floats)}
+    return tuple(e.xreplace(placeholders) for e in exprs), {p: f for f, p in placeholders.items()}
+
+
 @functools.lru_cache(maxsize=None)
 def _partials(body: tuple[tuple[str, sympy.Expr], ...],
               inputs: tuple[tuple[str, sympy.Symbol], ...]) -> dict[tuple[str, str], sympy.Expr]:
@@ -93,7 +104,9 @@ def tasklet_partials(body: Mapping[str, sympy.Expr],
 
     A missing pair means the output does not depend differentiably on that
     input (activity analysis prunes on exactly this)."""
-    return _partials(tuple(body.items()), tuple(inputs.items()))
+    template, back = float_template(tuple(body.values()))
+    partials = _partials(tuple(zip(body, template)), tuple(inputs.items()))
+    return {k: d.xreplace(back) for k, d in partials.items()} if back else partials
 
 
 @functools.lru_cache(maxsize=None)
@@ -120,12 +133,20 @@ def guarded_product(g: sympy.Symbol, partial: sympy.Expr) -> sympy.Expr:
     return sympy.Piecewise((0, sympy.Eq(g, 0)), (g * partial, True))
 
 
-@functools.lru_cache(maxsize=None)
 def shared_subexpressions(body: tuple[tuple[str, sympy.Expr], ...]) -> tuple[list, dict[str, sympy.Expr]]:
     """``(replacements, reduced_body)`` from ``sympy.cse`` over all outputs of
     one backward body, so a printer can emit each shared term once."""
-    replacements, reduced = sympy.cse([e for _, e in body], symbols=sympy.numbered_symbols("cse"))
+    template, back = float_template(tuple(e for _, e in body))
+    replacements, reduced = _cse(template)
+    if back:
+        replacements = [(s, r.xreplace(back)) for s, r in replacements]
+        reduced = [r.xreplace(back) for r in reduced]
     return replacements, {k: r for (k, _), r in zip(body, reduced)}
+
+
+@functools.lru_cache(maxsize=None)
+def _cse(exprs: tuple[sympy.Expr, ...]) -> tuple[list, list]:
+    return sympy.cse(list(exprs), symbols=sympy.numbered_symbols("cse"))
 
 
 def _forget() -> None:
