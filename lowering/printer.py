@@ -61,6 +61,12 @@ class SlangPrinter(C99CodePrinter):
                                     "asinh", "acosh", "atanh")}
         self.known_functions.update({"Abs": "abs", "ceiling": "ceil"})
 
+    def parenthesize(self, item, level, strict=False) -> str:
+        # a rational prints as one literal, not as the division sympy ranks it as
+        if isinstance(item, sympy.Rational) and item >= 0 and self.scalar != "int":
+            return self._print(item)
+        return super().parenthesize(item, level, strict)
+
     # -- leaves ---------------------------------------------------------------
     def literal(self, value) -> str:
         """A literal of the context type; integers stay integers in int context."""

@@ -1,0 +1,58 @@
+"""sympy -> Slang printing."""
+import pytest
+import sympy
+from sympy.codegen.cfunctions import expm1, log1p
+
+from lowering.printer import is_exact_in_double, print_expr
+
+x, y = sympy.symbols("x y", real=True)
+n = sympy.Symbol("n", integer=True)
+
+
+@pytest.mark.parametrize("expr, float32, float64", [
+    (x + 1.5, "x + 1.5f", "x + 1.5l"),
+    (x / 3, "0.33333334f*x", "0.3333333333333333l*x"),
+    (x ** 2, "(x * x)", "(x * x)"),
+    (x ** 3 * y, "(x * x * x)*y", None),
+    (x ** -2, "(1.0f / (x * x))", "(1.0l / (x * x))"),
+    (1 / sympy.sqrt(x), "rsqrt(x)", "rsqrt(x)"),
+    (sympy.sqrt(x + y), "sqrt(x + y)", None),
+    (x ** 0.7, "pow(x, 0.7f)", "pow(x, 0.7l)"),
+    (sympy.Max(x, y, 0), "max(max(0.0f, x), y)", None),
+    (sympy.Min(x, 2), "min(2.0f, x)", None),
+    (sympy.Abs(x), "abs(x)", None),
+    (log1p(x), "log1p_(x)", None),
+    (expm1(x), "expm1_(x)", None),
+    (sympy.pi * x, "3.1415927f*x", "3.141592653589793l*x"),
+    (n * x, "float(n)*x", "double(n)*x"),
+    (sympy.oo, "asfloat(0x7F800000u)", "double(asfloat(0x7F800000u))"),
+])
+def test_typed_literals_and_powers(expr, float32, float64):
+    assert print_expr(expr, "float") == float32
+    if float64:
+        assert print_expr(expr, "double") == float64
+
+
+def test_conditions_are_selects():
+    assert print_expr(sympy.Piecewise((x, x > 0), (y, True))) == "select((x > 0.0f), x, y)"
+    assert print_expr(sympy.Piecewise((x, sympy.And(x > 0, y < 1)), (0, True))) == \
+        "select(((x > 0.0f) && (y < 1.0f)), x, 0.0f)"
+    assert print_expr(sympy.Heaviside(x)) == "select(x > 0.0f, 1.0f, select(x < 0.0f, 0.0f, 0.5f))"
+    assert print_expr(sympy.sign(x)) == "select(x > 0.0f, 1.0f, select(x < 0.0f, -1.0f, 0.0f))"
+    assert print_expr(sympy.Or(x > 1, y < 0)) == "((x > 1.0f) || (y < 0.0f))"
+    b = sympy.Symbol("b")
+    assert print_expr(sympy.Not(b)) == "!b"
+
+
+def test_integer_index_arithmetic_rounds_toward_minus_infinity():
+    assert print_expr(sympy.floor(n / 3), "int") == "floordiv(n, 3)"
+    assert print_expr(sympy.Mod(n, 4), "int") == "floormod(n, 4)"
+    assert print_expr(2 * n + 1, "int") == "2*n + 1"
+    assert print_expr(n ** 2, "int") == "(n * n)"
+
+
+def test_exactness_on_doubles_is_decided_by_the_functions_used():
+    assert is_exact_in_double(x * y / (x + 1) + sympy.sqrt(x) + sympy.Max(x, 0) + x ** -3)
+    assert not is_exact_in_double(sympy.exp(x))
+    assert not is_exact_in_double(x ** 0.3)
+    assert not is_exact_in_double(sympy.tanh(x) * 2)

@@ -1,0 +1,109 @@
+"""Devices, caching, device arrays, float64 policy."""
+import numpy as np
+import pytest
+import sympy
+
+import ir
+import lowering
+from lowering import devices
+from lowering_graphs import G, chain, histogram, i, symbolic_scale
+
+
+def test_available_devices_always_has_cpu_and_numpy():
+    avail = lowering.available_devices()
+    assert "cpu" in avail and "numpy" in avail
+
+
+def test_numpy_device_is_the_interpreter():
+    g, inputs = chain(50)
+    exe = lowering.compile(g, device="numpy")
+    assert exe.device == "numpy" and exe.source is None
+    np.testing.assert_array_equal(exe(inputs)["y"], ir.run(g, inputs)["y"])
+
+
+def test_environment_variable_overrides_the_default_but_not_an_explicit_device(monkeypatch):
+    g, _ = chain(50)
+    monkeypatch.setenv("SYMDIFF_DEVICE", "numpy")
+    assert lowering.compile(g).device == "numpy"
+    assert lowering.compile(g, device="cpu").device == "cpu"
+    monkeypatch.setenv("SYMDIFF_DEVICE", "tpu")
+    with pytest.raises(ValueError, match="unknown device"):
+        lowering.compile(g)
+
+
+def test_auto_prefers_a_hardware_gpu_then_the_measured_order(monkeypatch):
+    monkeypatch.delenv("SYMDIFF_DEVICE", raising=False)
+    expected = next(d for d in devices.AUTO_ORDER if d in lowering.available_devices())
+    if "cuda" not in lowering.available_devices() and not (
+            "vulkan" in lowering.available_devices() and not devices.is_software("vulkan")):
+        assert devices.resolve("auto") == expected
+
+
+def test_second_call_compiles_and_allocates_nothing(device):
+    g, inputs = histogram("sum", n=1000)
+    exe = lowering.compile(g, device=device)
+    first = exe(inputs)
+    before = exe.stats()
+    second = exe(inputs)  # the histogram is re-zeroed: accumulation starts from the identity each call
+    after = exe.stats()
+    np.testing.assert_array_equal(first["h"], second["h"])
+    assert after["compiles"] == before["compiles"] and after["buffers_allocated"] == before["buffers_allocated"]
+    assert after["dispatches"] == before["dispatches"] >= after["kernels"] == 1
+    assert after["bytes_moved"] == 1000 * 4 * 2 + 4 * 4
+    # a new executable of the same program reuses the compiled module
+    assert lowering.compile(g, device=device).stats()["compiles"] == 0
+
+
+def test_each_size_binding_compiles_once(device):
+    g, _ = symbolic_scale()
+    exe = lowering.compile(g, device=device)
+    assert exe.source is None  # nothing known until a call binds N
+    for n in (5, 7, 5):
+        np.testing.assert_array_equal(exe({"x": np.ones(n, np.float32)})["y"], np.full(n, 3, np.float32))
+    assert exe.stats()["compiles"] <= 2 and "7" in exe.source
+
+
+def test_device_arrays_stay_on_the_device(device):
+    g, inputs = chain(100, ops=2)
+    exe = lowering.compile(g, device=device)
+    x = lowering.asarray(inputs["x"], device=device)
+    assert isinstance(x, lowering.DeviceArray) and x.shape == (100,) and x.device == device
+    out = exe({"x": x}, return_device_arrays=True)
+    assert isinstance(out["y"], lowering.DeviceArray) and exe.stats()["bytes_moved"] == 0
+    again = exe({"x": out["y"]}, return_device_arrays=True)  # feed a result back in, no copy to host
+    once = ir.run(g, inputs)["y"]
+    np.testing.assert_allclose(np.asarray(out["y"]), once, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(again["y"]), ir.run(g, {"x": once})["y"], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out["y"]), once, rtol=1e-6)  # not overwritten by the next call
+    with pytest.raises(ValueError, match="float64"):
+        exe({"x": lowering.asarray(inputs["x"].astype(np.float64), device=device)})
+
+
+def test_float64_is_exact_where_the_backend_is(device):
+    g, inputs = chain(200, dtype="float64")
+    if device == "vulkan" and devices.is_software("vulkan"):
+        with pytest.raises(lowering.UnsupportedOnDevice, match="op1"):
+            lowering.compile(g, device=device)
+        return
+    got = lowering.compile(g, device=device)(inputs)["y"]
+    np.testing.assert_allclose(got, ir.run(g, inputs)["y"], rtol=1e-13)
+
+
+def test_float64_arithmetic_runs_on_every_device(device):
+    b = G("rational", "float64").c("x", (300,), "argument").c("y", (300,), "result")
+    x = b.s("x", "x")
+    b.t("poly", [(i, 0, 300)], (x ** 3 + sympy.sqrt(x)) / (1 + x * x), {"x": ("x", (i,))}, ("y", (i,)))
+    inputs = {"x": np.linspace(0.01, 3, 300)}
+    got = lowering.compile(b.g, device=device)(inputs)["y"]
+    np.testing.assert_allclose(got, ir.run(b.g, inputs)["y"], rtol=1e-14)
+
+
+@pytest.mark.vulkan
+def test_auto_routes_double_transcendentals_away_from_lavapipe(monkeypatch):
+    if "vulkan" not in lowering.available_devices() or not devices.is_software("vulkan"):
+        pytest.skip("no lavapipe here")
+    monkeypatch.delenv("SYMDIFF_DEVICE", raising=False)
+    g, inputs = chain(20, ops=3, dtype="float64")
+    exe = lowering.compile(g, device="auto")
+    assert exe.device != "vulkan"
+    np.testing.assert_allclose(exe(inputs)["y"], ir.run(g, inputs)["y"], rtol=1e-13)
