@@ -4,6 +4,9 @@ import numpy as np
 import pytest
 import sympy
 
+import ir
+from ir.graph import size_symbol
+from symdiff.backward import add_backward_pass
 from symdiff_graphs import (Builder, a, assert_grads_close, b, i, j, jax_vjp, k, rng_inputs, vjp)
 
 UNARY = [  # name, body, jax, sampling range
@@ -242,3 +245,33 @@ def test_multi_output_tasklet_shares_one_backward_tasklet():
     want = jax_vjp(lambda x, w: jnp.concatenate([x * w, jnp.exp(x + w)]), values, ["x", "w"],
                    np.concatenate([cts["p"], cts["q"]]))
     assert_grads_close(got, want)
+
+
+def test_scatter_add_forward_reads_gradient_through_the_index():
+    bld = Builder()
+    bld.container("x", (6,), "argument")
+    bld.container("idx", (6,), "argument", dtype="int32")
+    bld.container("y", (4,), "result")
+    n = sympy.Symbol("n", integer=True)
+    bld.tasklet("scatter", [(i, 0, 6)], a ** 2, {"n": ("idx", (i,)), "a": ("x", (i,))}, ("y", (n,)), "sum")
+    idx = np.array([3, 0, 3, 1, 1, 3], dtype=np.int32)
+    values = {"x": rng_inputs({"x": (6,)})["x"], "idx": idx}
+    ct = np.random.default_rng(6).normal(size=4)
+    got = vjp(bld.g, values, ["x"], ["y"], {"y": ct})
+    want = jax_vjp(lambda x, idx: jnp.zeros(4).at[idx].add(x ** 2), values, ["x"], ct)
+    assert_grads_close(got, want)
+
+
+def test_symbolic_sizes_and_float32_max_ties():
+    N = size_symbol("N")
+    bld = Builder()
+    bld.container("x", (N, 3), "argument", dtype="float32")
+    bld.container("y", (N,), "result", dtype="float32")
+    bld.tasklet("rowmax", [(i, 0, N), (j, 0, 3)], sympy.Max(a, 0), {"a": ("x", (i, j))}, ("y", (i,)), "max")
+    g = bld.g.copy()
+    grads = add_backward_pass(g, ["x"], ["y"])
+    x = np.array([[0.5, 0.5, -1.0], [-1.0, -2.0, -3.0]], dtype=np.float32)
+    out = ir.run(g, {"x": x, "seed_y": np.ones(2, np.float32)})
+    assert out[grads["x"]].dtype == np.float32
+    # row 0: tie between two maxima; row 1: max(., 0) = 0 everywhere, Heaviside(<0) = 0
+    np.testing.assert_array_equal(out[grads["x"]], [[0.5, 0.5, 0.0], [0.0, 0.0, 0.0]])
