@@ -24,6 +24,7 @@ class Trace:
         self.float_dtype = float_dtype        # dtype of float constants and np.zeros(...) without dtype
         self.map_ranges: list[Range] = []     # domains of the sd.map loops currently iterating
         self._counter = itertools.count()
+        self.hidden_error: TraceError | None = None  # see Operators._conversion_error
 
     def fresh(self, base: str) -> str:
         """A name unique within this trace (connectors, map symbols)."""

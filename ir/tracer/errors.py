@@ -26,7 +26,10 @@ def user_location() -> str | None:
 
 
 class TraceError(ValueError):
-    """A program that cannot be traced; the message names the user's line and the op."""
+    """A program that cannot be traced; the message names the user's line and the op.
+
+    Subclasses deliberately do not also derive from TypeError or IndexError:
+    numpy and Python catch those internally and would hide the message."""
 
     def __init__(self, op: str, detail: str):
         self.op = op
@@ -39,12 +42,15 @@ class MissingSpecError(TraceError):
     """A parameter has neither a spec passed to ``trace`` nor an ``ArraySpec`` annotation."""
 
 
-class TracedBranchError(TraceError, TypeError):
+class TracedBranchError(TraceError):
     """Python control flow (``if``, ``while``, ``and``) on a traced value."""
 
 
-class ScalarConversionError(TraceError, TypeError):
-    """``float(x)``, ``int(x)`` or ``x.item()`` on a traced value (its value is unknown while tracing)."""
+class ScalarConversionError(TraceError):
+    """``float(x)``, ``int(x)`` or ``x.item()`` on a traced value (its value is
+    unknown while tracing).  Not a TypeError on purpose: numpy swallows
+    TypeErrors from ``__float__`` while storing into an array and would report
+    a confusing error instead."""
 
 
 class UnsupportedOperationError(TraceError):
@@ -55,7 +61,7 @@ class ShapeMismatchError(TraceError):
     """Operand shapes that do not broadcast or contract; the message shows both."""
 
 
-class TraceIndexError(TraceError, IndexError):
+class TraceIndexError(TraceError):
     """An index provably outside its axis at trace time."""
 
 

@@ -80,7 +80,12 @@ def _trace(fn: Callable, names: list[str], specs: tuple[ArraySpec, ...]) -> Data
     context.push(tr)
     try:
         with creation_traced(fn.__globals__):
-            value = fn(*args)
+            try:
+                value = fn(*args)
+            except Exception as e:
+                if tr.hidden_error is not None and not isinstance(e, TraceError):
+                    raise tr.hidden_error from e
+                raise
         results = _results(tr, value)
     finally:
         context.pop()

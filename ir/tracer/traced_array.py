@@ -81,16 +81,26 @@ class Operators:
         raise TracedBranchError("bool()", "Python control flow (if/while/and/or/not) on a traced value "
                                 "cannot be traced; select elementwise with np.where(cond, a, b)")
 
+    def _conversion_error(self, op: str) -> ScalarConversionError:
+        """The error for ``float(x)`` & co.  numpy replaces an error raised while
+        it stores ``x`` into a plain array by its own "setting an array element
+        with a sequence"; the trace re-raises the UntracedWriteError kept here
+        when that happens (see ``trace._trace``)."""
+        self.trace.hidden_error = UntracedWriteError(
+            "store into a numpy array", "a traced value cannot be stored into a numpy array the tracer cannot "
+            "see (one created before tracing or a global); create that array inside the traced program "
+            "(np.zeros(...)) or pass it as an argument")
+        return ScalarConversionError(op, "a traced value has no Python value while tracing: float(x), int(x) "
+                                     "and np.float32(x) are not traceable; keep it a traced array")
+
     def __float__(self):
-        raise ScalarConversionError("float()", "a traced value has no Python value while tracing; "
-                                    "keep it an array (np.float32(x) and float(x) are not traceable)")
+        raise self._conversion_error("float()")
 
     def __int__(self):
-        raise ScalarConversionError("int()", "a traced value has no Python value while tracing")
+        raise self._conversion_error("int()")
 
     def __index__(self):
-        raise ScalarConversionError("__index__", "a traced value cannot be used where Python needs an int "
-                                    "(range(), list indices, indexing a numpy array the tracer cannot see)")
+        raise self._conversion_error("__index__")
 
     def item(self):
         raise ScalarConversionError("item()", "a traced value has no Python value while tracing")
