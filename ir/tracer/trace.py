@@ -26,7 +26,9 @@ _cache_lock = threading.Lock()
 
 
 def _resolve_specs(fn: Callable, specs: tuple, named_specs: dict) -> tuple[list[str], tuple[ArraySpec, ...]]:
-    """One spec per parameter: passed positionally, by name, or from the annotation."""
+    """One spec per parameter: passed positionally, by name, or from the annotation.
+    Trailing parameters with defaults and no spec are not traced: they keep
+    their default values (a module, a flag)."""
     try:
         signature = inspect.signature(fn, eval_str=True)
     except NameError:
@@ -45,6 +47,9 @@ def _resolve_specs(fn: Callable, specs: tuple, named_specs: dict) -> tuple[list[
     resolved = []
     for k, p in enumerate(params):
         spec = specs[k] if k < len(specs) else named_specs.get(p.name, p.annotation)
+        if not isinstance(spec, ArraySpec) and p.default is not p.empty and \
+                not any(q.name in named_specs for q in params[k:]):
+            return names[:k], tuple(resolved)   # trailing parameters keep their defaults (e.g. xp=numpy)
         if not isinstance(spec, ArraySpec):
             raise MissingSpecError(f"trace({fn.__name__})", f"parameter {p.name!r} has no spec: pass one "
                                    f"(trace(fn, sd.f32[64, 16], ...)) or annotate it ({p.name}: sd.f32[64, 16])")
