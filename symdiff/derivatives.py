@@ -89,6 +89,8 @@ def _partials(body: tuple[tuple[str, sympy.Expr], ...],
               inputs: tuple[tuple[str, sympy.Symbol], ...]) -> dict[tuple[str, str], sympy.Expr]:
     out = {}
     for o, expr in body:
+        if isinstance(expr, sympy.logic.boolalg.Boolean) and not expr.is_Symbol:
+            continue  # a comparison or mask: no gradient flows through it
         for a, sym in inputs:
             if not is_float_symbol(sym) or sym not in expr.free_symbols:
                 continue
