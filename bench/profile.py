@@ -1,0 +1,91 @@
+"""Where one symdiff value_and_grad call spends its time: ``python -m bench.profile WORKLOAD``.
+
+The bench says how fast; this says why.  cProfile cannot see inside slangpy's
+(nanobind) calls, so the split is measured directly on the compiled
+executable: each kernel alone (its own command buffer, submit and wait), the
+buffer fills, an empty submit (the fixed cost of one submission), and the
+rest of a steady call, which is host-side work: Python in symdiff and
+lowering, recording the dispatches, allocating result buffers, uploading the
+seed and reading the scalar back.  It uses the executable's internals and is
+a diagnostic, not part of the bench's numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from typing import Callable
+
+import symdiff as sd
+from lowering import DeviceArray, devices
+
+from . import symdiff_runner
+from .timing import measure
+from .workloads import WORKLOADS
+
+
+def best_of(fn: Callable[[], object], repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def device_split(exe, args: dict[str, DeviceArray]) -> dict[str, float]:
+    """Seconds per kernel, for the fills and for an empty submit, of the latest call of ``exe``."""
+    inst, dev = exe._last, devices.get_device(exe.device)
+    bindings = dict(inst.buffers) | {f"{n}#0": a.buffer for n, a in args.items()}
+
+    def submit(record: Callable[[object], object]) -> None:
+        enc = dev.create_command_encoder()
+        record(enc)
+        dev.submit_command_buffer(enc.finish())
+        dev.wait()
+
+    def kernel(entry) -> Callable[[object], object]:
+        params = {name: bindings[access] for name, access in entry.buffers.items()}
+        return lambda enc: inst.kernels[entry.name].dispatch(thread_count=entry.thread_count,
+                                                             command_encoder=enc, **params)
+
+    split = {"empty submit + wait": best_of(lambda: submit(lambda enc: None))}
+    split["all fills + kernels"] = best_of(lambda: submit(lambda enc: exe._record(enc, inst, bindings)))
+    for entry in inst.module.kernels:
+        if entry.threads:
+            split[f"kernel {entry.name} ({entry.threads} threads)"] = best_of(lambda: submit(kernel(entry)))
+    return split
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.splitlines()[0])
+    p.add_argument("workload", choices=[w.name for w in WORKLOADS])
+    p.add_argument("--size", choices=["small", "large"], default="large")
+    p.add_argument("--device", default="cpu", choices=["cpu", "vulkan", "cuda"])
+    p.add_argument("--python", action="store_true", help="also print cProfile's view of a steady call")
+    args = p.parse_args(argv)
+    workload = next(w for w in WORKLOADS if w.name == args.workload)
+    size = workload.size(args.size)
+    inputs = workload.inputs(size)
+    program = sd.differentiable_program(symdiff_runner.program_function(workload, size))
+    run = symdiff_runner.runner(workload, program, inputs, args.device)
+    timing, _ = measure(run.value_and_grad, budget=2.0, k_max=10, limit=600.0)
+    print(f"{workload.name} {size.label} on {args.device}: first call {timing.first:.3f} s, "
+          f"steady value_and_grad min {timing.min * 1e3:.2f} ms (median {timing.median * 1e3:.2f} ms, k={timing.k})")
+    exe = next(e for e in program._executables.values() if e.graph.meta.get("gradients"))
+    print(f"  stats: {exe.stats()}")
+    device_args = {n: sd.asarray(v, device=args.device) for n, v in inputs.items()}
+    split = device_split(exe, device_args)
+    for what, seconds in split.items():
+        print(f"  {what:60s} {seconds * 1e3:9.3f} ms")
+    print(f"  {'host side (rest of the steady call)':60s} {(timing.min - split['all fills + kernels']) * 1e3:9.3f} ms")
+    if args.python:
+        profiler = cProfile.Profile()
+        profiler.runcall(run.value_and_grad)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
