@@ -46,10 +46,13 @@ def latest_versions(graph: DataflowGraph) -> dict[str, str]:
 
 def _dependent_pairs(graph: DataflowGraph, tasklet: str) -> Iterable[Pair]:
     t = graph.node(tasklet)
-    partials = tasklet_partials(t.body, t.inputs)
-    for wa, wm in graph.writes(tasklet):
-        if graph.containers[wm.container].dtype not in FLOAT_DTYPES:
-            continue
+    float_writes = [(wa, wm) for wa, wm in graph.writes(tasklet)
+                    if graph.containers[wm.container].dtype in FLOAT_DTYPES]
+    if not float_writes:  # comparisons and integer results carry no gradient
+        return
+    float_outputs = {wm.connector for _, wm in float_writes}
+    partials = tasklet_partials({c: e for c, e in t.body.items() if c in float_outputs}, t.inputs)
+    for wa, wm in float_writes:
         for ra, rm in graph.reads(tasklet):
             if (wm.connector, rm.connector) in partials:
                 yield Pair(wa, wm, ra, rm)

@@ -1,4 +1,5 @@
 """The shared acceptance check (../shared/acceptance/run.py) on every device present."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,4 +19,4 @@ def test_acceptance_passes(device):
     run = subprocess.run([sys.executable, str(SCRIPT), "--device", device], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "acceptance: 5/5 agree" in run.stdout
+    assert re.search(r"acceptance: (\d+)/\1 agree", run.stdout), run.stdout
