@@ -36,10 +36,11 @@ class Settings:
     budget: float        # seconds of timed calls per measurement after the warm-up
     k_max: int           # most timed calls per measurement
     limit: float         # seconds a first call may take before the configuration is a timeout
+    cold: bool           # measure cold compiles (a child process per device and size: slow with g++)
 
 
-QUICK = Settings(budget=0.3, k_max=10, limit=60.0)
-FULL = Settings(budget=2.0, k_max=20, limit=60.0)
+QUICK = Settings(budget=0.3, k_max=10, limit=30.0, cold=False)
+FULL = Settings(budget=2.0, k_max=20, limit=60.0, cold=True)
 
 
 def log(msg: str) -> None:
@@ -178,7 +179,7 @@ def main(argv: list[str]) -> None:
                 row["symdiff"][device] = run_symdiff(workload, size_name, inputs, device, settings, reference)
                 log(f"  {workload.name} {size.label} symdiff/{device}: {row['symdiff'][device]['status']}")
             rows.append(row)
-    startup = measure_cold_compiles(rows, workloads, devices, sizes, settings)
+    startup = measure_cold_compiles(rows, workloads, devices, sizes, settings) if settings.cold else {}
 
     results = {
         "command": " ".join(["python -m bench", shlex.join(argv)]).strip(),
