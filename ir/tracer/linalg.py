@@ -61,7 +61,8 @@ def dot(a, b, out=None):
     if np.ndim(a) == 0 or np.ndim(b) == 0:
         return np.multiply(a, b)
     if not (is_traced(a) and is_traced(b)) or (b.ndim > 2 and a.ndim > 1):
-        raise UnsupportedOperationError("numpy.dot", "of N-d arrays (use np.matmul); supported: scalars, vectors, matrices, N-d with a vector")
+        raise UnsupportedOperationError("numpy.dot", "of N-d arrays (use np.matmul); supported: scalars, vectors, "
+                                        "matrices, N-d with a vector")
     return _matmul("dot", a, b)
 
 

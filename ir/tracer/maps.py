@@ -161,7 +161,7 @@ def map_write(target: TracedArray, index: tuple, value) -> None:
     used = sympy.sympify(expr).free_symbols.union(*(sympy.sympify(e).free_symbols for e in exprs),
                                                   *(sympy.sympify(e).free_symbols
                                                     for _, idx in reads.values() for e in idx))
-    loop_symbols = {s for s in used if s.name.startswith("_m")}
+    loop_symbols = {s for s in used if s.name.startswith("_m")}   # MapLoop names its symbols _m<n>
     if not loop_symbols <= trace.map_symbols():
         raise TraceError("sd.map", "a value or index from an sd.map loop is used after that loop ended")
     write("map_accumulate" if accumulate else "map_write", target, exprs, tuple(trace.map_ranges), expr,

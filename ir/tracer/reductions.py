@@ -57,7 +57,7 @@ def reduce(op: str, a, axis, keepdims: bool, accumulate: str, dtype=None) -> Tra
 
 
 def _check_plain(op: str, kwargs: dict) -> None:
-    bad = {k: v for k, v in kwargs.items() if v is not None and not (k == "out" and v is None)}
+    bad = {k: v for k, v in kwargs.items() if v is not None}
     if bad:
         raise UnsupportedOperationError(f"numpy.{op}", f"arguments {sorted(bad)} are not supported when tracing")
 

@@ -205,11 +205,17 @@ class TracedArray(Operators):
     def __ipow__(self, o): return self._inplace(np.power, o)
 
     # -- methods ------------------------------------------------------------------------
-    def sum(self, axis=None, dtype=None, keepdims=False): return np.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
-    def mean(self, axis=None, dtype=None, keepdims=False): return np.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def sum(self, axis=None, dtype=None, keepdims=False):
+        return np.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def mean(self, axis=None, dtype=None, keepdims=False):
+        return np.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
     def max(self, axis=None, keepdims=False): return np.max(self, axis=axis, keepdims=keepdims)
     def min(self, axis=None, keepdims=False): return np.min(self, axis=axis, keepdims=keepdims)
-    def prod(self, axis=None, dtype=None, keepdims=False): return np.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def prod(self, axis=None, dtype=None, keepdims=False):
+        return np.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
     def dot(self, other): return np.dot(self, other)
     def transpose(self, *axes): return np.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
     def swapaxes(self, a, b): return np.swapaxes(self, a, b)
