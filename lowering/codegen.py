@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import sympy
 
@@ -30,11 +30,16 @@ STORAGE_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool"
 COMBINE = {"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "max({a}, {b})", "min": "min({a}, {b})"}
 
 
+DISPATCHER = "run_kernel"
+
+
 @dataclass
 class KernelEntry:
-    """What the runtime needs to dispatch one entry point."""
+    """What the runtime needs to dispatch one kernel: its entry point is
+    ``<name>_main``, or case ``index`` of the dispatcher."""
 
     name: str
+    index: int
     threads: int
     buffers: dict[str, str]  # entry-point parameter -> access node id
 
@@ -48,9 +53,8 @@ class KernelEntry:
 @dataclass
 class Module:
     source: str
-    kernels: list[KernelEntry]
-    fill_entries: dict[str, str]  # storage type -> fill entry point name
-    buffer_names: dict[str, str] = field(default_factory=dict)  # access node id -> identifier
+    kernels: list[KernelEntry]  # in dispatch order
+    buffers: dict[str, str]  # dispatcher parameter -> access node id
 
 
 def identifier(text: str) -> str:
@@ -256,36 +260,75 @@ def _atomic_helper(storage: str, op: str) -> str:
             f"    __target_switch\n    {{\n    case cpp: {sequential}\n    default: {atomic}\n    }}\n}}")
 
 
-def _fill_entry(storage: str) -> str:
-    return (f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
-            f"void fill_{storage}(uint3 tid: SV_DispatchThreadID, uniform {storage} value, uniform int count, "
-            f"RWStructuredBuffer<{storage}> buf)\n{{\n"
-            f"    int i = int(tid.x) + int(tid.y) * {ROW_THREADS};\n    if (i < count) buf[i] = value;\n}}")
+def _params(buffers: dict[str, str], g: DataflowGraph) -> list[str]:
+    return [f"RWStructuredBuffer<{STORAGE_TYPES[g.containers[g.node(a).container].dtype]}> {n}"
+            for n, a in sorted(buffers.items())]
+
+
+def _kernel_text(name: str, comment: str, params: list[str], body: str) -> str:
+    """A kernel as a function of the thread id, plus its own entry point."""
+    args = ", ".join(p.split()[-1] for p in params)
+    return (f"{comment}\nvoid {name}(uint3 tid{''.join(', ' + p for p in params)})\n{{\n{body}\n}}\n\n"
+            f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
+            f"void {name}_main(uint3 tid: SV_DispatchThreadID{''.join(', ' + p for p in params)})\n"
+            f"{{\n    {name}(tid{''.join(', ' + a for a in args.split(', ') if a)});\n}}")
+
+
+def _fill_kernel(plan: Plan, access: str, identity: float) -> tuple[str, KernelEntry]:
+    """A kernel setting a version to its accumulation's identity (zeros are
+    cleared by the runtime without a kernel)."""
+    g = plan.graph
+    dtype = g.containers[g.node(access).container].dtype
+    count = math.prod(int(d) for d in g.containers[g.node(access).container].shape)
+    value = SlangPrinter(SLANG_TYPES[dtype] if dtype != "int32" else "int").literal(
+        identity if dtype != "int32" or math.isfinite(identity) else (-2**31 if identity < 0 else 2**31 - 1))
+    buf = buffer_name(access)
+    body = (f"    int i = int(tid.x) + int(tid.y) * {ROW_THREADS};\n"
+            f"    if (i < {count}) {buf}[i] = {value};")
+    name = f"fill_{buf}"
+    text = _kernel_text(name, f"// fill {buf} with the identity of its accumulation",
+                        _params({buf: access}, g), body)
+    return text, KernelEntry(name, 0, count, {buf: access})
+
+
+def _dispatcher(entries: list[KernelEntry], g: DataflowGraph) -> tuple[str, dict[str, str]]:
+    """One entry point running any kernel: the CPU device compiles every entry
+    point with its own g++ run (about a second each), this one needs one."""
+    buffers = {n: a for e in entries for n, a in e.buffers.items()}
+    params = _params(buffers, g)
+    cases = "\n".join(f"    case {e.index}: {e.name}(tid{''.join(', ' + n for n in sorted(e.buffers))}); return;"
+                       for e in entries)
+    text = (f"// Runs kernel number kernel_index: one compiled entry point for the whole program.\n"
+            f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
+            f"void {DISPATCHER}(uint3 tid: SV_DispatchThreadID, uniform int kernel_index"
+            f"{''.join(', ' + p for p in params)})\n{{\n    switch (kernel_index)\n    {{\n{cases}\n    }}\n}}")
+    return text, buffers
 
 
 def generate(plan: Plan) -> Module:
-    """The Slang module for a plan (entry points, buffer bindings, fill kernels)."""
+    """The Slang module for a plan: a function and entry point per kernel
+    (fill kernels first, in dispatch order) and the all-in-one dispatcher."""
     g = plan.graph
     atomics: set = set()
     parts, entries = [], []
+    for access, identity in plan.fills.items():
+        if identity != 0:
+            text, entry = _fill_kernel(plan, access, identity)
+            parts.append(text)
+            entries.append(entry)
     for kernel in plan.kernels:
         w = _KernelWriter(plan, kernel, atomics)
         body = w.write()
         described = ", ".join(s.tasklet.name + (f" ({s.tasklet.source})" if s.tasklet.source else "")
                               for s in kernel.steps)
-        params = ", ".join(f"RWStructuredBuffer<{STORAGE_TYPES[g.containers[g.node(a).container].dtype]}> {n}"
-                           for n, a in sorted(w.buffers.items()))
         name = identifier(kernel.name)
-        parts.append(f"// kernel {name}: {len(kernel.steps)} tasklet(s), {kernel.threads} thread(s) "
-                     f"over {list(kernel.box)}\n//   {described}\n"
-                     f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
-                     f"void {name}(uint3 tid: SV_DispatchThreadID{', ' if params else ''}{params})\n"
-                     f"{{\n{body}\n}}")
-        entries.append(KernelEntry(name, kernel.threads, dict(w.buffers)))
-    fill_types = sorted({STORAGE_TYPES[g.containers[g.node(a).container].dtype]
-                         for a, v in plan.fills.items() if v != 0})
+        comment = (f"// kernel {name}: {len(kernel.steps)} tasklet(s), {kernel.threads} thread(s) "
+                   f"over {list(kernel.box)}\n//   {described}")
+        parts.append(_kernel_text(name, comment, _params(w.buffers, g), body))
+        entries.append(KernelEntry(name, 0, kernel.threads, dict(w.buffers)))
+    for n, entry in enumerate(entries):
+        entry.index = n
+    dispatcher, buffers = _dispatcher(entries, g)
     header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", PRELUDE]
     header += [_atomic_helper(s, op) for s, op in sorted(atomics)]
-    source = "\n\n".join(header + parts + [_fill_entry(s) for s in fill_types]) + "\n"
-    return Module(source, entries, {s: f"fill_{s}" for s in fill_types},
-                  {a: buffer_name(a) for a in plan.stored})
+    return Module("\n\n".join(header + parts + [dispatcher]) + "\n", entries, buffers)

@@ -172,13 +172,13 @@ def _split(graph: DataflowGraph, t: Tasklet, par_ranges, red_ranges, chunks: int
     graph.remove_tasklet(t.name)
     graph.add_tasklet(f"{t.name}_stage1", tuple(par_ranges) + ((c, 0, chunks), (r, 0, chunk_len)),
                       {k: v.xreplace(subs) for k, v in t.body.items()}, reads, writes_1, condition=cond,
-                      source=t.source, backward=t.backward)
+                      source=t.source, backward=t.backward, split_from=t.name)
     for access, m, partial in stage_2:
         v = connector_symbol("v", graph.containers[partial].dtype)
         graph.add_tasklet(f"{t.name}_stage2", tuple(par_ranges) + ((c, 0, chunks),), {m.connector: v},
                           {"v": (graph.access(partial, 0), par_index + (c,))},
                           {m.connector: (access, m.index, m.accumulate)}, source=t.source,
-                          backward=t.backward)
+                          backward=t.backward, split_from=t.name)
 
 
 # -- the plan --------------------------------------------------------------------------

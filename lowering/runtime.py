@@ -20,7 +20,7 @@ import ir
 from ir.graph import DTYPES, DataflowGraph
 
 from . import cache, devices
-from .codegen import Module, ROW_THREADS, STORAGE_TYPES, generate
+from .codegen import DISPATCHER, Module, generate, identifier
 from .plan import LoweringError, Plan, plan
 from .printer import is_exact_in_double
 
@@ -135,6 +135,18 @@ class Executable:
         latest call), compile_time (seconds, total), compiles, buffers_allocated."""
         return dict(self._stats)
 
+    def kernels(self) -> dict[str, list[str]]:
+        """``{kernel: [tasklet, ...]}`` of the latest size binding in dispatch
+        order, kernels named as in ``source``: which tasklets were fused
+        together, for tools that explain a program.  A tasklet split into a
+        two-stage reduction is listed under its own name in both kernels.
+        Empty on the numpy device and before symbolic sizes are bound."""
+        if self._last is None:
+            return {}
+        return {identifier(k.name): list(dict.fromkeys(s.tasklet.meta.get("split_from", s.tasklet.name)
+                                                        for s in k.steps))
+                for k in self._last.plan.kernels}
+
     def _instance(self, sizes: dict[str, int]) -> _Instance:
         key = tuple(sorted(sizes.items()))
         inst = self._instances.get(key)
@@ -144,8 +156,8 @@ class Executable:
             p = plan(self.graph, sizes)
             module = generate(p)
             dev = devices.get_device(self.device)
-            kernels = cache.kernels(self.device, dev, module.source,
-                                    [k.name for k in module.kernels] + list(module.fill_entries.values()))
+            entries = [DISPATCHER] if self.device == "cpu" else [f"{k.name}_main" for k in module.kernels]
+            kernels = cache.kernels(self.device, dev, module.source, entries)
             g = p.graph
             shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
             buffers = {}
@@ -222,26 +234,21 @@ class Executable:
 
     def _record(self, enc: spy.CommandEncoder, inst: _Instance, bindings: dict[str, spy.Buffer]) -> int:
         """Record the fills and kernel dispatches of one call; returns the count."""
-        g = inst.plan.graph
-        dispatches = 0
         for access, identity in inst.plan.fills.items():
-            dtype = g.containers[g.node(access).container].dtype
             if identity == 0:
                 enc.clear_buffer(bindings[access])
-                continue
-            value = identity
-            if dtype == "int32" and not np.isfinite(identity):
-                value = np.iinfo(np.int32).min if identity < 0 else np.iinfo(np.int32).max
-            count = math.prod(inst.shapes[access])
-            fill = inst.kernels[inst.module.fill_entries[STORAGE_TYPES[dtype]]]
-            fill.dispatch(thread_count=[min(count, ROW_THREADS), -(-count // ROW_THREADS), 1],
-                          command_encoder=enc, value=value, count=count, buf=bindings[access])
-            dispatches += 1
+        dispatches = 0
         for entry in inst.module.kernels:
             if entry.threads == 0:
                 continue
-            params = {name: bindings[access] for name, access in entry.buffers.items()}
-            inst.kernels[entry.name].dispatch(thread_count=entry.thread_count, command_encoder=enc, **params)
+            if self.device == "cpu":  # one compiled entry point runs every kernel there
+                kernel = inst.kernels[DISPATCHER]
+                params = {name: bindings[a] for name, a in inst.module.buffers.items()}
+                params["kernel_index"] = entry.index
+            else:
+                kernel = inst.kernels[f"{entry.name}_main"]
+                params = {name: bindings[a] for name, a in entry.buffers.items()}
+            kernel.dispatch(thread_count=entry.thread_count, command_encoder=enc, **params)
             dispatches += 1
         return dispatches
 

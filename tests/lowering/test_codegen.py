@@ -12,7 +12,8 @@ def test_module_names_kernels_and_their_tasklets_with_source_lines():
     g, _ = chain(64, ops=3)
     exe = lowering.compile(g, device="cpu")
     src = exe.source
-    assert src.count('[shader("compute")]') == 1
+    assert src.count("void k0_op0_main(") == 1 and "void k1_" not in src  # one fused kernel
+    assert "case 0: k0_op0(tid" in src  # the CPU device's single entry point
     assert "// kernel k0_op0: 3 tasklet(s)" in src
     assert "op0 (chain.py:1), op1 (chain.py:2), op2 (chain.py:3)" in src
     assert "// tasklet op1 (chain.py:2)" in src
