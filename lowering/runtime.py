@@ -23,6 +23,7 @@ from . import cache, devices
 from .codegen import DISPATCHER, Module, generate, identifier
 from .plan import LoweringError, Plan, plan
 from .printer import is_exact_in_double
+from .source_view import SlangSource
 
 _USAGE = (spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access
           | spy.BufferUsage.copy_source | spy.BufferUsage.copy_destination)
@@ -126,9 +127,10 @@ class Executable:
             self._instance(dict(self.sizes))
 
     @property
-    def source(self) -> str | None:
-        """Slang text of the latest size binding (None on the numpy device)."""
-        return self._last.module.source if self._last else None
+    def source(self) -> SlangSource | None:
+        """Slang text of the latest size binding (None on the numpy device);
+        a ``str`` that Jupyter shows highlighted."""
+        return SlangSource(self._last.module.source) if self._last else None
 
     def stats(self) -> dict:
         """kernels (of the latest binding), dispatches and bytes_moved (of the

@@ -1,0 +1,70 @@
+"""Generated Slang that reads as code in Jupyter.
+
+``SlangSource`` is a ``str``: printing, comparing, writing it to a file or
+hashing it behaves exactly like the plain text.  Only Jupyter's rich display
+(``_repr_html_``) differs, showing it highlighted.  pygments has no Slang
+lexer; its HLSL lexer covers Slang's C-like syntax (Slang is an HLSL
+superset).  pygments is optional (it ships with IPython, so it is present
+wherever HTML is displayed); without it a small built-in tokenizer colours
+comments, keywords, attributes and numbers.
+"""
+from __future__ import annotations
+
+import html
+import re
+
+# Keyword and type names the built-in highlighter colours: what generated
+# modules actually use, not the whole language.
+_KEYWORDS = ("void", "return", "if", "else", "for", "switch", "case", "default", "break", "uniform",
+             "import", "static", "const", "__target_switch", "true", "false")
+_TYPES = ("float", "double", "int", "uint", "uint3", "bool", "RWStructuredBuffer")
+_TOKEN = re.compile(r"""
+    (?P<comment>//[^\n]*|/\*.*?\*/)
+  | (?P<string>"[^"\n]*")
+  | (?P<attribute>\[(?:shader|numthreads)\b)
+  | (?P<number>\b\d+(?:\.\d*)?(?:[eE][-+]?\d+)?[fFlL]?\b)
+  | (?P<word>\b[A-Za-z_]\w*\b)
+""", re.X | re.S)
+_STYLE = {"comment": "color:#408080;font-style:italic", "string": "color:#BA2121",
+          "attribute": "color:#AA22FF", "number": "color:#666666", "keyword": "color:#008000;font-weight:bold",
+          "type": "color:#B00040"}
+_PRE = "margin:0;line-height:125%;font-family:monospace"
+
+
+class SlangSource(str):
+    """Slang module text that Jupyter displays highlighted; otherwise a plain ``str``."""
+
+    def _repr_html_(self) -> str:
+        return highlight_html(self)
+
+
+def highlight_html(source: str, engine: str = "auto") -> str:
+    """Highlighted HTML (inline styles, so it survives notebook sanitising and
+    export).  ``engine``: ``"pygments"``, ``"builtin"``, or ``"auto"`` (pygments
+    when importable)."""
+    if engine not in ("auto", "pygments", "builtin"):
+        raise ValueError(f"engine must be 'auto', 'pygments' or 'builtin', not {engine!r}")
+    if engine != "builtin":
+        try:
+            from pygments import highlight
+            from pygments.formatters import HtmlFormatter
+            from pygments.lexers import HLSLShaderLexer
+        except ImportError:
+            if engine == "pygments":
+                raise
+        else:
+            return highlight(source, HLSLShaderLexer(), HtmlFormatter(noclasses=True, nobackground=True))
+    return f'<div class="highlight"><pre style="{_PRE}">{_builtin_spans(source)}</pre></div>'
+
+
+def _builtin_spans(source: str) -> str:
+    out, pos = [], 0
+    for m in _TOKEN.finditer(source):
+        out.append(html.escape(source[pos:m.start()]))
+        kind, text = m.lastgroup, m.group()
+        if kind == "word":
+            kind = "keyword" if text in _KEYWORDS else "type" if text in _TYPES else None
+        out.append(f'<span style="{_STYLE[kind]}">{html.escape(text)}</span>' if kind else html.escape(text))
+        pos = m.end()
+    out.append(html.escape(source[pos:]))
+    return "".join(out)
