@@ -43,7 +43,9 @@ class LoweringError(RuntimeError):
 
 
 def bind(graph: DataflowGraph, sizes: dict[str, int]) -> DataflowGraph:
-    """A copy of ``graph`` with every size symbol replaced by its value."""
+    """A copy of ``graph`` with every size symbol replaced by its value.  Each
+    tasklet's ``meta["origin"]`` is its name here, kept by every later rewrite
+    (splits rename tasklets), so a plan can be traced back to the graph."""
     g = DataflowGraph(graph.name)
     g.meta = dict(graph.meta)
     for c in graph.containers.values():
@@ -55,7 +57,7 @@ def bind(graph: DataflowGraph, sizes: dict[str, int]) -> DataflowGraph:
                                             for s, b, e in node.domain),
                            {k: substitute_sizes(v, sizes) for k, v in node.body.items()}, dict(node.inputs),
                            substitute_sizes(node.condition, sizes), node.source, node.backward,
-                           dict(node.meta))
+                           {**node.meta, "origin": node.name})
         g.nx.add_node(node_id, node=node)
     for u, v, data in graph.nx.edges(data=True):
         m = data["memlet"]
@@ -172,13 +174,13 @@ def _split(graph: DataflowGraph, t: Tasklet, par_ranges, red_ranges, chunks: int
     graph.remove_tasklet(t.name)
     graph.add_tasklet(f"{t.name}_stage1", tuple(par_ranges) + ((c, 0, chunks), (r, 0, chunk_len)),
                       {k: v.xreplace(subs) for k, v in t.body.items()}, reads, writes_1, condition=cond,
-                      source=t.source, backward=t.backward, split_from=t.name)
+                      source=t.source, backward=t.backward, origin=t.meta["origin"])
     for access, m, partial in stage_2:
         v = connector_symbol("v", graph.containers[partial].dtype)
         graph.add_tasklet(f"{t.name}_stage2", tuple(par_ranges) + ((c, 0, chunks),), {m.connector: v},
                           {"v": (graph.access(partial, 0), par_index + (c,))},
                           {m.connector: (access, m.index, m.accumulate)}, source=t.source,
-                          backward=t.backward, split_from=t.name)
+                          backward=t.backward, origin=t.meta["origin"])
 
 
 # -- the plan --------------------------------------------------------------------------

@@ -140,13 +140,12 @@ class Executable:
     def kernels(self) -> dict[str, list[str]]:
         """``{kernel: [tasklet, ...]}`` of the latest size binding in dispatch
         order, kernels named as in ``source``: which tasklets were fused
-        together, for tools that explain a program.  A tasklet split into a
-        two-stage reduction is listed under its own name in both kernels.
+        together, for tools that explain a program.  Tasklets carry their names
+        in ``graph``, also where the plan split one over several kernels.
         Empty on the numpy device and before symbolic sizes are bound."""
         if self._last is None:
             return {}
-        return {identifier(k.name): list(dict.fromkeys(s.tasklet.meta.get("split_from", s.tasklet.name)
-                                                        for s in k.steps))
+        return {identifier(k.name): list(dict.fromkeys(s.tasklet.meta["origin"] for s in k.steps))
                 for k in self._last.plan.kernels}
 
     def _instance(self, sizes: dict[str, int]) -> _Instance:
