@@ -20,6 +20,7 @@ import lowering
 from ir.specs import ArraySpec, spec_of
 
 from .backward import add_backward_pass
+from .explain import Explanation, explain
 from .gradcheck import check_graph_gradients
 
 GraphBuilder = Callable[[tuple[ArraySpec, ...]], ir.DataflowGraph]
@@ -137,6 +138,20 @@ class DifferentiableProgram:
             raise ProgramError(f"device {exe.device!r} runs the numpy interpreter and generates no Slang; "
                                "pass device='cpu' or 'vulkan'")
         return exe.source
+
+    def explain(self, wrt: Sequence[str] | str | None = None, device: str | None = None) -> Explanation:
+        """Per forward tasklet in execution order: the user's line, the
+        expression, its partials, the backward tasklets derived from it and
+        the kernel each was fused into.  Prints as text, renders as HTML in
+        Jupyter.  Compiles for ``device`` so the kernels are the real ones."""
+        specs = self._specs_for(None)
+        forward = self._forward_graph(specs)
+        names = self._resolve_wrt(forward, wrt)
+        backward = self._backward_graph(specs, names)
+        exe = self._executable(backward, device)
+        fn = getattr(self, "function", None)
+        return explain(forward, backward, exe.kernels(), program=self.name,
+                       device=exe.device, wrt=names, source_file=fn.__code__.co_filename if fn else None)
 
     def stats(self) -> dict[str, dict]:
         """Kernel, dispatch, byte and compile-time counts of every compiled executable."""
