@@ -127,6 +127,31 @@ def covers(index, domain, shape) -> bool:
     return all(extent(r) == 1 or r[0] in used for r in domain)
 
 
+# -- multi-output tasklets --------------------------------------------------------------
+def split_multi_output_tasklets(graph: DataflowGraph) -> None:
+    """Give each write its own tasklet when the writes index different domain
+    symbols (the backward of a matmul writes ``da[i, k]`` and ``db[k, j]`` from
+    one ``(i, j, k)`` body): together they would need a thread per point and
+    atomics; apart each is a reduction looping inside its thread."""
+    for t in list(graph.tasklets()):
+        writes = graph.writes(t.name)
+        used = {frozenset(s for s in t.index_symbols if any(s in sympy.sympify(e).free_symbols for e in m.index))
+                for _, m in writes}
+        if len(writes) < 2 or len(used) < 2 or any(uses_connectors(m.index, t) for _, m in writes):
+            continue
+        reads = graph.reads(t.name)
+        graph.remove_tasklet(t.name)
+        for access, m in writes:
+            needed = sympy.sympify(t.body[m.connector]).free_symbols
+            for _ in reads:  # a gathered read needs the connectors in its index
+                needed |= {s for a, r in reads if t.inputs[r.connector] in needed for e in r.index
+                           for s in sympy.sympify(e).free_symbols}
+            graph.add_tasklet(f"{t.name}_{m.connector}", t.domain, {m.connector: t.body[m.connector]},
+                              {r.connector: (a, r.index) for a, r in reads if t.inputs[r.connector] in needed},
+                              {m.connector: (access, m.index, m.accumulate)}, condition=t.condition,
+                              source=t.source, backward=t.backward, **t.meta)
+
+
 # -- two-stage reductions ------------------------------------------------------------
 def split_large_reductions(graph: DataflowGraph) -> None:
     """Rewrite long reductions with few outputs into partial sums per chunk
@@ -288,9 +313,10 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
 
 
 def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
-    """Bind sizes, split long reductions, group tasklets into kernels and
+    """Bind sizes, split multi-output tasklets and long reductions, group tasklets into kernels and
     decide buffers, fills and write modes."""
     g = bind(graph, sizes)
+    split_multi_output_tasklets(g)
     split_large_reductions(g)
     kernels: list[Kernel] = []
     kernel_of: dict[str, int] = {}

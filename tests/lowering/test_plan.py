@@ -83,3 +83,13 @@ def test_every_corpus_graph_plans():
     for make in CORPUS.values():
         g, inputs = make()
         assert plan(g, ir.bind_sizes(g, inputs)).kernels
+
+
+def test_matmul_backward_writes_are_split_into_reductions_without_atomics():
+    from lowering_graphs import matmul
+    g, _ = matmul(64, 32, 16)
+    add_backward_pass(g, ["a", "w"], ["c"])
+    p = plan(g, {})
+    assert "atomic" not in {w.mode for kern in p.kernels for s in kern.steps for w in s.writes}
+    loops = {s.tasklet.name: [int(e) - int(b) for _, b, e in s.loop] for kern in p.kernels for s in kern.steps}
+    assert sorted(v for v in loops.values() if v) == [[16], [32], [64]]  # da over j, c over k, dw over i
