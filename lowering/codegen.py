@@ -17,7 +17,7 @@ import sympy
 
 from ir.graph import DataflowGraph, Memlet, Tasklet
 
-from .plan import Kernel, Plan, Step, extent, uses_connectors
+from .plan import Kernel, Plan, Step, extent
 from .printer import PRELUDE, SLANG_TYPES, SlangPrinter
 
 GROUP_SIZE = 256
