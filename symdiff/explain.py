@@ -89,7 +89,8 @@ class Explanation:
 
     def _headline(self) -> str:
         wrt = ", ".join(self.wrt) or "nothing"
-        kernels = f"{len(self.kernels)} kernel(s)" if self.kernels else "no kernels planned"
+        kernels = (f"{len(self.kernels)} kernel(s)" if self.kernels else
+                   "no kernels (the numpy device, or sizes not bound yet: call the program once)")
         return (f"{self.program}: {len(self.tasklets)} forward tasklet(s), gradients w.r.t. {wrt}, "
                 f"device {self.device}, {kernels}")
 

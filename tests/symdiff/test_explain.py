@@ -87,7 +87,7 @@ def test_text_and_html_name_everything(explained):
 def test_inactive_tasklets_have_no_backward():
     ex = stencil_loss.explain(wrt=["w"], device="numpy")
     where = [v for v in ex.tasklets if v.name.split("_")[0] in ("greater", "where", "power")]
-    assert ex.device == "numpy" and not ex.kernels and "no kernels planned" in str(ex)
+    assert ex.device == "numpy" and not ex.kernels and "no kernels" in str(ex)
     assert len(where) == 3 and all(not v.backward for v in where)
     assert "not on a path" in str(ex)
 
