@@ -8,7 +8,10 @@ this 2-core machine (slangpy 0.43.1, Mesa 25 lavapipe), see ``AUTO_ORDER``.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -49,11 +52,29 @@ def cache_dir() -> Path:
     return Path(base) / "symdiff"
 
 
-def _adapters(kind: str) -> list[str]:
+@contextlib.contextmanager
+def _native_stdout_silenced():
+    """Probing CUDA without a driver makes slangpy's native code print
+    "rhiCudaDriverApiInit(): could not find symbol ..." to fd 1; users asked
+    for nothing CUDA, so that probe stays quiet."""
+    sys.stdout.flush()
+    saved = os.dup(1)
     try:
-        return [a.name for a in spy.Device.enumerate_adapters(getattr(spy.DeviceType, kind))]
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+@functools.lru_cache(maxsize=None)
+def _adapters(kind: str) -> tuple[str, ...]:
+    try:
+        with _native_stdout_silenced():
+            return tuple(a.name for a in spy.Device.enumerate_adapters(getattr(spy.DeviceType, kind)))
     except Exception:  # a missing driver library raises rather than listing nothing
-        return []
+        return ()
 
 
 def is_software(kind: str) -> bool:
