@@ -95,4 +95,4 @@ def test_inactive_tasklets_have_no_backward():
 def test_higher_order_program_explains_its_backward_tasklets_as_forward():
     ex = stencil_loss.grad_program(wrt=["w"]).explain(device="numpy")
     assert any(v.name.startswith("grad_") and v.partials for v in ex.tasklets)
-    np.testing.assert_equal(len(ex.tasklets), len(_forward_tasklets(stencil_loss.grad_program(wrt=["w"]))))
+    assert len(ex.tasklets) == len(_forward_tasklets(stencil_loss.grad_program(wrt=["w"])))
