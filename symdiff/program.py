@@ -134,9 +134,12 @@ class DifferentiableProgram:
         """The generated Slang module for the forward + backward program."""
         graph = self.graph if forward_only else self.backward_graph(wrt)
         exe = self._executable(graph, device)
-        if exe.source is None:
-            raise ProgramError(f"device {exe.device!r} runs the numpy interpreter and generates no Slang; "
+        if exe.device == "numpy":
+            raise ProgramError("device 'numpy' runs the IR interpreter and generates no Slang; "
                                "pass device='cpu' or 'vulkan'")
+        if exe.source is None:
+            raise ProgramError(f"{self.name}'s shapes use size symbols, which are bound (and the Slang "
+                               "generated) at the first call: call the program once, then ask again")
         return exe.source
 
     def explain(self, wrt: Sequence[str] | str | None = None, device: str | None = None) -> Explanation:
