@@ -122,9 +122,8 @@ def as_map_operand(trace: Trace, value) -> MapValue:
     return MapValue(trace, expr, dtype, {})
 
 
-def map_read(arr: TracedArray, index: tuple) -> MapValue:
-    """``arr[index]`` inside a map body: ``index`` holds one int, index
-    expression or integer MapValue (gather) per dimension."""
+def _index_exprs(index: tuple) -> tuple[list[sympy.Expr], Reads]:
+    """Index expressions of a map access, and the reads a gather index brings along."""
     reads: Reads = {}
     exprs = []
     for item in index:
@@ -133,6 +132,13 @@ def map_read(arr: TracedArray, index: tuple) -> MapValue:
             exprs.append(item.expr)
         else:
             exprs.append(sympy.sympify(item))
+    return exprs, reads
+
+
+def map_read(arr: TracedArray, index: tuple) -> MapValue:
+    """``arr[index]`` inside a map body: ``index`` holds one int, index
+    expression or integer MapValue (gather) per dimension."""
+    exprs, reads = _index_exprs(index)
     conn = arr.trace.fresh(f"{arr.container}_")
     sym = read(arr, exprs, conn, reads)
     return MapValue(arr.trace, sym, arr.dtype_name, reads, (arr.container, reads[conn][1]))
@@ -142,14 +148,7 @@ def map_write(target: TracedArray, index: tuple, value) -> None:
     """``target[index] = value`` (or the ``+=`` recorded in an Accumulation) over
     the domain of the enclosing ``sd.map`` loops."""
     trace = target.trace
-    reads: Reads = {}
-    exprs = []
-    for item in index:
-        if isinstance(item, MapValue):
-            reads.update(item.reads)
-            exprs.append(item.expr)
-        else:
-            exprs.append(sympy.sympify(item))
+    exprs, reads = _index_exprs(index)
     container_index = target.container_index(exprs)
     accumulate = None
     if isinstance(value, Accumulation) and value.target[0] == target.container and \
