@@ -36,26 +36,32 @@ def best_of(fn: Callable[[], object], repeats: int = 5) -> float:
 
 
 def device_split(exe, args: dict[str, DeviceArray]) -> dict[str, float]:
-    """Seconds per kernel, for the fills and for an empty submit, of the latest call of ``exe``."""
+    """Seconds per kernel, for the fills and for an empty submit, of the latest call of ``exe``.
+
+    Each measurement records through the executable's own ``_record`` with its
+    kernel list cut down, so dispatch details stay the lowering's."""
     inst, dev = exe._last, devices.get_device(exe.device)
     bindings = dict(inst.buffers) | {f"{n}#0": a.buffer for n, a in args.items()}
+    all_kernels = list(inst.module.kernels)
 
-    def submit(record: Callable[[object], object]) -> None:
-        enc = dev.create_command_encoder()
-        record(enc)
-        dev.submit_command_buffer(enc.finish())
-        dev.wait()
+    def submit(kernels: list) -> float:
+        def once() -> None:
+            inst.module.kernels = kernels
+            try:
+                enc = dev.create_command_encoder()
+                exe._record(enc, inst, bindings)
+                dev.submit_command_buffer(enc.finish())
+                dev.wait()
+            finally:
+                inst.module.kernels = all_kernels
+        return best_of(once)
 
-    def kernel(entry) -> Callable[[object], object]:
-        params = {name: bindings[access] for name, access in entry.buffers.items()}
-        return lambda enc: inst.kernels[entry.name].dispatch(thread_count=entry.thread_count,
-                                                             command_encoder=enc, **params)
-
-    split = {"empty submit + wait": best_of(lambda: submit(lambda enc: None))}
-    split["all fills + kernels"] = best_of(lambda: submit(lambda enc: exe._record(enc, inst, bindings)))
-    for entry in inst.module.kernels:
+    split = {"empty submit + wait": best_of(lambda: (dev.submit_command_buffer(dev.create_command_encoder().finish()),
+                                                     dev.wait())),
+             "fills only": submit([]), "all fills + kernels": submit(all_kernels)}
+    for entry in all_kernels:
         if entry.threads:
-            split[f"kernel {entry.name} ({entry.threads} threads)"] = best_of(lambda: submit(kernel(entry)))
+            split[f"kernel {entry.name} ({entry.threads} threads, + fills)"] = submit([entry])
     return split
 
 
