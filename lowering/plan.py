@@ -336,8 +336,10 @@ def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
                 writers = g.writers(access)
                 others = [s for s in kernel.steps if s is not step
                           and any(a == access for a, _ in g.writes(s.tasklet.name))]
+                # a second write of this tasklet at another index collides with other threads' writes
+                shifted = any(a == access and w.index != m.index for a, w in g.writes(t.name))
                 exclusive = (not uses_connectors(m.index, t) and injective_axes(m.index, thread_syms)
-                             and not others)
+                             and not others and not shifted)
                 sole = (len(writers) == 1 and exclusive and t.condition is sympy.true
                         and covers(m.index, step.parallel, g.containers[m.container].shape))
                 if m.accumulate is None or sole:

@@ -24,6 +24,7 @@ from ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, connector_symbol, inde
 from .activity import Activity, Pair, analyse, latest_versions
 from .derivatives import guarded_product, shared_subexpressions, tasklet_partials
 from .errors import DifferentiationError
+from .transpose import gather_stencils
 
 
 def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
@@ -75,6 +76,7 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
                  {input_nodes[x]: gradients[x] for x in inputs},
                  {output_nodes[o]: seeds[o] for o in output_nodes if output_nodes[o] in activity.versions},
                  ).build()
+    gather_stencils(graph)
 
     graph.meta.setdefault("seeds", {}).update(seeds)
     graph.meta.setdefault("gradients", {}).update(gradients)

@@ -1,0 +1,184 @@
+"""Stencil transposition: colliding scatter-adds of the reverse pass become gathers.
+
+The reverse of the reads ``a[i + c]`` of a stencil is one accumulating write
+``grad_a[i + c] += ...`` per tap; neighbouring iterations hit the same
+element, so on a parallel device these writes need atomics (or lose
+updates).  Solving each write index for the iteration that produced it
+(``i = o - c``) gives a single tasklet per gradient element ``o`` that sums
+the contributions of exactly the iterations that wrote it: one plain write,
+no atomic.  The boundaries stay exact because each term is guarded by its
+iteration's domain and condition, and a guarded-off term never reads outside
+a container because the shifted read indices are clamped into it.
+
+This runs at the end of ``add_backward_pass`` rather than inside kernel
+planning: the result is an ordinary graph, so every device (the numpy
+interpreter included) runs the same gather, ``backward_graph()`` shows it
+(``meta["strategy"] == "gather"``, drawn by the renderer) and the planner
+needs no special case.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import sympy
+
+from ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, connector_symbol, index_symbol
+
+from .derivatives import shared_subexpressions
+
+
+def shift_solution(index: Sequence[sympy.Expr], domain: Sequence[tuple],
+                   targets: Sequence[sympy.Symbol]) -> tuple[dict, list] | None:
+    """The iteration writing element ``targets`` through ``index``, when every
+    component is a constant or ``s + c`` over distinct domain symbols using
+    all of them: ``({s: target - c}, [conditions for that iteration to exist]``);
+    None for any other index (gathers, strides, reductions)."""
+    symbols = {s for s, _, _ in domain}
+    ranges = {s: (b, e) for s, b, e in domain}
+    solution: dict[sympy.Symbol, sympy.Expr] = {}
+    conditions = []
+    for e, o in zip(map(sympy.sympify, index), targets):
+        free = e.free_symbols & symbols
+        if any(not s.is_positive for s in e.free_symbols - symbols):  # an integer connector
+            return None
+        if not free:
+            conditions.append(sympy.Eq(o, e))
+            continue
+        if len(free) != 1:
+            return None
+        s = free.pop()
+        offset = e - s
+        if s in solution or offset.free_symbols & symbols:
+            return None
+        solution[s] = o - offset
+        begin, end = ranges[s]
+        conditions += [sympy.Le(begin, o - offset), sympy.Lt(o - offset, end)]
+    return (solution, conditions) if len(solution) == len(symbols) else None
+
+
+def gather_stencils(graph: DataflowGraph) -> list[str]:
+    """Rewrite every gradient version with at least two shifted accumulating
+    writes (``grad[i + c] += ...``) into one gather tasklet; returns the new
+    tasklets' names."""
+    made = []
+    for node in graph.access_nodes():
+        access = node.id
+        if graph.containers[node.container].dtype not in FLOAT_DTYPES:
+            continue
+        targets = tuple(index_symbol(f"o{k}") for k in range(graph.containers[node.container].ndim))
+        candidates = []
+        for name, m in graph.writers(access):
+            t = graph.node(name)
+            if t.backward and m.accumulate == "sum":
+                solved = shift_solution(m.index, t.domain, targets)
+                if solved is not None:
+                    candidates.append((t, m, solved))
+        if len(candidates) >= 2:
+            made.append(_gather(graph, access, targets, candidates))
+    return made
+
+
+class _GatherReads:
+    """The gather tasklet's reads, one connector per distinct (version, index)."""
+
+    def __init__(self, graph: DataflowGraph):
+        self.graph = graph
+        self.reads: dict[str, tuple[str, tuple]] = {}
+        self.symbols: dict[tuple, sympy.Symbol] = {}
+
+    def symbol(self, access: str, index: tuple, base: str) -> sympy.Symbol:
+        key = (access, index)
+        if key not in self.symbols:
+            conn = f"{base}_{len(self.reads)}"
+            self.reads[conn] = key
+            dtype = self.graph.containers[self.graph.node(access).container].dtype
+            self.symbols[key] = connector_symbol(conn, dtype)
+        return self.symbols[key]
+
+
+def _clamped(graph: DataflowGraph, access: str, index: tuple, targets: Sequence[sympy.Symbol],
+             target_shape: tuple) -> tuple:
+    """``index`` with every component that moves with the gathered element kept
+    inside the read container (the term using it is guarded off there)."""
+    shape = graph.containers[graph.node(access).container].shape
+    out = []
+    for e, n in zip(index, shape):
+        e = sympy.sympify(e)
+        in_range = any(e == o and n == m for o, m in zip(targets, target_shape))
+        if e.free_symbols & set(targets) and not in_range:
+            e = sympy.Min(sympy.Max(e, 0), n - 1)
+        out.append(e)
+    return tuple(out)
+
+
+def _term(graph: DataflowGraph, t: Tasklet, m: Memlet, solution: dict, reads: _GatherReads,
+          targets: Sequence[sympy.Symbol], target_shape: tuple) -> sympy.Expr:
+    """The contribution of ``t``'s write ``m`` to gathered element ``targets``,
+    reading (closed over gather indices) what ``t`` read, at shifted indices."""
+    conn_of = {sym: conn for conn, sym in t.inputs.items()}
+    read_of = {rm.connector: (a, rm.index) for a, rm in graph.reads(t.name)}
+    subs = dict(solution)
+
+    def bring(conn: str) -> None:
+        sym = t.inputs[conn]
+        if sym in subs:
+            return
+        access, index = read_of[conn]
+        for e in index:
+            for s in sympy.sympify(e).free_symbols & conn_of.keys():
+                bring(conn_of[s])
+        shifted = tuple(sympy.sympify(e).xreplace(subs) for e in index)
+        subs[sym] = reads.symbol(access, _clamped(graph, access, shifted, targets, target_shape), conn)
+
+    expr = t.body[m.connector]
+    for s in sympy.sympify(expr).free_symbols & conn_of.keys():
+        bring(conn_of[s])
+    return expr.xreplace(subs)
+
+
+def _gather(graph: DataflowGraph, access: str, targets: tuple, candidates: list) -> str:
+    container = graph.containers[graph.node(access).container]
+    reads = _GatherReads(graph)
+    total = sympy.S.Zero
+    for t, m, (solution, conditions) in candidates:
+        valid = sympy.And(*conditions, t.condition.xreplace(solution))
+        term = _term(graph, t, m, solution, reads, targets, container.shape)
+        total += term if valid is sympy.true else sympy.Piecewise((term, valid), (0, True))
+    sole = len(candidates) == len(graph.writers(access))
+    for name in dict.fromkeys(t.name for t, _, _ in candidates):
+        _drop_writes(graph, graph.node(name), {m.connector for u, m, _ in candidates if u.name == name})
+    first = candidates[0][0]
+    forward = list(dict.fromkeys(t.meta.get("forward_tasklet") for t, _, _ in candidates))
+    values = {t.meta.get("forward_values", "none") for t, _, _ in candidates}
+    forward_values = next(v for v in ("stored", "recompute", "none") if v in values)
+    gather = graph.add_tasklet(
+        f"gather_{container.name}", tuple((o, 0, n) for o, n in zip(targets, container.shape)),
+        {"d": total}, reads.reads, {"d": (access, targets, None if sole else "sum")},
+        source=first.source, backward=True, strategy="gather", forward_tasklet=forward[0],
+        forward_tasklets=forward, forward_values=forward_values, write_modes={"d": "plain" if sole else "sum"},
+        cse=dict(zip(("replacements", "body"), shared_subexpressions((("d", total),)))))
+    return gather.name
+
+
+def _drop_writes(graph: DataflowGraph, t: Tasklet, connectors: set[str]) -> None:
+    """Remove outputs of ``t`` (now computed by a gather), and the reads only they needed."""
+    writes = [(a, m) for a, m in graph.writes(t.name) if m.connector not in connectors]
+    reads = graph.reads(t.name)
+    graph.remove_tasklet(t.name)
+    if not writes:
+        return
+    body = {m.connector: t.body[m.connector] for _, m in writes}
+    needed = set().union(*(sympy.sympify(e).free_symbols for e in body.values()),
+                         *(sympy.sympify(i).free_symbols for _, m in writes for i in m.index))
+    kept: dict[str, tuple[str, tuple]] = {}
+    pending = [r for r in reads if t.inputs[r[1].connector] in needed]
+    while pending:  # close over the connectors that gathered read indices use
+        a, rm = pending.pop()
+        kept[rm.connector] = (a, rm.index)
+        used = set().union(*(sympy.sympify(i).free_symbols for i in rm.index))
+        pending += [r for r in reads if t.inputs[r[1].connector] in used and r[1].connector not in kept]
+    meta = dict(t.meta)
+    meta["write_modes"] = {c: v for c, v in meta.get("write_modes", {}).items() if c in body}
+    meta["cse"] = dict(zip(("replacements", "body"), shared_subexpressions(tuple(body.items()))))
+    graph.add_tasklet(t.name, t.domain, body, kept, {m.connector: (a, m.index, m.accumulate) for a, m in writes},
+                      condition=t.condition, source=t.source, backward=True, **meta)
