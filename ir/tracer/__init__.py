@@ -3,10 +3,10 @@
 
 Modules, one job each: ``traced_array`` (the array/view model), ``emit``
 (containers, reads, SSA writes), ``elementwise``, ``reductions``, ``linalg``,
-``indexing`` (views and stores), ``creation`` (np.zeros & co. while tracing),
+``indexing`` (views and stores), ``indirect`` (index arrays: gathers, np.add.at), ``creation`` (np.zeros & co. while tracing),
 ``maps`` (sd.map), ``trace`` (entry point, results, cache), ``errors``.
 """
-from . import creation, elementwise, indexing, linalg, reductions  # noqa: F401 (register the ops)
+from . import creation, elementwise, indexing, indirect, linalg, reductions  # noqa: F401 (register the ops)
 from .errors import (MissingSpecError, ScalarConversionError, ShapeMismatchError, TracedBranchError, TraceError,
                      TraceIndexError, UnsupportedOperationError, UntracedWriteError)
 from .maps import map  # noqa: A004

@@ -11,6 +11,7 @@ from .elementwise import constant_operand, result_dtype
 from .emit import (as_arith, as_bool, broadcast_index, broadcast_shapes, domain_symbols, new_array, read, same,
                    scalar_expr, shape_str, write)
 from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError
+from .indirect import getitem_indirect, is_index_array
 from .maps import MapValue, map_read, map_write
 from .reductions import normalize_axes
 from .traced_array import TracedArray, placeholders
@@ -25,11 +26,12 @@ def _expand_key(op: str, key, ndim: int) -> list:
     """The key as one item per dimension plus None items (new axes)."""
     items = list(key) if isinstance(key, tuple) else [key]
     for item in items:
-        if not (item is None or item is Ellipsis or isinstance(item, (slice, MapValue)) or _is_int(item)):
+        if not (item is None or item is Ellipsis or isinstance(item, (slice, MapValue)) or _is_int(item)
+                or is_index_array(item)):
             kind = "boolean/array indexing" if hasattr(item, "shape") or isinstance(item, list) else \
                 f"an index of type {type(item).__name__}"
             raise UnsupportedOperationError(op, f"{kind} is not traceable; use basic slicing, integers, "
-                                            "None or an sd.map loop")
+                                            "None, an int32 index array or an sd.map loop")
     if sum(item is Ellipsis for item in items) > 1:
         raise TraceIndexError(op, "an index can only have a single ellipsis")
     consuming = sum(item is not None and item is not Ellipsis for item in items)
@@ -84,6 +86,8 @@ def getitem(arr: TracedArray, key):
             raise UnsupportedOperationError(op, "inside an sd.map body, index every dimension with one "
                                             "index (a[i, j]); slices and None are not allowed there")
         return map_read(arr, _scalar_key(op, arr, items))
+    if any(is_index_array(item) for item in items):
+        return getitem_indirect(arr, items)
     old = placeholders(arr.ndim)
     new = iter(placeholders(len(items)))
     sub, shape, dim = {}, [], 0
@@ -114,6 +118,9 @@ def _scalar_key(op: str, arr: TracedArray, items) -> tuple:
 def setitem(arr: TracedArray, key, value) -> None:
     op = "setitem"
     items = _expand_key(op, key, arr.ndim)
+    if any(is_index_array(item) for item in items):
+        raise UnsupportedOperationError(op, "storing through an index array is not traceable (repeated indices "
+                                        "would race); accumulate with np.add.at(out, idx, v)")
     if isinstance(value, MapValue) or any(isinstance(item, MapValue) for item in items):
         if any(item is None or isinstance(item, slice) for item in items):
             raise UnsupportedOperationError(op, "inside an sd.map body, write one element (out[i, j] = v); "

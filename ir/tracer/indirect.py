@@ -1,0 +1,105 @@
+"""Indirect accesses at array level: ``a[idx]``, ``np.take`` and ``np.add.at``
+with integer index arrays.
+
+Each is one tasklet whose memlet index uses the integer connector reading
+``idx`` (graph.py's gather/scatter form), so the reverse pass sees an ordinary
+read or accumulating write and transposes it: a gather's gradient is a
+scatter-add, a scatter-add's gradient a gather.  Indices must lie in
+``[0, n)``: negative indices do not wrap (``check_bounds=True`` on a program
+reports them).
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from .dispatch import implements
+from .elementwise import constant_operand
+from .emit import (as_arith, broadcast_index, broadcast_shapes, domain_symbols, new_array, read, scalar_expr,
+                   shape_str, write)
+from .errors import ShapeMismatchError, UnsupportedOperationError
+from .reductions import normalize_axes
+from .traced_array import TracedArray
+
+
+def is_index_array(item) -> bool:
+    """A traced or numpy integer array used as an index."""
+    return (isinstance(item, TracedArray) and item.dtype_name == "int32") or \
+        (isinstance(item, np.ndarray) and item.ndim > 0 and np.issubdtype(item.dtype, np.integer))
+
+
+def _index_array(op: str, idx, trace) -> TracedArray:
+    if isinstance(idx, np.ndarray) and is_index_array(idx):
+        return constant_operand(trace, idx.astype(np.int32))
+    if is_index_array(idx):
+        return idx
+    kind = (f"a traced {idx.dtype_name} array" if isinstance(idx, TracedArray)
+            else f"a {type(idx).__name__}")
+    raise UnsupportedOperationError(op, f"indices must be a traced int32 array (an argument such as "
+                                    f"idx: sd.i32[n], or np.arange/np.array inside the program); got {kind}")
+
+
+def gather(op: str, a: TracedArray, idx: TracedArray, axis: int) -> TracedArray:
+    """``np.take(a, idx, axis)``: idx's dimensions replace ``axis``."""
+    shape = a.sym_shape[:axis] + idx.sym_shape + a.sym_shape[axis + 1:]
+    out = new_array(a.trace, shape, a.dtype_name, "gather")
+    syms = domain_symbols(len(shape))
+    reads: dict = {}
+    position = read(idx, syms[axis:axis + idx.ndim], "idx", reads)
+    value = read(a, syms[:axis] + (position,) + syms[axis + idx.ndim:], "x", reads)
+    write(op, out, syms, tuple((s, 0, d) for s, d in zip(syms, shape)), value, reads)
+    return out
+
+
+@implements(np.take)
+def take(a, indices, axis=None, out=None, mode=None):
+    if out is not None or mode is not None:
+        raise UnsupportedOperationError("numpy.take", "out= and mode= are not supported")
+    idx = _index_array("numpy.take", indices, a.trace)
+    if axis is None:
+        return gather("numpy.take", np.reshape(a, -1), idx, 0)
+    return gather("numpy.take", a, idx, normalize_axes("numpy.take", axis, a.ndim)[0])
+
+
+def getitem_indirect(arr: TracedArray, items: list):
+    """``arr[..., idx, ...]`` with one index array among slices and None: basic
+    indexing for the rest, then a gather along the array's axis, placed where
+    numpy places advanced-index dimensions."""
+    op = "getitem"
+    arrays = [k for k, item in enumerate(items) if is_index_array(item)]
+    if len(arrays) > 1 or any(not (item is None or isinstance(item, slice)) for k, item in enumerate(items)
+                              if k not in arrays):
+        raise UnsupportedOperationError(op, "an index array can be combined with slices and None only, "
+                                        "one index array per subscript (use np.take twice)")
+    at = arrays[0]
+    idx = _index_array(op, items[at], arr.trace)
+    basic = arr[tuple(slice(None) if k == at else item for k, item in enumerate(items))]
+    return gather(op, basic, idx, at)
+
+
+@implements("add.at")
+def add_at(target, indices, values) -> None:
+    """``np.add.at(target, idx, v)``: unbuffered, so repeated indices all add."""
+    op = "numpy.add.at"
+    if not isinstance(target, TracedArray):
+        raise UnsupportedOperationError(op, "the target must be a traced array (np.zeros(...) in the program)")
+    if isinstance(indices, tuple):
+        if len(indices) != 1:
+            raise UnsupportedOperationError(op, "one index array (along axis 0) is supported")
+        indices = indices[0]
+    idx = _index_array(op, indices, target.trace)
+    region = idx.sym_shape + target.sym_shape[1:]
+    values = constant_operand(target.trace, values)
+    syms = domain_symbols(len(region))
+    reads: dict = {}
+    position = read(idx, syms[:idx.ndim], "idx", reads)
+    if isinstance(values, TracedArray):
+        if broadcast_shapes(op, values.sym_shape, region) != tuple(sympy.sympify(d) for d in region):
+            raise ShapeMismatchError(op, f"values of shape {shape_str(values.sym_shape)} do not broadcast "
+                                     f"to the indexed region {shape_str(region)}")
+        value = as_arith(read(values, broadcast_index(values.sym_shape, region, syms), "x", reads),
+                         values.dtype_name)
+    else:
+        value = scalar_expr(values)
+    write(op, target, (position,) + syms[idx.ndim:], tuple((s, 0, d) for s, d in zip(syms, region)), value,
+          reads, accumulate="sum")
