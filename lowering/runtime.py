@@ -21,6 +21,7 @@ from ir.graph import DTYPES, DataflowGraph
 
 from . import cache, devices
 from .codegen import DISPATCHER, Module, generate, identifier
+from .deterministic import check_atomic_free, owner_computes
 from .plan import LoweringError, Plan, plan
 from .printer import is_exact_in_double
 from .source_view import SlangSource
@@ -115,8 +116,10 @@ class _Instance:
 class Executable:
     """A compiled program: ``exe(inputs) -> {result: array}``."""
 
-    def __init__(self, graph: DataflowGraph, device: str, sizes: Mapping[str, int] | None = None):
+    def __init__(self, graph: DataflowGraph, device: str, sizes: Mapping[str, int] | None = None,
+                 deterministic: bool = False):
         self.graph = graph
+        self.deterministic = deterministic
         self.device = device
         self.sizes = dict(sizes or {})
         self._instances: dict[tuple, _Instance] = {}
@@ -155,6 +158,8 @@ class Executable:
             start = time.perf_counter()
             before = cache.stats["compiles"]
             p = plan(self.graph, sizes)
+            if self.deterministic:
+                check_atomic_free(p)
             module = generate(p)
             dev = devices.get_device(self.device)
             entries = [DISPATCHER] if self.device == "cpu" else [f"{k.name}_main" for k in module.kernels]
@@ -254,13 +259,18 @@ class Executable:
         return dispatches
 
 
-def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str, int] | None = None) -> Executable:
+def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str, int] | None = None,
+            deterministic: bool = False) -> Executable:
     """Lower ``graph`` for a device (``None``: ``$SYMDIFF_DEVICE`` or ``"auto"``).
 
     Sizes left symbolic are bound at call time; each distinct binding gets its
     own module, compiled once.  A float64 program using a transcendental is
     refused on lavapipe (its double ``exp``/``sin``/``log``/... are wrong) or,
     under ``"auto"``, routed to the CPU device.
+
+    ``deterministic=True``: no float atomics (``lowering.deterministic``), so
+    repeated runs give bitwise identical results; a LoweringError names a
+    tasklet that cannot be made atomic-free.
     """
     requested = devices.requested(device)
     kind = devices.resolve(device)
@@ -272,4 +282,6 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
             raise UnsupportedOnDevice(
                 "lavapipe (software Vulkan) computes double-precision exp/sin/log/pow/tanh wrongly; "
                 f"tasklets {', '.join(bad)} use them on float64 data. Use device='cpu', or float32.")
-    return Executable(graph, kind, sizes)
+    if deterministic:
+        graph = owner_computes(graph)
+    return Executable(graph, kind, sizes, deterministic)

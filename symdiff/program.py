@@ -39,12 +39,15 @@ class DifferentiableProgram:
     """A traced array program with forward, gradient and inspection methods."""
 
     def __init__(self, builder: GraphBuilder, arg_names: Sequence[str],
-                 annotations: Mapping[str, ArraySpec], name: str, device: str | None = None):
+                 annotations: Mapping[str, ArraySpec], name: str, device: str | None = None,
+                 deterministic: bool = False, check_bounds: bool = False):
         self._builder = builder
         self.arg_names = list(arg_names)
         self._annotations = dict(annotations)
         self.name = name
         self.device = device
+        self.deterministic = deterministic
+        self.check_bounds = check_bounds
         self._graphs: dict[tuple, ir.DataflowGraph] = {}
         self._backward: dict[tuple, ir.DataflowGraph] = {}
         self._executables: dict[tuple, Any] = {}
@@ -114,7 +117,7 @@ class DifferentiableProgram:
         device = device or self.device or default_device()
         key = (id(graph), device)
         if key not in self._executables:
-            self._executables[key] = lowering.compile(graph, device=device)
+            self._executables[key] = lowering.compile(graph, device=device, deterministic=self.deterministic)
         return self._executables[key]
 
     # -- public: inspection -------------------------------------------------------
@@ -174,6 +177,8 @@ class DifferentiableProgram:
     def _run(self, graph: ir.DataflowGraph, inputs: Mapping[str, Any], device: str | None,
              device_arrays: bool) -> dict[str, Any]:
         exe = self._executable(graph, device)
+        if self.check_bounds:
+            ir.check_index_arguments(graph, inputs)
         return exe(dict(inputs), return_device_arrays=device_arrays)
 
     @staticmethod
@@ -262,7 +267,8 @@ class DifferentiableProgram:
             graph = parent._backward_graph(specs, names).copy()
             return seal_gradients(graph, outputs[0], names)
 
-        return DifferentiableProgram(build, self.arg_names, self._annotations, f"grad({self.name})", self.device)
+        return DifferentiableProgram(build, self.arg_names, self._annotations, f"grad({self.name})", self.device,
+                                     self.deterministic, self.check_bounds)
 
     def __repr__(self) -> str:
         return f"<differentiable_program {self.name}({', '.join(self.arg_names)})>"
@@ -291,14 +297,19 @@ def seal_gradients(graph: ir.DataflowGraph, output: str, wrt: Sequence[str]) -> 
     return graph
 
 
-def differentiable_program(fn: Callable | None = None, *, device: str | None = None):
+def differentiable_program(fn: Callable | None = None, *, device: str | None = None, deterministic: bool = False,
+                           check_bounds: bool = False):
     """Decorate a numpy-style function (or index-level code with ``sd.map``).
 
     Arguments annotated with ``sd.f32[...]``-style specs fix their dtype and
     shape; unannotated ones take them from the first call's values.
+    ``deterministic=True``: no float atomics, bitwise reproducible results
+    (slower scatters).  ``check_bounds=True``: index arguments are checked on
+    the host before each run (``ir.IndexOutOfRange``), since kernels do not.
     """
     if fn is None:
-        return lambda f: differentiable_program(f, device=device)
+        return lambda f: differentiable_program(f, device=device, deterministic=deterministic,
+                                                check_bounds=check_bounds)
     params = list(inspect.signature(fn).parameters)
     hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items()
              if k in params and isinstance(v, ArraySpec)}
@@ -306,7 +317,7 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
     def build(specs: tuple[ArraySpec, ...]) -> ir.DataflowGraph:
         return ir.trace(fn, *specs)
 
-    program = DifferentiableProgram(build, params, hints, fn.__name__, device)
+    program = DifferentiableProgram(build, params, hints, fn.__name__, device, deterministic, check_bounds)
     program.function = fn
     return program
 

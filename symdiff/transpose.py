@@ -23,6 +23,7 @@ from typing import Sequence
 import sympy
 
 from ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, connector_symbol, index_symbol
+from ir.rewrite import drop_outputs
 
 from .derivatives import shared_subexpressions
 
@@ -146,7 +147,9 @@ def _gather(graph: DataflowGraph, access: str, targets: tuple, candidates: list)
         total += term if valid is sympy.true else sympy.Piecewise((term, valid), (0, True))
     sole = len(candidates) == len(graph.writers(access))
     for name in dict.fromkeys(t.name for t, _, _ in candidates):
-        _drop_writes(graph, graph.node(name), {m.connector for u, m, _ in candidates if u.name == name})
+        rest = drop_outputs(graph, name, {m.connector for u, m, _ in candidates if u.name == name})
+        if rest is not None:
+            rest.meta["cse"] = _cse(rest.body)
     first = candidates[0][0]
     forward = list(dict.fromkeys(t.meta.get("forward_tasklet") for t, _, _ in candidates))
     values = {t.meta.get("forward_values", "none") for t, _, _ in candidates}
@@ -156,29 +159,10 @@ def _gather(graph: DataflowGraph, access: str, targets: tuple, candidates: list)
         {"d": total}, reads.reads, {"d": (access, targets, None if sole else "sum")},
         source=first.source, backward=True, strategy="gather", forward_tasklet=forward[0],
         forward_tasklets=forward, forward_values=forward_values, write_modes={"d": "plain" if sole else "sum"},
-        cse=dict(zip(("replacements", "body"), shared_subexpressions((("d", total),)))))
+        cse=_cse({"d": total}))
     return gather.name
 
 
-def _drop_writes(graph: DataflowGraph, t: Tasklet, connectors: set[str]) -> None:
-    """Remove outputs of ``t`` (now computed by a gather), and the reads only they needed."""
-    writes = [(a, m) for a, m in graph.writes(t.name) if m.connector not in connectors]
-    reads = graph.reads(t.name)
-    graph.remove_tasklet(t.name)
-    if not writes:
-        return
-    body = {m.connector: t.body[m.connector] for _, m in writes}
-    needed = set().union(*(sympy.sympify(e).free_symbols for e in body.values()),
-                         *(sympy.sympify(i).free_symbols for _, m in writes for i in m.index))
-    kept: dict[str, tuple[str, tuple]] = {}
-    pending = [r for r in reads if t.inputs[r[1].connector] in needed]
-    while pending:  # close over the connectors that gathered read indices use
-        a, rm = pending.pop()
-        kept[rm.connector] = (a, rm.index)
-        used = set().union(*(sympy.sympify(i).free_symbols for i in rm.index))
-        pending += [r for r in reads if t.inputs[r[1].connector] in used and r[1].connector not in kept]
-    meta = dict(t.meta)
-    meta["write_modes"] = {c: v for c, v in meta.get("write_modes", {}).items() if c in body}
-    meta["cse"] = dict(zip(("replacements", "body"), shared_subexpressions(tuple(body.items()))))
-    graph.add_tasklet(t.name, t.domain, body, kept, {m.connector: (a, m.index, m.accumulate) for a, m in writes},
-                      condition=t.condition, source=t.source, backward=True, **meta)
+def _cse(body: dict) -> dict:
+    """A backward tasklet's ``meta["cse"]`` (see ``add_backward_pass``)."""
+    return dict(zip(("replacements", "body"), shared_subexpressions(tuple(body.items()))))

@@ -1,0 +1,78 @@
+"""Atomic-free programs (``deterministic=True``): owner-computes loops for colliding writes.
+
+Float atomics make a sum's order depend on thread timing, so two runs on a
+parallel device can round differently.  With ``deterministic=True`` every
+float accumulating write the planner would make atomic (a scatter through an
+index array, a non-injective index map, one tasklet writing a version at
+several indices) is rewritten before planning into an *owner-computes* loop:
+one thread per target element runs over the writer's whole domain in a fixed
+order and adds the iterations whose write index is its element.  The sum is
+then computed in one order on every run and device.  Stencil-shaped reverse
+passes never get here: ``symdiff.transpose`` has already made them gathers.
+
+Cost: target elements x writer iterations instead of writer iterations, so a
+scatter into V rows costs about V times its atomic form (long loops are split
+in two stages by the planner, still in a fixed order).
+"""
+from __future__ import annotations
+
+import sympy
+
+from ir.graph import ACCUMULATION_IDENTITY, FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, index_symbol
+from ir.rewrite import drop_outputs, needed_reads
+
+from .plan import LoweringError, Plan, injective_axes, parallel_symbols, split_multi_output_tasklets, uses_connectors
+
+
+def colliding_writes(graph: DataflowGraph, t: Tasklet) -> list[Memlet]:
+    """Float accumulating writes of ``t`` whose targets collide across threads
+    (the planner's atomic writes)."""
+    writes = graph.writes(t.name)
+    par = parallel_symbols(graph, t)
+    out = []
+    for access, m in writes:
+        if m.accumulate is None or graph.containers[m.container].dtype not in FLOAT_DTYPES:
+            continue
+        shifted = any(a == access and w.index != m.index for a, w in writes)
+        if uses_connectors(m.index, t) or not injective_axes(m.index, par) or shifted:
+            out.append(m)
+    return out
+
+
+def owner_computes(graph: DataflowGraph) -> DataflowGraph:
+    """A copy of ``graph`` whose colliding float accumulations are owner-computes loops."""
+    g = graph.copy()
+    split_multi_output_tasklets(g)  # as the planner will: a split write may be a plain reduction
+    for t in g.tasklets():
+        colliding = colliding_writes(g, t)
+        for m in colliding:
+            _owner(g, t, m)
+        if colliding:
+            drop_outputs(g, t.name, {m.connector for m in colliding})
+    return g
+
+
+def _owner(graph: DataflowGraph, t: Tasklet, m: Memlet) -> None:
+    shape = graph.containers[m.container].shape
+    owners = tuple(index_symbol(f"owner{k}") for k in range(len(shape)))
+    mine = sympy.And(*(sympy.Eq(o, e) for o, e in zip(owners, m.index)))
+    body = sympy.Piecewise((t.body[m.connector], mine), (ACCUMULATION_IDENTITY[m.accumulate], True))
+    access = next(a for a, w in graph.writes(t.name) if w == m)
+    graph.add_tasklet(f"{t.name}_{m.connector}_owner", tuple((o, 0, n) for o, n in zip(owners, shape)) + t.domain,
+                      {m.connector: body}, needed_reads(graph, t, [body]), {m.connector: (access, owners, m.accumulate)},
+                      condition=t.condition, source=t.source, backward=t.backward,
+                      **{**t.meta, "strategy": "owner-computes"})
+
+
+def check_atomic_free(plan: Plan) -> None:
+    """Raise naming the tasklet if a float write of ``plan`` is still atomic."""
+    g = plan.graph
+    for kernel in plan.kernels:
+        for step in kernel.steps:
+            for w in step.writes:
+                if w.mode == "atomic" and g.containers[w.memlet.container].dtype in FLOAT_DTYPES:
+                    t = step.tasklet
+                    raise LoweringError(
+                        f"deterministic=True: tasklet {t.meta.get('origin', t.name)}"
+                        f"{' (' + t.source + ')' if t.source else ''} still needs a float atomic for "
+                        f"{w.memlet}; this program cannot be made atomic-free")
