@@ -6,7 +6,8 @@ executable: each kernel alone (its own command buffer, submit and wait), the
 buffer fills, an empty submit (the fixed cost of one submission), and the
 rest of a steady call, which is host-side work: Python in symdiff and
 lowering, recording the dispatches, allocating result buffers, uploading the
-seed and reading the scalar back.  It uses the executable's internals and is
+seed and reading the scalar back.  The compile of the first call is split
+into trace, differentiate and plan + generate + Slang compile.  It uses the executable's internals and is
 a diagnostic, not part of the bench's numbers.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import symdiff as sd
 from lowering import DeviceArray, devices
 
 from . import symdiff_runner
-from .timing import measure
+from .timing import measure, timed
 from .workloads import WORKLOADS
 
 
@@ -76,10 +77,15 @@ def main(argv: list[str]) -> None:
     size = workload.size(args.size)
     inputs = workload.inputs(size)
     program = sd.differentiable_program(symdiff_runner.program_function(workload, size))
+    wrt = list(workload.wrt)
+    print(f"{workload.name} {size.label} on {args.device}")
+    for stage, build in [("trace", lambda: program.graph), ("differentiate", lambda: program.backward_graph(wrt)),
+                         ("plan + generate + Slang compile",
+                          lambda: program.slang_source(wrt=wrt, device=args.device))]:
+        print(f"  first {stage:52s} {timed(build)[0] * 1e3:9.1f} ms")
     run = symdiff_runner.runner(workload, program, inputs, args.device)
     timing, _ = measure(run.value_and_grad, budget=2.0, k_max=10, limit=600.0)
-    print(f"{workload.name} {size.label} on {args.device}: first call {timing.first:.3f} s, "
-          f"steady value_and_grad min {timing.min * 1e3:.2f} ms (median {timing.median * 1e3:.2f} ms, k={timing.k})")
+    print(f"  first call (compiled above) {timing.first:.3f} s, steady value_and_grad min {timing.min * 1e3:.2f} ms (median {timing.median * 1e3:.2f} ms, k={timing.k})")
     exe = next(e for e in program._executables.values() if e.graph.meta.get("gradients"))
     print(f"  stats: {exe.stats()}")
     device_args = {n: sd.asarray(v, device=args.device) for n, v in inputs.items()}
