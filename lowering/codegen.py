@@ -17,6 +17,7 @@ import sympy
 
 from ir.graph import DataflowGraph, Memlet, Tasklet
 
+from .matmul import Tiling, tiling
 from .plan import Kernel, Plan, Step, extent
 from .printer import PRELUDE, SLANG_TYPES, SlangPrinter
 
@@ -75,16 +76,19 @@ def precision_of(graph: DataflowGraph, tasklet: Tasklet) -> str:
 
 
 class _KernelWriter:
-    def __init__(self, plan: Plan, kernel: Kernel, atomics: set):
+    def __init__(self, plan: Plan, kernel: Kernel, atomics: set, device: str):
         self.g = plan.graph
         self.plan = plan
         self.kernel = kernel
         self.atomics = atomics
         self.lines: list[str] = []
         self.buffers: dict[str, str] = {}
+        self.tiling = tiling(plan.graph, kernel, device)
+        self.threads = self.tiling.threads if self.tiling else kernel.threads
+        self.indent = 0  # extra depth of the per-output loop of a tiled kernel
 
     def emit(self, line: str, depth: int) -> None:
-        self.lines.append("    " * depth + line)
+        self.lines.append("    " * (depth + self.indent) + line)
 
     def buffer(self, access: str) -> str:
         name = buffer_name(access)
@@ -100,15 +104,89 @@ class _KernelWriter:
         return SlangPrinter("int", names).doprint(expr)
 
     def write(self) -> str:
-        k = self.kernel
+        k, tl = self.kernel, self.tiling
+        grid = tl.grid if tl else k.box
+        coord = "g" if tl else "t"  # a tiled kernel's thread coordinates count tiles
         self.emit("int lin = int(tid.x) + int(tid.y) * %d;" % ROW_THREADS, 1)
-        self.emit(f"if (lin >= {k.threads}) return;", 1)
-        strides = [math.prod(k.box[a + 1:]) for a in range(len(k.box))]
-        for a, (n, stride) in enumerate(zip(k.box, strides)):
-            self.emit(f"int t{a} = {_digit('lin', stride, n, a == 0)};", 1)
-        for step in k.steps:
-            self.step(step)
+        self.emit(f"if (lin >= {self.threads}) return;", 1)
+        strides = [math.prod(grid[a + 1:]) for a in range(len(grid))]
+        for a, (n, stride) in enumerate(zip(grid, strides)):
+            self.emit(f"int {coord}{a} = {_digit('lin', stride, n, a == 0)};", 1)
+        if tl is None:
+            for step in k.steps:
+                self.step(step)
+        else:
+            self.accumulate(tl)
+            self.per_output(tl)
         return "\n".join(self.lines)
+
+    def tile_point(self, tl: Tiling, a: int) -> str:
+        """Box coordinate along axis ``a`` of the current output of a tile."""
+        o, i = tl.axis(tl.outer), tl.axis(tl.inner)
+        start = f"g{a} * {tl.tile[a]}" if tl.tile[a] > 1 else f"g{a}"
+        return f"{start} + mm_u" if a == o else f"{start} + mm_v" if a == i else start
+
+    def accumulate(self, tl: Tiling) -> None:
+        """The matmul step's sums for a whole tile, kept in registers.  Rows past
+        the box's edge read a clamped (valid) element and are never stored."""
+        step, shape = tl.step, tl.shape
+        t = step.tasklet
+        p = identifier(t.name)
+        o, i = tl.axis(tl.outer), tl.axis(tl.inner)
+        n_o, n_i = tl.tile[o], tl.tile[i]
+        names: dict[sympy.Symbol, str] = {}
+        for a, (s, b, _) in enumerate(step.parallel):
+            pos = self.tile_point(tl, a)
+            if a in (o, i) and tl.box[a] % tl.tile[a]:
+                pos = f"min({pos}, {tl.box[a] - 1})"
+            names[s] = f"({pos} + {int(b)})" if int(b) else f"({pos})"
+        k, kb, _ = step.loop[0]
+        names[k] = f"(mm_r + {int(kb)})" if int(kb) else "mm_r"
+        acc_type = self.out_type(t, next(iter(t.body)))
+        by_conn = {r.connector: r for r in step.reads}
+        outer_read, inner_read = (by_conn[shape.a], by_conn[shape.b]) if tl.outer == shape.row else \
+            (by_conn[shape.b], by_conn[shape.a])
+        unroll = "[ForceUnroll] " if n_i <= 8 else ""  # a long inner loop is left to the vectoriser
+        self.emit(f"// tasklet {t.name}" + (f" ({t.source})" if t.source else "")
+                  + f": a {n_o}x{n_i} tile of outputs over ({tl.outer}, {tl.inner}) per thread, "
+                  f"summed over {k} in registers", 1)
+        self.emit(f"{acc_type} {p}_acc[{n_o}][{n_i}];", 1)
+        self.emit(f"for (int mm_u = 0; mm_u < {n_o}; mm_u++) for (int mm_v = 0; mm_v < {n_i}; mm_v++) "
+                  f"{p}_acc[mm_u][mm_v] = {SlangPrinter(acc_type).literal(0)};", 1)
+        self.emit(f"for (int mm_r = 0; mm_r < {extent(step.loop[0])}; mm_r++)", 1)
+        self.emit("{", 1)
+        outer_var, inner_var = f"{p}_{identifier(outer_read.connector)}", f"{p}_{identifier(inner_read.connector)}"
+        outer_type = STORAGE_TYPES[self.g.containers[outer_read.memlet.container].dtype]
+        inner_type = STORAGE_TYPES[self.g.containers[inner_read.memlet.container].dtype]
+        self.emit(f"{outer_type} {outer_var}[{n_o}];", 2)
+        self.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {n_o}; mm_u++) {outer_var}[mm_u] = "
+                  f"{self.buffer(outer_read.access)}[{self.flat_index(outer_read.memlet, names)}];", 2)
+        self.emit(f"{unroll}for (int mm_v = 0; mm_v < {n_i}; mm_v++)", 2)
+        self.emit("{", 2)
+        self.emit(f"{inner_type} {inner_var} = "
+                  f"{self.buffer(inner_read.access)}[{self.flat_index(inner_read.memlet, names)}];", 3)
+        self.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {n_o}; mm_u++) "
+                  f"{p}_acc[mm_u][mm_v] += {outer_var}[mm_u] * {inner_var};", 3)
+        self.emit("}", 2)
+        self.emit("}", 1)
+
+    def per_output(self, tl: Tiling) -> None:
+        """Every step of the kernel for each output of the tile, the matmul step
+        taking its value from the tile's sums."""
+        o, i = tl.axis(tl.outer), tl.axis(tl.inner)
+        self.emit("// the rest of the kernel, once per output of the tile", 1)
+        self.emit(f"for (int mm_u = 0; mm_u < {tl.tile[o]}; mm_u++)", 1)
+        self.emit(f"for (int mm_v = 0; mm_v < {tl.tile[i]}; mm_v++)", 1)
+        self.emit("{", 1)
+        for a in range(len(tl.box)):
+            self.emit(f"int t{a} = {self.tile_point(tl, a)};", 2)
+        if tl.box[o] % tl.tile[o] or tl.box[i] % tl.tile[i]:
+            self.emit(f"if (t{o} >= {tl.box[o]} || t{i} >= {tl.box[i]}) continue;", 2)
+        self.indent = 1
+        for step in self.kernel.steps:
+            self.step(step)
+        self.indent = 0
+        self.emit("}", 1)
 
     def step(self, step: Step) -> None:
         t = step.tasklet
@@ -127,6 +205,12 @@ class _KernelWriter:
         writes = [w for w in step.writes if w.access in self.plan.stored]
         outputs = {c: f"{p}_{identifier(c)}" for c in t.body}
         out_types = {c: self.out_type(t, c) for c in t.body}
+        if self.tiling is not None and step is self.tiling.step:
+            (c, var), coeff = outputs.popitem(), self.tiling.shape.coeff
+            scale = "" if coeff == 1 else f"{SlangPrinter(out_types[c]).doprint(coeff)} * "
+            self.emit(f"{out_types[c]} {var} = {scale}{p}_acc[mm_u][mm_v];", 1)
+            self.stores(step, writes, {c: var}, names, 1)
+            return
         depth = 1
         if step.loop:
             accs = {w.memlet.connector: w.memlet.accumulate for w in step.writes}
@@ -305,9 +389,10 @@ def _dispatcher(entries: list[KernelEntry], g: DataflowGraph) -> tuple[str, dict
     return text, buffers
 
 
-def generate(plan: Plan) -> Module:
-    """The Slang module for a plan: a function and entry point per kernel
-    (fill kernels first, in dispatch order) and the all-in-one dispatcher."""
+def generate(plan: Plan, device: str = "vulkan") -> Module:
+    """The Slang module for a plan on one device kind (matmul tiles are shaped
+    per device): a function and entry point per kernel (fill kernels first, in
+    dispatch order) and the all-in-one dispatcher."""
     g = plan.graph
     atomics: set = set()
     parts, entries = [], []
@@ -317,15 +402,16 @@ def generate(plan: Plan) -> Module:
             parts.append(text)
             entries.append(entry)
     for kernel in plan.kernels:
-        w = _KernelWriter(plan, kernel, atomics)
+        w = _KernelWriter(plan, kernel, atomics, device)
         body = w.write()
         described = ", ".join(s.tasklet.name + (f" ({s.tasklet.source})" if s.tasklet.source else "")
                               for s in kernel.steps)
         name = identifier(kernel.name)
-        comment = (f"// kernel {name}: {len(kernel.steps)} tasklet(s), {kernel.threads} thread(s) "
-                   f"over {list(kernel.box)}\n//   {described}")
+        comment = (f"// kernel {name}: {len(kernel.steps)} tasklet(s), {w.threads} thread(s) "
+                   f"over {list(kernel.box)}" + (f" in tiles of {list(w.tiling.tile)}" if w.tiling else "")
+                   + f"\n//   {described}")
         parts.append(_kernel_text(name, comment, _params(w.buffers, g), body))
-        entries.append(KernelEntry(name, 0, kernel.threads, dict(w.buffers)))
+        entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers)))
     for n, entry in enumerate(entries):
         entry.index = n
     dispatcher, buffers = _dispatcher(entries, g)

@@ -29,6 +29,8 @@ import sympy
 from ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Tasklet, connector_symbol
 from ir.sizes import substitute_sizes
 
+from .matmul import MIN_TILED_OUTPUTS, matmul_shape
+
 # A reduction longer than this, with fewer parallel points than
 # SPLIT_PARALLEL_LIMIT, is split in two stages: one thread summing millions of
 # elements would leave every other core (or GPU lane) idle.
@@ -169,6 +171,8 @@ def split_large_reductions(graph: DataflowGraph) -> None:
         length = math.prod(extent(r) for r in red_ranges)
         if not red_ranges or length < SPLIT_REDUCTION_MIN or points >= SPLIT_PARALLEL_LIMIT:
             continue
+        if points >= MIN_TILED_OUTPUTS and matmul_shape(graph, t) is not None:
+            continue  # register tiles over its outputs beat partial sums (lowering.matmul)
         chunks = max(2, min(SPLIT_TARGET_THREADS // max(points, 1), length // SPLIT_MIN_CHUNK))
         chunk_len = -(-length // chunks)
         chunks = -(-length // chunk_len)

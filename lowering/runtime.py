@@ -160,7 +160,7 @@ class Executable:
             p = plan(self.graph, sizes)
             if self.deterministic:
                 check_atomic_free(p)
-            module = generate(p)
+            module = generate(p, self.device)
             dev = devices.get_device(self.device)
             entries = [DISPATCHER] if self.device == "cpu" else [f"{k.name}_main" for k in module.kernels]
             kernels = cache.kernels(self.device, dev, module.source, entries)

@@ -1,0 +1,121 @@
+"""Register-blocked matmul kernels (lowering.matmul) against the interpreter on every device:
+tile edges, thin operands, batches, the transposed forms of the backward pass, fused epilogues."""
+import numpy as np
+import pytest
+import sympy
+
+import symdiff as sd
+from ir.graph import index_symbol
+from lowering.codegen import generate
+from lowering.matmul import matmul_shape, tiling
+from lowering.plan import plan
+from lowering_graphs import G, i, j, k, rng
+from test_programs import assert_agrees
+
+b_ = index_symbol("b")
+
+# (a index, b index, c index) over (i, j, k): c[i, j] += a * b and the backward pass's transposes
+LAYOUTS = {
+    "nn": ((i, k), (k, j), (i, j)),
+    "tn": ((k, i), (k, j), (i, j)),  # dW = X^T dY
+    "nt": ((i, k), (j, k), (i, j)),  # dX = dY W^T
+    "out_transposed": ((k, i), (k, j), (j, i)),
+}
+
+
+def matmul_graph(m: int, kk: int, n: int, layout: str = "nn", coeff=1, epilogue: bool = False,
+                 dtype: str = "float32"):
+    ia, ib, ic = LAYOUTS[layout]
+    ext = {i: m, j: n, k: kk}
+    shape = lambda ix: tuple(ext[s] for s in ix)  # noqa: E731
+    b = G(f"mm_{layout}", dtype).c("a", shape(ia), "argument").c("b", shape(ib), "argument")
+    b.c("c", shape(ic), "transient" if epilogue else "result")
+    b.t("mm", [(i, 0, m), (j, 0, n), (k, 0, kk)], coeff * b.s("x", "a") * b.s("y", "b"),
+        {"x": ("a", ia), "y": ("b", ib)}, ("c", ic), acc="sum")
+    if epilogue:
+        b.c("h", shape(ic), "result")
+        b.t("act", [(i, 0, m), (j, 0, n)], sympy.tanh(b.s("x", "c")) + 1, {"x": ("c", ic)}, ("h", ic))
+    r = rng()
+    inputs = {"a": r.standard_normal(shape(ia)).astype(dtype), "b": r.standard_normal(shape(ib)).astype(dtype)}
+    return b.g, inputs
+
+
+def kernel_tiling(graph, device):
+    p = plan(graph, {})
+    return [tiling(p.graph, kern, device) for kern in p.kernels]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("m, kk, n", [(64, 32, 48), (37, 19, 45), (300, 7, 5), (1, 33, 700), (700, 33, 1),
+                                      (9, 1, 300)])
+def test_tiled_matmul_matches_interpreter(layout, m, kk, n, device):
+    graph, inputs = matmul_graph(m, kk, n, layout)
+    assert_agrees(graph, inputs, device, rtol=1e-4, atol=1e-4)
+
+
+def test_large_outputs_are_tiled_and_edges_are_guarded(device):
+    graph, inputs = matmul_graph(123, 40, 601, "tn", coeff=3, epilogue=True)
+    (tl,) = kernel_tiling(graph, device)  # the epilogue is fused behind the matmul
+    assert tl is not None and tl.threads < 123 * 601
+    exe = assert_agrees(graph, inputs, device, rtol=1e-4, atol=1e-4)
+    assert "mm_acc" in exe.source and "continue;" in exe.source  # neither 123 nor 601 is a multiple of a tile
+
+
+def test_matmul_shape_reads_the_backward_forms():
+    for layout in LAYOUTS:
+        graph, _ = matmul_graph(40, 8, 30, layout)
+        (t,) = graph.tasklets()
+        shape = matmul_shape(graph, t)
+        assert (shape.row, shape.col, shape.k) == (i, j, k)
+
+
+def test_not_a_matmul():
+    # an elementwise product summed over one axis (the same symbols in both reads)
+    b = G("rowdot").c("a", (50, 60), "argument").c("b", (50, 60), "argument").c("c", (50,), "result")
+    b.t("d", [(i, 0, 50), (k, 0, 60)], b.s("x", "a") * b.s("y", "b"), {"x": ("a", (i, k)), "y": ("b", (i, k))},
+        ("c", (i,)), acc="sum")
+    (t,) = b.g.tasklets()
+    assert matmul_shape(b.g, t) is None
+    assert generate(plan(b.g, {}), "cpu").source.count("_acc[") == 0
+
+
+def test_batched_matmul(device):
+    nb, m, kk, n = 3, 33, 17, 29
+    b = G("bmm").c("a", (nb, m, kk), "argument").c("b", (nb, kk, n), "argument").c("c", (nb, m, n), "result")
+    b.t("bmm", [(b_, 0, nb), (i, 0, m), (j, 0, n), (k, 0, kk)], b.s("x", "a") * b.s("y", "b"),
+        {"x": ("a", (b_, i, k)), "y": ("b", (b_, k, j))}, ("c", (b_, i, j)), acc="sum")
+    r = rng()
+    inputs = {"a": r.standard_normal((nb, m, kk)).astype(np.float32),
+              "b": r.standard_normal((nb, kk, n)).astype(np.float32)}
+    (tl,) = kernel_tiling(b.g, device)
+    assert tl is not None and tl.tile[0] == 1
+    assert_agrees(b.g, inputs, device, rtol=1e-4, atol=1e-4)
+
+
+def test_float64_matmul(device):
+    graph, inputs = matmul_graph(70, 20, 50, "nt", dtype="float64")
+    assert_agrees(graph, inputs, device, rtol=1e-12, atol=1e-12)
+
+
+def test_mlp_gradients_through_tiled_kernels(device):
+    """Forward matmuls with a fused epilogue, dX = dY W^T, dW = X^T dY and a long
+    dW reduction kept whole (not split in two stages) against the interpreter."""
+    def mlp(x, w1, b1, w2):
+        h = np.tanh(x @ w1 + b1)
+        return np.sum((h @ w2) ** 2)
+
+    r = rng(1)
+    args = dict(x=r.standard_normal((4100, 24)).astype(np.float32),
+                w1=(r.standard_normal((24, 40)) / 5).astype(np.float32), b1=np.zeros(40, np.float32),
+                w2=(r.standard_normal((40, 9)) / 6).astype(np.float32))
+    program = sd.differentiable_program(mlp)
+    value, grads = program.value_and_grad(**args, wrt=["x", "w1", "b1", "w2"], device=device)
+    want_value, want = program.value_and_grad(**args, wrt=["x", "w1", "b1", "w2"], device="numpy")
+    np.testing.assert_allclose(value, want_value, rtol=1e-4)
+    for name in want:
+        np.testing.assert_allclose(grads[name], want[name], rtol=1e-3, atol=1e-4 * np.abs(want[name]).max(),
+                                   err_msg=name)
+    p = plan(program.backward_graph(["x", "w1", "b1", "w2"]), {})
+    assert not any("grad_matmul" in kern.name and "stage" in kern.name for kern in p.kernels)
+    assert sum(tiling(p.graph, kern, device) is not None for kern in p.kernels) >= 4
+
