@@ -193,7 +193,11 @@ def main(argv: list[str]) -> None:
         "rows": rows,
     }
     print(report.render(results))
-    report.write(results, ROOT / "bench" / "results.json", ROOT / "docs" / "benchmarks.md")
+    if args.quick or args.device or args.workload:
+        log("bench: partial run (--quick, --device or --workload): bench/results.json and docs/benchmarks.md "
+            "are left as they are")
+    else:
+        report.write(results, ROOT / "bench" / "results.json", ROOT / "docs" / "benchmarks.md")
 
 
 if __name__ == "__main__":
