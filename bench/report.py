@@ -39,13 +39,17 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _git_revision() -> str:
+def _git(*args: str) -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent)
-        return out.stdout.strip() or "unknown"
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
     except OSError:
-        return "unknown"
+        return ""
+
+
+def _git_revision() -> str:
+    """The commit measured, flagged when the measured packages differ from it."""
+    local = " + uncommitted changes" if _git("status", "--porcelain", "--", "ir", "symdiff", "lowering") else ""
+    return (_git("rev-parse", "--short", "HEAD") or "unknown") + local
 
 
 def machine_info() -> dict[str, Any]:
