@@ -26,11 +26,14 @@ SOFTWARE_ADAPTERS = ("llvmpipe", "lavapipe", "swiftshader", "softpipe")
 # (slangpy 0.43.1, Mesa 25 lavapipe), steady state / first call in process:
 #
 #   workload                          CPU device (-O3)      lavapipe
-#   MLP 4096x64 -> 128 -> 10 (relu, tanh)   192 ms / 1.6 s   209 ms / 1.3 s
+#   MLP 4096x64 -> 128 -> 10 (relu, tanh)    42 ms / 1.6 s    40 ms / 1.3 s
 #   tanh*exp+sin, 1M elements              109 ms / 1.0 s    37 ms / 0.2 s
 #   sum(x*x), 10M elements                 290 ms / 1.2 s   215 ms / 0.9 s
 #
-# The MLP is a tie (scalar matmul loops, ~1 GFLOP/s either way); lavapipe is
+# The MLP is still a tie, for other reasons than before: the register-blocked
+# matmul kernels (lowering.matmul) run 8-22 GFLOP/s on the CPU device against
+# 3-4 on lavapipe, while lavapipe wins the fused tanh epilogues and reductions
+# (192/209 ms with one thread per output, ~1 GFLOP/s either way); lavapipe is
 # 3x faster on transcendentals (both cores, vectorised libm), compiles in a
 # fraction of g++'s time and keeps an on-disk shader cache across processes
 # (the CPU device reruns g++ in every process).  So: lavapipe, then the CPU
