@@ -92,7 +92,7 @@ def run_symdiff(workload: Workload, size_name: str, inputs: dict[str, np.ndarray
     entry: dict[str, Any] = {}
     try:
         fn = symdiff_runner.program_function(workload, size)
-        program = sd.differentiable_program(fn)
+        program = sd.differentiable_program(fn, **workload.options)
         run = symdiff_runner.runner(workload, program, inputs, device)
         t, out = measure(run.value_and_grad, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
         entry["value_and_grad"] = t.as_dict()

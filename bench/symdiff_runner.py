@@ -34,7 +34,7 @@ def program_function(workload: Workload, size: Size) -> Callable:
     program.__name__ = program.__qualname__ = workload.name
     program.__signature__ = inspect.Signature(
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in size.shapes])
-    program.__annotations__ = {n: sd.f32[s] for n, s in size.shapes.items()}
+    program.__annotations__ = {n: (sd.i32 if n in workload.ints else sd.f32)[s] for n, s in size.shapes.items()}
     return program
 
 
@@ -71,7 +71,7 @@ def compile_seconds(workload: Workload, size: Size, device: str, fn: Callable | 
     would (the executable it caches is the one later calls run), without
     running it, so no run time has to be subtracted; the numpy interpreter
     compiles nothing, so there it is trace + differentiate."""
-    program = sd.differentiable_program(fn or program_function(workload, size))
+    program = sd.differentiable_program(fn or program_function(workload, size), **workload.options)
     if device == "numpy":
         return timed(lambda: program.backward_graph(wrt=list(workload.wrt)))[0]
     lowering.devices.get_device(device)  # created before the clock starts, as a resident input would

@@ -31,6 +31,13 @@ def positive(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     return rng.uniform(0.5, 2.0, shape).astype(np.float32)
 
 
+VOCAB = 1024
+
+
+def vocab_indices(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    return rng.integers(0, VOCAB, shape).astype(np.int32)
+
+
 def one_hot(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     return np.eye(shape[1], dtype=np.float32)[rng.integers(0, shape[1], shape[0])]
 
@@ -52,6 +59,8 @@ class Workload:
     uses_map: bool = False
     init: dict[str, Init] = field(default_factory=dict)   # default: standard normal
     tol: float = 1e-3               # relative L2 error of each gradient against the reference
+    ints: tuple[str, ...] = ()      # int32 (index) arguments; the rest are float32
+    options: dict = field(default_factory=dict)   # sd.differentiable_program keywords of this variant
 
     def size(self, which: str) -> Size:
         return {"small": self.small, "large": self.large}[which]
@@ -160,6 +169,24 @@ def map_stencil_functional(xp, a, w):
     return xp.sum(inner * inner)
 
 
+def embedding_bag(xp, emb, idx):
+    return xp.mean(xp.tanh(emb[idx].sum(axis=1)) ** 2)
+
+
+def stencil_5(xp, a):
+    """A 1-D five-point stencil in sd.map: its reverse is five shifted scatter-adds."""
+    n = a.shape[0]
+    out = xp.zeros_like(a)
+    for i in sd.map[2:n - 2]:
+        out[i] = 0.1 * a[i - 2] + 0.2 * a[i - 1] + 0.4 * a[i] + 0.2 * a[i + 1] + 0.1 * a[i + 2]
+    return xp.mean(xp.tanh(out))
+
+
+def stencil_5_functional(xp, a):
+    inner = 0.1 * a[:-4] + 0.2 * a[1:-3] + 0.4 * a[2:-2] + 0.2 * a[3:-1] + 0.1 * a[4:]
+    return xp.sum(xp.tanh(inner)) / a.shape[0]
+
+
 def sum_reduction(xp, x):
     return xp.sum(x * x)
 
@@ -199,6 +226,15 @@ WORKLOADS: list[Workload] = [
     Workload("map_stencil_sum", map_stencil,
              *_sizes("128x128", "2048x2048", a=((128, 128), (2048, 2048)), w=((2,), (2,))),
              wrt=("a", "w"), functional=map_stencil_functional, uses_map=True),
+    # atomic vs atomic-free reverse passes, side by side
+    *[Workload(f"embedding_bag{suffix}", embedding_bag,
+               *_sizes("V=1k,128x8 bags", "V=1k,1024x8 bags", emb=((VOCAB, 32), (VOCAB, 32)),
+                       idx=((128, 8), (1024, 8))),
+               wrt=("emb",), ints=("idx",), init={"idx": vocab_indices}, options=options)
+      for suffix, options in (("_atomic", {}), ("_deterministic", {"deterministic": True}))],
+    *[Workload(f"stencil_backward{suffix}", stencil_5, *_sizes("n=64k", "n=4M", a=((65_536,), (4_194_304,))),
+               wrt=("a",), functional=stencil_5_functional, uses_map=True, options=options)
+      for suffix, options in (("_atomic", {"stencil_gathers": False}), ("_gather", {}))],
     Workload("sum_reduction", sum_reduction, *_sizes("n=100k", "n=16M", x=((100_000,), (16_777_216,))),
              wrt=("x",)),
 ]

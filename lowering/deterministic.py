@@ -19,7 +19,7 @@ from __future__ import annotations
 import sympy
 
 from ir.graph import ACCUMULATION_IDENTITY, FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, index_symbol
-from ir.rewrite import drop_outputs, needed_reads
+from ir.rewrite import drop_outputs, needed_reads, solve_shifts
 
 from .plan import LoweringError, Plan, injective_axes, parallel_symbols, split_multi_output_tasklets, uses_connectors
 
@@ -53,15 +53,21 @@ def owner_computes(graph: DataflowGraph) -> DataflowGraph:
 
 
 def _owner(graph: DataflowGraph, t: Tasklet, m: Memlet) -> None:
+    """Index components ``s + c`` are solved for ``s`` (no loop over it); the
+    owner loops only over the iterations the others (the scatter) leave open."""
     shape = graph.containers[m.container].shape
     owners = tuple(index_symbol(f"owner{k}") for k in range(len(shape)))
-    mine = sympy.And(*(sympy.Eq(o, e) for o, e in zip(owners, m.index)))
+    solution, conditions, unsolved = solve_shifts(m.index, t.domain, owners)
+    mine = sympy.And(*(sympy.Eq(owners[k], m.index[k]) for k in unsolved))
     body = sympy.Piecewise((t.body[m.connector], mine), (ACCUMULATION_IDENTITY[m.accumulate], True))
+    reads = {c: (a, tuple(sympy.sympify(i).xreplace(solution) for i in index))
+             for c, (a, index) in needed_reads(graph, t, [body]).items()}
     access = next(a for a, w in graph.writes(t.name) if w == m)
-    graph.add_tasklet(f"{t.name}_{m.connector}_owner", tuple((o, 0, n) for o, n in zip(owners, shape)) + t.domain,
-                      {m.connector: body}, needed_reads(graph, t, [body]), {m.connector: (access, owners, m.accumulate)},
-                      condition=t.condition, source=t.source, backward=t.backward,
-                      **{**t.meta, "strategy": "owner-computes"})
+    domain = tuple((o, 0, n) for o, n in zip(owners, shape)) + tuple(r for r in t.domain if r[0] not in solution)
+    graph.add_tasklet(f"{t.name}_{m.connector}_owner", domain, {m.connector: body.xreplace(solution)}, reads,
+                      {m.connector: (access, owners, m.accumulate)},
+                      condition=sympy.And(t.condition.xreplace(solution), *conditions), source=t.source,
+                      backward=t.backward, **{**t.meta, "strategy": "owner-computes"})
 
 
 def check_atomic_free(plan: Plan) -> None:

@@ -28,7 +28,7 @@ from .transpose import gather_stencils
 
 
 def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
-                      outputs: Sequence[str]) -> dict[str, str]:
+                      outputs: Sequence[str], stencil_gathers: bool = True) -> dict[str, str]:
     """Add the reverse pass of ``outputs`` w.r.t. ``inputs``; return
     ``{input: gradient_container}``.
 
@@ -48,6 +48,9 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
       ``"none"``), ``meta["write_modes"]`` (``{connector: "plain"|"sum"}``:
       plain where the index map is injective and the gradient has a single
       contributor) and ``meta["cse"]`` (shared subexpressions of its body).
+
+    ``stencil_gathers``: turn shifted scatter-adds into gathers
+    (``symdiff.transpose``); off only to measure what that saves.
 
     Both meta dicts are merged across calls, so a second (higher-order) pass
     keeps the first pass's seeds; ``graph.meta["backward_passes"]`` lists
@@ -76,7 +79,8 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
                  {input_nodes[x]: gradients[x] for x in inputs},
                  {output_nodes[o]: seeds[o] for o in output_nodes if output_nodes[o] in activity.versions},
                  ).build()
-    gather_stencils(graph)
+    if stencil_gathers:
+        gather_stencils(graph)
 
     graph.meta.setdefault("seeds", {}).update(seeds)
     graph.meta.setdefault("gradients", {}).update(gradients)

@@ -40,7 +40,7 @@ class DifferentiableProgram:
 
     def __init__(self, builder: GraphBuilder, arg_names: Sequence[str],
                  annotations: Mapping[str, ArraySpec], name: str, device: str | None = None,
-                 deterministic: bool = False, check_bounds: bool = False):
+                 deterministic: bool = False, check_bounds: bool = False, stencil_gathers: bool = True):
         self._builder = builder
         self.arg_names = list(arg_names)
         self._annotations = dict(annotations)
@@ -48,6 +48,7 @@ class DifferentiableProgram:
         self.device = device
         self.deterministic = deterministic
         self.check_bounds = check_bounds
+        self.stencil_gathers = stencil_gathers
         self._graphs: dict[tuple, ir.DataflowGraph] = {}
         self._backward: dict[tuple, ir.DataflowGraph] = {}
         self._executables: dict[tuple, Any] = {}
@@ -108,7 +109,8 @@ class DifferentiableProgram:
         key = (specs, wrt)
         if key not in self._backward:
             graph = self._forward_graph(specs).copy()
-            grads = add_backward_pass(graph, inputs=list(wrt), outputs=graph.results)
+            grads = add_backward_pass(graph, inputs=list(wrt), outputs=graph.results,
+                                      stencil_gathers=self.stencil_gathers)
             graph.meta["gradients"] = grads
             self._backward[key] = graph
         return self._backward[key]
@@ -268,7 +270,7 @@ class DifferentiableProgram:
             return seal_gradients(graph, outputs[0], names)
 
         return DifferentiableProgram(build, self.arg_names, self._annotations, f"grad({self.name})", self.device,
-                                     self.deterministic, self.check_bounds)
+                                     self.deterministic, self.check_bounds, self.stencil_gathers)
 
     def __repr__(self) -> str:
         return f"<differentiable_program {self.name}({', '.join(self.arg_names)})>"
@@ -298,7 +300,7 @@ def seal_gradients(graph: ir.DataflowGraph, output: str, wrt: Sequence[str]) -> 
 
 
 def differentiable_program(fn: Callable | None = None, *, device: str | None = None, deterministic: bool = False,
-                           check_bounds: bool = False):
+                           check_bounds: bool = False, stencil_gathers: bool = True):
     """Decorate a numpy-style function (or index-level code with ``sd.map``).
 
     Arguments annotated with ``sd.f32[...]``-style specs fix their dtype and
@@ -306,10 +308,12 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
     ``deterministic=True``: no float atomics, bitwise reproducible results
     (slower scatters).  ``check_bounds=True``: index arguments are checked on
     the host before each run (``ir.IndexOutOfRange``), since kernels do not.
+    ``stencil_gathers=False`` keeps stencil reverse passes as scatter-adds
+    (atomics), to measure what the gathers save.
     """
     if fn is None:
         return lambda f: differentiable_program(f, device=device, deterministic=deterministic,
-                                                check_bounds=check_bounds)
+                                                check_bounds=check_bounds, stencil_gathers=stencil_gathers)
     params = list(inspect.signature(fn).parameters)
     hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items()
              if k in params and isinstance(v, ArraySpec)}
@@ -317,7 +321,8 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
     def build(specs: tuple[ArraySpec, ...]) -> ir.DataflowGraph:
         return ir.trace(fn, *specs)
 
-    program = DifferentiableProgram(build, params, hints, fn.__name__, device, deterministic, check_bounds)
+    program = DifferentiableProgram(build, params, hints, fn.__name__, device, deterministic, check_bounds,
+                                    stencil_gathers)
     program.function = fn
     return program
 

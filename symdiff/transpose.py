@@ -23,7 +23,7 @@ from typing import Sequence
 import sympy
 
 from ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, connector_symbol, index_symbol
-from ir.rewrite import drop_outputs
+from ir.rewrite import drop_outputs, solve_shifts
 
 from .derivatives import shared_subexpressions
 
@@ -32,29 +32,15 @@ def shift_solution(index: Sequence[sympy.Expr], domain: Sequence[tuple],
                    targets: Sequence[sympy.Symbol]) -> tuple[dict, list] | None:
     """The iteration writing element ``targets`` through ``index``, when every
     component is a constant or ``s + c`` over distinct domain symbols using
-    all of them: ``({s: target - c}, [conditions for that iteration to exist]``);
+    all of them: ``({s: target - c}, [conditions for that iteration to exist])``;
     None for any other index (gathers, strides, reductions)."""
-    symbols = {s for s, _, _ in domain}
-    ranges = {s: (b, e) for s, b, e in domain}
-    solution: dict[sympy.Symbol, sympy.Expr] = {}
-    conditions = []
-    for e, o in zip(map(sympy.sympify, index), targets):
-        free = e.free_symbols & symbols
-        if any(not s.is_positive for s in e.free_symbols - symbols):  # an integer connector
+    solution, conditions, unsolved = solve_shifts(index, domain, targets)
+    for k in unsolved:
+        e = sympy.sympify(index[k])
+        if e.free_symbols & {s for s, _, _ in domain} or any(not s.is_positive for s in e.free_symbols):
             return None
-        if not free:
-            conditions.append(sympy.Eq(o, e))
-            continue
-        if len(free) != 1:
-            return None
-        s = free.pop()
-        offset = e - s
-        if s in solution or offset.free_symbols & symbols:
-            return None
-        solution[s] = o - offset
-        begin, end = ranges[s]
-        conditions += [sympy.Le(begin, o - offset), sympy.Lt(o - offset, end)]
-    return (solution, conditions) if len(solution) == len(symbols) else None
+        conditions.append(sympy.Eq(targets[k], e))
+    return (solution, conditions) if len(solution) == len(domain) else None
 
 
 def gather_stencils(graph: DataflowGraph) -> list[str]:
