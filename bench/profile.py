@@ -76,7 +76,7 @@ def main(argv: list[str]) -> None:
     workload = next(w for w in WORKLOADS if w.name == args.workload)
     size = workload.size(args.size)
     inputs = workload.inputs(size)
-    program = sd.differentiable_program(symdiff_runner.program_function(workload, size))
+    program = sd.differentiable_program(symdiff_runner.program_function(workload, size), **workload.options)
     wrt = list(workload.wrt)
     print(f"{workload.name} {size.label} on {args.device}")
     for stage, build in [("trace", lambda: program.graph), ("differentiate", lambda: program.backward_graph(wrt)),
