@@ -20,8 +20,11 @@ from ir.graph import DataflowGraph, Memlet, Tasklet
 from .matmul import Tiling, tiling
 from .plan import Kernel, Plan, Step, extent
 from .printer import PRELUDE, SLANG_TYPES, SlangPrinter
-from .threads import GROUP_SIZE, Threads
+from .rowfusion import LoopGroup, RowKernel, reduces
 
+GROUP_SIZE = 256
+MAX_GROUPS = 65535  # per dispatch dimension
+ROW_THREADS = GROUP_SIZE * MAX_GROUPS  # threads per row of a 2-D dispatch
 
 # Slang type of a buffer element: bools travel as ints (structured buffers of
 # bool are not portable).
@@ -39,13 +42,14 @@ class KernelEntry:
 
     name: str
     index: int
-    threads: int  # points of the kernel's box (or of its tiles)
+    threads: int
     buffers: dict[str, str]  # entry-point parameter -> access node id
-    per_thread: int = 1  # consecutive points one dispatched thread runs
 
     @property
     def thread_count(self) -> list[int]:
-        return Threads(self.threads, self.per_thread).thread_count
+        if self.threads <= ROW_THREADS:
+            return [self.threads, 1, 1]
+        return [ROW_THREADS, -(-self.threads // ROW_THREADS), 1]
 
 
 @dataclass
@@ -82,8 +86,7 @@ class _KernelWriter:
         self.buffers: dict[str, str] = {}
         self.tiling = tiling(plan.graph, kernel, device)
         self.threads = self.tiling.threads if self.tiling else kernel.threads
-        self.mapping = Threads.for_device(self.threads, device)
-        self.indent = 0  # extra depth of the point loop and of the per-output loop of a tiled kernel
+        self.indent = 0  # extra depth of the per-output loop of a tiled kernel
 
     def emit(self, line: str, depth: int) -> None:
         self.lines.append("    " * (depth + self.indent) + line)
@@ -105,22 +108,21 @@ class _KernelWriter:
         k, tl = self.kernel, self.tiling
         grid = tl.grid if tl else k.box
         coord = "g" if tl else "t"  # a tiled kernel's thread coordinates count tiles
-        for line in self.mapping.open("lin"):
-            self.emit(line, 1)
-        self.indent += len(self.mapping.close())
+        self.emit("int lin = int(tid.x) + int(tid.y) * %d;" % ROW_THREADS, 1)
+        self.emit(f"if (lin >= {self.threads}) return;", 1)
         strides = [math.prod(grid[a + 1:]) for a in range(len(grid))]
         for a, (n, stride) in enumerate(zip(grid, strides)):
             self.emit(f"int {coord}{a} = {_digit('lin', stride, n, a == 0)};", 1)
         if tl is None:
-            for step in k.steps:
-                self.step(step)
+            self.steps()
         else:
             self.accumulate(tl)
             self.per_output(tl)
-        self.indent -= len(self.mapping.close())
-        for line in self.mapping.close():
-            self.emit(line, 1)
         return "\n".join(self.lines)
+
+    def steps(self) -> None:
+        for step in self.kernel.steps:
+            self.step(step)
 
     def tile_point(self, tl: Tiling, a: int) -> str:
         """Box coordinate along axis ``a`` of the current output of a tile."""
@@ -184,75 +186,105 @@ class _KernelWriter:
             self.emit(f"int t{a} = {self.tile_point(tl, a)};", 2)
         if tl.box[o] % tl.tile[o] or tl.box[i] % tl.tile[i]:
             self.emit(f"if (t{o} >= {tl.box[o]} || t{i} >= {tl.box[i]}) continue;", 2)
-        self.indent += 1
+        self.indent = 1
         for step in self.kernel.steps:
             self.step(step)
-        self.indent -= 1
+        self.indent = 0
         self.emit("}", 1)
 
     def step(self, step: Step) -> None:
         t = step.tasklet
         p = identifier(t.name)
-        names: dict[sympy.Symbol, str] = {}
+        names = self.names(step, {s: f"{p}_{identifier(s.name)}" for s, _, _ in step.parallel})
+        self.emit(f"// tasklet {t.name}" + (f" ({t.source})" if t.source else ""), 1)
         for a, (s, b, _) in enumerate(step.parallel):
-            names[s] = f"{p}_{identifier(s.name)}"
+            self.emit(f"int {names[s]} = t{a} + {int(b)};" if int(b) else f"int {names[s]} = t{a};", 1)
+        if self.tiling is not None and step is self.tiling.step:
+            (c, var), coeff = self.outputs(t).popitem(), self.tiling.shape.coeff
+            out_type = self.out_type(t, c)
+            scale = "" if coeff == 1 else f"{SlangPrinter(out_type).doprint(coeff)} * "
+            self.emit(f"{out_type} {var} = {scale}{p}_acc[mm_u][mm_v];", 1)
+            self.stores(step, {c: var}, names, 1)
+            return
+        if not step.loop:
+            self.point(step, names, 1, reducing=False)
+            return
+        self.accumulators(step)
+        self.emit(f"for (int r = 0; r < {math.prod(extent(r) for r in step.loop)}; r++)", 1)
+        self.emit("{", 1)
+        self.loop_coordinates(step, names, 2)
+        self.point(step, names, 2, reducing=True)
+        self.emit("}", 1)
+        self.stores(step, self.outputs(t), names, 1)
+
+    def names(self, step: Step, parallel: dict) -> dict[sympy.Symbol, str]:
+        """Slang names of a step's symbols: ``parallel`` for its thread
+        symbols, locals prefixed by the tasklet for loop symbols and connectors."""
+        t = step.tasklet
+        p = identifier(t.name)
+        names: dict[sympy.Symbol, str] = dict(parallel)
         for s, _, _ in step.loop:
             names[s] = f"{p}_{identifier(s.name)}"
         for conn, sym in t.inputs.items():
             names[sym] = f"{p}_{identifier(conn)}"
+        return names
+
+    def outputs(self, t: Tasklet) -> dict[str, str]:
+        """The local holding each output connector's value."""
+        return {c: f"{identifier(t.name)}_{identifier(c)}" for c in t.body}
+
+    def accumulators(self, step: Step) -> None:
+        """A reduction's outputs, declared at the thread's scope, set to their identity."""
+        t = step.tasklet
+        accs = {w.memlet.connector: w.memlet.accumulate for w in step.writes}
+        for c, var in self.outputs(t).items():
+            out_type = self.out_type(t, c)
+            identity = SlangPrinter(out_type if out_type != "bool" else precision_of(self.g, t)).literal(
+                {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}[accs[c]])
+            self.emit(f"{out_type} {var} = {identity};", 1)
+
+    def loop_coordinates(self, step: Step, names: dict, depth: int) -> None:
+        """The step's loop symbols from the loop counter ``r`` (unit axes are constants)."""
+        wide = [rng for rng in step.loop if extent(rng) != 1]
+        stride = math.prod(extent(rng) for rng in wide)
+        for s, b, e in step.loop:
+            if extent((s, b, e)) == 1:
+                self.emit(f"int {names[s]} = {int(b)};", depth)
+                continue
+            stride //= extent((s, b, e))
+            digit = _digit("r", stride, extent((s, b, e)), s == wide[0][0])
+            self.emit(f"int {names[s]} = {f'{int(b)} + ' if int(b) else ''}{digit};", depth)
+
+    def point(self, step: Step, names: dict, depth: int, reducing: bool) -> None:
+        """One point of a step: its condition, reads and body; a reduction
+        combines into its accumulators, anything else declares its outputs and
+        stores them."""
+        t = step.tasklet
         precision = precision_of(self.g, t)
-        self.emit(f"// tasklet {t.name}" + (f" ({t.source})" if t.source else ""), 1)
-        for a, (s, b, _) in enumerate(step.parallel):
-            self.emit(f"int {names[s]} = t{a} + {int(b)};" if int(b) else f"int {names[s]} = t{a};", 1)
-        writes = [w for w in step.writes if w.access in self.plan.stored]
-        outputs = {c: f"{p}_{identifier(c)}" for c in t.body}
+        outputs = self.outputs(t)
         out_types = {c: self.out_type(t, c) for c in t.body}
-        if self.tiling is not None and step is self.tiling.step:
-            (c, var), coeff = outputs.popitem(), self.tiling.shape.coeff
-            scale = "" if coeff == 1 else f"{SlangPrinter(out_types[c]).doprint(coeff)} * "
-            self.emit(f"{out_types[c]} {var} = {scale}{p}_acc[mm_u][mm_v];", 1)
-            self.stores(step, writes, {c: var}, names, 1)
-            return
-        depth = 1
-        if step.loop:
-            accs = {w.memlet.connector: w.memlet.accumulate for w in step.writes}
+        conditional = t.condition is not sympy.true
+        if conditional and not reducing:
             for c, var in outputs.items():
-                identity = SlangPrinter(out_types[c] if out_types[c] != "bool" else precision).literal(
-                    {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}[accs[c]])
-                self.emit(f"{out_types[c]} {var} = {identity};", 1)
-            length = math.prod(extent(r) for r in step.loop)
-            self.emit(f"for (int r = 0; r < {length}; r++)", 1)
-            self.emit("{", 1)
-            depth = 2
-            stride = length
-            for s, b, e in step.loop:
-                stride //= extent((s, b, e))
-                digit = _digit("r", stride, extent((s, b, e)), s == step.loop[0][0])
-                self.emit(f"int {names[s]} = {f'{int(b)} + ' if int(b) else ''}{digit};", depth)
-        elif t.condition is not sympy.true:
-            for c, var in outputs.items():
-                self.emit(f"{out_types[c]} {var} = {SlangPrinter(precision).literal(0) if out_types[c] != 'bool' else 'false'};", 1)
-        if t.condition is not sympy.true:
+                self.emit(f"{out_types[c]} {var} = {SlangPrinter(precision).literal(0) if out_types[c] != 'bool' else 'false'};", depth)
+        if conditional:
             self.emit(f"if ({SlangPrinter(precision, names).doprint(t.condition)})", depth)
             self.emit("{", depth)
-            depth += 1
-        self.reads(step, names, depth)
-        values = self.body(t, names, precision, out_types, depth)
+        inner = depth + conditional
+        self.reads(step, names, inner)
+        values = self.body(t, names, precision, out_types, inner)
         for c, var in outputs.items():
-            if step.loop:
+            if reducing:
                 acc = next(w.memlet.accumulate for w in step.writes if w.memlet.connector == c)
-                self.emit(f"{var} = {COMBINE[acc].format(a=var, b=values[c])};", depth)
-            elif t.condition is not sympy.true:
-                self.emit(f"{var} = {values[c]};", depth)
+                self.emit(f"{var} = {COMBINE[acc].format(a=var, b=values[c])};", inner)
+            elif conditional:
+                self.emit(f"{var} = {values[c]};", inner)
             else:
-                self.emit(f"{out_types[c]} {var} = {values[c]};", depth)
-        if not step.loop:
-            self.stores(step, writes, outputs, names, depth)
-        while depth > 1:
-            depth -= 1
+                self.emit(f"{out_types[c]} {var} = {values[c]};", inner)
+        if not reducing:
+            self.stores(step, outputs, names, inner)
+        if conditional:
             self.emit("}", depth)
-        if step.loop:
-            self.stores(step, writes, outputs, names, 1)
 
     def out_type(self, t: Tasklet, conn: str) -> str:
         m = next((m for _, m in self.g.writes(t.name) if m.connector == conn), None)
@@ -308,8 +340,10 @@ class _KernelWriter:
             values[c] = text
         return values
 
-    def stores(self, step: Step, writes, outputs: dict, names: dict, depth: int) -> None:
-        for w in writes:
+    def stores(self, step: Step, outputs: dict, names: dict, depth: int) -> None:
+        for w in step.writes:
+            if w.access not in self.plan.stored:
+                continue
             dtype = self.g.containers[w.memlet.container].dtype
             value = outputs[w.memlet.connector]
             if dtype == "bool":
@@ -324,6 +358,41 @@ class _KernelWriter:
             else:
                 self.atomics.add((STORAGE_TYPES[dtype], w.memlet.accumulate))
                 self.emit(f"atomic_{w.memlet.accumulate}({buf}, {idx}, {value});", depth)
+
+
+class _RowKernelWriter(_KernelWriter):
+    """A row kernel (``lowering.rowfusion``): thread ``t`` owns one row of the
+    box, and each loop group is one loop over the row running its steps point
+    by point; reductions' sums and one-point steps' values stay in registers
+    for the groups after them."""
+
+    def steps(self) -> None:
+        for group in self.kernel.groups:
+            self.group(group)
+
+    def group(self, group: LoopGroup) -> None:
+        where = f"one loop over {group.length} points of the row" if group.shape else "once per row"
+        self.emit(f"// {', '.join(s.tasklet.name for s in group.steps)}: {where}", 1)
+        names = {s.tasklet.name: self.names(s, {sym: f"t{a}" if not int(b) else f"(t{a} + {int(b)})"
+                                                for a, (sym, b, _) in enumerate(s.parallel)})
+                 for s in group.steps}
+        reducing = [s for s in group.steps if reduces(s)]
+        for step in reducing:
+            self.accumulators(step)
+        depth = 1
+        if group.shape:
+            self.emit(f"for (int r = 0; r < {group.length}; r++)", 1)
+            self.emit("{", 1)
+            depth = 2
+        for step in group.steps:
+            t = step.tasklet
+            self.emit(f"// tasklet {t.name}" + (f" ({t.source})" if t.source else ""), depth)
+            self.loop_coordinates(step, names[t.name], depth)
+            self.point(step, names[t.name], depth, reducing=step in reducing)
+        if group.shape:
+            self.emit("}", 1)
+        for step in reducing:
+            self.stores(step, self.outputs(step.tasklet), names[step.tasklet.name], 1)
 
 
 def _digit(var: str, stride: int, n: int, outermost: bool) -> str:
@@ -360,7 +429,7 @@ def _kernel_text(name: str, comment: str, params: list[str], body: str) -> str:
             f"{{\n    {name}(tid{''.join(', ' + a for a in args.split(', ') if a)});\n}}")
 
 
-def _fill_kernel(plan: Plan, access: str, identity: float, device: str) -> tuple[str, KernelEntry]:
+def _fill_kernel(plan: Plan, access: str, identity: float) -> tuple[str, KernelEntry]:
     """A kernel setting a version to its accumulation's identity (zeros are
     cleared by the runtime without a kernel)."""
     g = plan.graph
@@ -369,13 +438,12 @@ def _fill_kernel(plan: Plan, access: str, identity: float, device: str) -> tuple
     value = SlangPrinter(SLANG_TYPES[dtype] if dtype != "int32" else "int").literal(
         identity if dtype != "int32" or math.isfinite(identity) else (-2**31 if identity < 0 else 2**31 - 1))
     buf = buffer_name(access)
-    mapping = Threads.for_device(count, device)
-    lines = mapping.open("i") + [("    " if mapping.close() else "") + f"{buf}[i] = {value};"] + mapping.close()
-    body = "\n".join("    " + line for line in lines)
+    body = (f"    int i = int(tid.x) + int(tid.y) * {ROW_THREADS};\n"
+            f"    if (i < {count}) {buf}[i] = {value};")
     name = f"fill_{buf}"
     text = _kernel_text(name, f"// fill {buf} with the identity of its accumulation",
                         _params({buf: access}, g), body)
-    return text, KernelEntry(name, 0, count, {buf: access}, mapping.per_thread)
+    return text, KernelEntry(name, 0, count, {buf: access})
 
 
 def _dispatcher(entries: list[KernelEntry], g: DataflowGraph) -> tuple[str, dict[str, str]]:
@@ -401,11 +469,11 @@ def generate(plan: Plan, device: str = "vulkan") -> Module:
     parts, entries = [], []
     for access, identity in plan.fills.items():
         if identity != 0:
-            text, entry = _fill_kernel(plan, access, identity, device)
+            text, entry = _fill_kernel(plan, access, identity)
             parts.append(text)
             entries.append(entry)
     for kernel in plan.kernels:
-        w = _KernelWriter(plan, kernel, atomics, device)
+        w = (_RowKernelWriter if isinstance(kernel, RowKernel) else _KernelWriter)(plan, kernel, atomics, device)
         body = w.write()
         described = ", ".join(s.tasklet.name + (f" ({s.tasklet.source})" if s.tasklet.source else "")
                               for s in kernel.steps)
@@ -414,7 +482,7 @@ def generate(plan: Plan, device: str = "vulkan") -> Module:
                    f"over {list(kernel.box)}" + (f" in tiles of {list(w.tiling.tile)}" if w.tiling else "")
                    + f"\n//   {described}")
         parts.append(_kernel_text(name, comment, _params(w.buffers, g), body))
-        entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers), w.mapping.per_thread))
+        entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers)))
     for n, entry in enumerate(entries):
         entry.index = n
     dispatcher, buffers = _dispatcher(entries, g)

@@ -327,6 +327,8 @@ def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
     for node_id in g.topological_order():
         if isinstance(g.node(node_id), Tasklet):
             _place(g, kernels, kernel_of, g.node(node_id))
+    from .rowfusion import RowKernel, fuse_rows  # built on this module's types
+    kernels = fuse_rows(g, kernels)
 
     buffer_reads = {r.access for k in kernels for s in k.steps for r in s.reads if r.producer is None}
     latest_results = {g.latest(c) for c in g.results}
@@ -335,17 +337,20 @@ def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
     for kernel in kernels:
         for step in kernel.steps:
             t = step.tasklet
-            thread_syms = [s for s, _, _ in step.parallel]
             for access, m in g.writes(t.name):
+                # a plain write is one point's, also where a row kernel loops over points in a thread
+                points = step.parallel + (step.loop if m.accumulate is None else ())
+                thread_syms = [s for s, _, _ in points]
                 writers = g.writers(access)
-                others = [s for s in kernel.steps if s is not step
+                # (a row kernel's steps write only their thread's row: one thread runs them in turn)
+                others = [s for s in kernel.steps if s is not step and not isinstance(kernel, RowKernel)
                           and any(a == access for a, _ in g.writes(s.tasklet.name))]
                 # a second write of this tasklet at another index collides with other threads' writes
                 shifted = any(a == access and w.index != m.index for a, w in g.writes(t.name))
                 exclusive = (not uses_connectors(m.index, t) and injective_axes(m.index, thread_syms)
                              and not others and not shifted)
                 sole = (len(writers) == 1 and exclusive and t.condition is sympy.true
-                        and covers(m.index, step.parallel, g.containers[m.container].shape))
+                        and covers(m.index, points, g.containers[m.container].shape))
                 if m.accumulate is None or sole:
                     mode = "store"
                 else:

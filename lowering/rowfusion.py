@@ -1,0 +1,287 @@
+"""Row kernels: a reduction over a modest extent fused with its producers and consumers.
+
+Softmax, log-sum-exp and layer norm reduce along a row and broadcast the result
+back over the same row, and their reverse passes mirror the pattern.  Planned
+by thread box alone (``plan._place``), every reduction and every elementwise
+stage between two of them is a kernel of its own: 14 for softmax
+cross-entropy forward + backward, each dispatch costing 40-60 us on lavapipe
+whatever its size.  A **row kernel** gives one thread a whole row instead: the
+thread box is the rows (the *outer* axes), and the kernel is a sequence of
+**loop groups**, each one loop over the row (the remaining axes) running
+several tasklets point by point:
+
+* an elementwise (map) tasklet stores every point of the row; a later tasklet
+  of the same group reading that point takes the value from a register;
+* a reduction keeps its sum in a register and stores it once the loop ends;
+  the value is then a register for every later group, as is the output of a
+  one-point group (``log`` of the row sum, ``1 / sqrt(var)``);
+* any other in-kernel read goes through the version's buffer: the thread
+  wrote the whole part of the row the read can touch, earlier, so no other
+  thread is involved and no barrier is needed.
+
+A kernel joins a row kernel only when every in-kernel read is of that kind
+(checked per memlet, ``_owned``), its writes cannot collide across rows, and
+no kernel it hops over writes what it reads (the row kernel runs at the
+position of its first member).
+
+Cost rule: the total work and the memory traffic are the ones of the kernels
+it replaces (an intermediate crossing loop groups is stored and reloaded, as
+it was between kernels, and nothing is recomputed); what a row kernel gives
+up is parallelism along the row and contiguous access across neighbouring
+threads.  A row is therefore at most ``MAX_ROW`` points long (a longer one is
+a long reduction, run in two stages by the planner), and matmul-shaped
+reductions keep their register-tiled kernels (``lowering.matmul``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import sympy
+
+from ir.graph import DataflowGraph, Memlet
+
+from .matmul import matmul_shape
+from .plan import Kernel, Read, Step, covers, extent, injective_axes, uses_connectors
+
+# Longest row (points per thread per loop group): see the module docstring.
+MAX_ROW = 4096
+
+
+@dataclass
+class LoopGroup:
+    """Steps sharing one loop over the row, in order; ``shape`` is the loop's
+    extents without unit axes (``()``: one point per thread, no loop)."""
+
+    shape: tuple[int, ...]
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass
+class RowKernel(Kernel):
+    """A kernel whose thread owns one row of its (outer) box; ``steps`` lists
+    every step in order, ``groups`` how they share loops."""
+
+    groups: list[LoopGroup] = field(default_factory=list)
+
+
+def reduces(step: Step) -> bool:
+    """Whether a planned row step sums into registers over its loop (else it
+    stores every point of it)."""
+    return bool(step.loop) and all(w.memlet.accumulate is not None for w in step.writes)
+
+
+def _accumulates(graph: DataflowGraph, step: Step) -> bool:
+    return all(m.accumulate is not None for _, m in graph.writes(step.tasklet.name))
+
+
+def _loop_shape(step: Step) -> tuple[int, ...]:
+    return tuple(extent(r) for r in step.loop if extent(r) != 1)
+
+
+# -- which steps run per row ----------------------------------------------------------------
+def _row_step(graph: DataflowGraph, step: Step, outer: int) -> Step | None:
+    """The step with its first ``outer`` thread axes kept and the rest run as a
+    loop, or None when it cannot run per row: a reduction must reduce exactly
+    its row into elements owned by the row (so rows never collide), a map must
+    write plainly; no row is longer than ``MAX_ROW``."""
+    t = step.tasklet
+    writes = [m for _, m in graph.writes(t.name)]
+    if not writes or any(uses_connectors(m.index, t) for m in writes):
+        return None
+    if step.loop:
+        thread = [s for s, _, _ in step.parallel]
+        if len(step.parallel) != outer or any(m.accumulate is None or not injective_axes(m.index, thread)
+                                              for m in writes):
+            return None
+        if matmul_shape(graph, t) is not None:
+            return None  # register tiles over its outputs (lowering.matmul)
+        row = Step(t, step.parallel, step.loop)
+    else:
+        if len(step.parallel) < outer or any(m.accumulate is not None for m in writes):
+            return None
+        row = Step(t, step.parallel[:outer], step.parallel[outer:])
+    return row if math.prod(extent(r) for r in row.loop) <= MAX_ROW else None
+
+
+def _outer_lengths(kernel: Kernel) -> list[int]:
+    """Thread axes a kernel could keep as rows, longest first: all of a
+    reducing kernel's, any non-empty prefix of a map kernel's box."""
+    if any(s.loop for s in kernel.steps):
+        return [len(kernel.box)] if kernel.box else []
+    return list(range(len(kernel.box), 0, -1))
+
+
+# -- in-kernel reads ------------------------------------------------------------------------
+def _axes(prefix: str, n: int) -> list[sympy.Symbol]:
+    return [sympy.Symbol(f"_{prefix}{k}", integer=True) for k in range(n)]
+
+
+def _coordinates(step: Step, axes: list[sympy.Symbol], along: list[sympy.Symbol] | None = None) -> dict:
+    """A step's domain symbols at thread coordinates ``axes``: unit loop axes at
+    their start and, given ``along``, the other loop axes at those coordinates."""
+    subs = {s: b + a for (s, b, _), a in zip(step.parallel, axes)}
+    wide = iter(along or ())
+    for s, b, e in step.loop:
+        if extent((s, b, e)) == 1:
+            subs[s] = b
+        elif along is not None:
+            subs[s] = b + next(wide)
+    return subs
+
+
+def _differ(w: Memlet, ws: dict, r: Memlet, rs: dict) -> list[bool]:
+    """Per index component, whether the written and the read element may differ."""
+    return [sympy.expand(sympy.sympify(a).xreplace(ws) - sympy.sympify(b).xreplace(rs)) != 0
+            for a, b in zip(w.index, r.index)]
+
+
+def _owned(graph: DataflowGraph, producer: Step, w: Memlet, consumer: Step, r: Memlet) -> bool:
+    """Whether whatever ``consumer`` reads through ``r`` at a thread was written
+    through ``w`` by ``producer`` at the same thread: the producer writes every
+    element of the version (a reduction does whatever its condition), and each
+    index component equals the producer's at the same row or runs along the
+    producer's loop (the thread wrote that whole axis)."""
+    p, c = producer.tasklet, consumer.tasklet
+    if uses_connectors(r.index, c) or (w.accumulate is None and p.condition is not sympy.true):
+        return False
+    point = producer.parallel + (producer.loop if w.accumulate is None else ())
+    if not injective_axes(w.index, [s for s, _, _ in point]) or \
+            not covers(w.index, point, graph.containers[w.container].shape):
+        return False
+    axes = _axes("t", len(producer.parallel))
+    along = {s for s, _, _ in producer.loop}
+    differ = _differ(w, _coordinates(producer, axes), r, _coordinates(consumer, axes))
+    return all(not d or sympy.sympify(a).free_symbols & along for a, d in zip(w.index, differ))
+
+
+def _forwarded(producer: Step, w: Memlet, consumer: Step, r: Memlet, shared_loop: bool) -> bool:
+    """Whether ``r`` reads the value the producer holds in a register at this
+    point: in a shared loop the element written at the same point, otherwise
+    the one element a reduction or a one-point step wrote for this thread."""
+    axes = _axes("t", len(producer.parallel))
+    along = _axes("l", len(_loop_shape(producer))) if shared_loop else None
+    return not any(_differ(w, _coordinates(producer, axes, along), r, _coordinates(consumer, axes, along)))
+
+
+# -- assembling a row kernel ----------------------------------------------------------------
+def _reads(graph: DataflowGraph, step: Step, written: dict, group_of: dict, groups: list[LoopGroup],
+           joining: bool) -> list[Read] | None:
+    """The step's reads, register-forwarded where possible; None if it reads
+    its group (the last one, when ``joining``) other than at the same point."""
+    reads = []
+    for access, m in graph.reads(step.tasklet.name):
+        read = Read(m.connector, access, m)
+        if access in written:
+            if len(written[access]) > 1:  # summed by several steps: in the buffer
+                reads.append(read)
+                continue
+            ((producer, w),) = written[access]
+            k = group_of[producer.tasklet.name]
+            if joining and k == len(groups) - 1:
+                if w.accumulate is not None or not _forwarded(producer, w, step, m, True):
+                    return None
+                read.producer = producer.tasklet.name
+            elif (w.accumulate is not None or not groups[k].shape) and _forwarded(producer, w, step, m, False):
+                read.producer = producer.tasklet.name
+        reads.append(read)
+    return reads
+
+
+def _row_kernel(graph: DataflowGraph, members: list[Kernel], outer: int) -> RowKernel | None:
+    """``members`` (in dispatch order) as one kernel whose thread owns a row of
+    their first ``outer`` box axes, or None if some step cannot run so."""
+    box = members[0].box[:outer]
+    if any(k.box[:outer] != box for k in members):
+        return None
+    steps = [_row_step(graph, s, outer) for k in members for s in k.steps]
+    if any(s is None for s in steps):
+        return None
+    written: dict[str, list[tuple[Step, Memlet]]] = {}  # version -> its writers in this kernel
+    group_of: dict[str, int] = {}
+    groups: list[LoopGroup] = []
+    for step in steps:
+        name = step.tasklet.name
+        for access, m in graph.reads(name):
+            if not all(_owned(graph, producer, w, step, m) for producer, w in written.get(access, ())):
+                return None
+        shape = _loop_shape(step)
+        joining = bool(groups) and groups[-1].shape == shape
+        reads = _reads(graph, step, written, group_of, groups, joining) if joining else None
+        if reads is None:
+            joining = False
+            reads = _reads(graph, step, written, group_of, groups, False)
+        if not joining:
+            groups.append(LoopGroup(shape))
+        step.reads = reads
+        groups[-1].steps.append(step)
+        group_of[name] = len(groups) - 1
+        for access, m in graph.writes(name):
+            written.setdefault(access, []).append((step, m))
+    return RowKernel(members[0].name, box, steps, groups)
+
+
+def _outer_lengths(kernel: Kernel) -> list[int]:
+    """Thread axes a kernel could keep as rows, longest first: all of a
+    reducing kernel's, any non-empty prefix of a map kernel's box."""
+    if any(s.loop for s in kernel.steps):
+        return [len(kernel.box)] if kernel.box else []
+    return list(range(len(kernel.box), 0, -1))
+
+
+def _fuse(graph: DataflowGraph, members: list[Kernel]) -> RowKernel | None:
+    """The row kernel of ``members`` with the most thread axes, if any."""
+    lengths = set(_outer_lengths(members[0]))
+    for k in members[1:]:
+        lengths &= {n for n in _outer_lengths(k) if k.box[:n] == members[0].box[:n]}
+    for outer in sorted(lengths, reverse=True):
+        fused = _row_kernel(graph, members, outer)
+        if fused is not None:
+            return fused
+    return None
+
+
+def _writes(graph: DataflowGraph, kernels: list[Kernel]) -> set[str]:
+    return {a for k in kernels for s in k.steps for a, _ in graph.writes(s.tasklet.name)}
+
+
+def _join(graph: DataflowGraph, out: list[Kernel], runs: list[tuple[int, list[Kernel]]], kernel: Kernel) -> bool:
+    """Merge ``kernel`` into the latest row kernel of ``runs`` that takes it
+    and that it may run at the position of."""
+    reads = {a for s in kernel.steps for a, _ in graph.reads(s.tasklet.name)}
+    for pos, members in reversed(runs):
+        if reads & _writes(graph, out[pos + 1:]):
+            return False  # it cannot run before a kernel it reads from
+        fused = _fuse(graph, members + [kernel])
+        if fused is not None:
+            out[pos] = fused
+            members.append(kernel)
+            return True
+    return False
+
+
+def fuse_rows(graph: DataflowGraph, kernels: list[Kernel]) -> list[Kernel]:
+    """Merge kernels (in dispatch order) into row kernels where the module
+    docstring's rules allow.  A kernel may hop over others it reads nothing
+    from; a run of merged kernels holding no reduction is left as it was
+    (nothing would run per row but elementwise work, better spread over
+    every point)."""
+    out: list[Kernel] = []
+    runs: list[tuple[int, list[Kernel]]] = []  # row kernels: position in out, members
+    for kernel in kernels:
+        if not _join(graph, out, runs, kernel):
+            out.append(kernel)
+            if _fuse(graph, [kernel]) is not None:
+                runs.append((len(out) - 1, [kernel]))
+    for pos, members in reversed(runs):
+        if len(members) == 1 or not any(s.loop and _accumulates(graph, s) for s in out[pos].steps):
+            out[pos:pos + 1] = members
+    if len(out) == len(kernels):
+        return kernels
+    for n, kernel in enumerate(out):
+        kernel.name = f"k{n}_{kernel.steps[0].tasklet.name}" + ("_rows" if isinstance(kernel, RowKernel) else "")
+    return out

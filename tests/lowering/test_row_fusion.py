@@ -1,0 +1,103 @@
+"""Row kernels (lowering.rowfusion): softmax, log-softmax and layer norm, forward
+and backward, against the interpreter on every device, and the kernel counts
+they fuse into (structural: the number of planned kernels)."""
+import numpy as np
+import pytest
+
+import ir
+import lowering
+from ir.specs import f32
+from lowering import rowfusion
+from lowering.plan import plan
+from lowering.rowfusion import RowKernel
+from lowering_graphs import G, i, j, rng
+from symdiff.backward import add_backward_pass
+
+
+def softmax(x: f32[48, 10]):
+    e = np.exp(x - np.max(x, axis=1, keepdims=True))
+    return e / np.sum(e, axis=1, keepdims=True)
+
+
+def log_softmax(x: f32[48, 10]):
+    s = x - np.max(x, axis=1, keepdims=True)
+    return s - np.log(np.sum(np.exp(s), axis=1, keepdims=True))
+
+
+def layer_norm(x: f32[40, 33], g: f32[33], b: f32[33]):
+    mu = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + 1e-5) * g + b
+
+
+def softmax_xent(logits: f32[64, 10], y: f32[64, 10]):
+    s = logits - np.max(logits, axis=1, keepdims=True)
+    return -np.mean(np.sum(y * (s - np.log(np.sum(np.exp(s), axis=1, keepdims=True))), axis=1))
+
+
+# program -> (the kernels it plans into, of which row kernels); forward and backward together
+# (layer norm's gain and bias gradients are column sums, softmax_xent's mean needs every row)
+PROGRAMS = {softmax: (1, 1), log_softmax: (1, 1), layer_norm: (2, 1), softmax_xent: (3, 2)}
+
+
+def differentiated(fn):
+    """The traced program with its reverse pass w.r.t. every argument, and inputs (seeds included)."""
+    graph = ir.trace(fn).copy()
+    add_backward_pass(graph, graph.arguments, graph.results)
+    r = rng(3)
+    inputs = {a: r.standard_normal(graph.containers[a].concrete_shape()).astype(np.float32)
+              for a in graph.arguments}
+    return graph, inputs
+
+
+@pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
+def test_row_programs_match_interpreter(fn, device):
+    graph, inputs = differentiated(fn)
+    got = lowering.compile(graph, device=device)(inputs)
+    want = ir.run(graph, inputs)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=f"{name} on {device}")
+
+
+@pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
+def test_reductions_and_their_consumers_fuse_into_row_kernels(fn):
+    graph, _ = differentiated(fn)
+    p = plan(graph, {})
+    kernels, rows = PROGRAMS[fn]
+    assert len(p.kernels) <= kernels
+    assert sum(isinstance(k, RowKernel) for k in p.kernels) == rows
+
+
+def test_softmax_forward_is_one_row_kernel_with_shared_loops():
+    (kernel,) = plan(ir.trace(softmax), {}).kernels
+    assert isinstance(kernel, RowKernel) and kernel.box == (48,)
+    # max | exp, sum (one loop) | the division: the exponentials are reloaded from their buffer
+    assert [g.shape for g in kernel.groups] == [(10,), (10,), (10,)]
+    assert [len(g.steps) for g in kernel.groups] == [1, 3, 1]
+
+
+def test_row_sums_and_one_point_values_stay_in_registers():
+    p = plan(ir.trace(log_softmax), {})
+    # the max, the sum and its log are registers; the shifted row is reloaded by the last loop
+    assert {a.split("#")[0] for a in p.stored} == {"x", "subtract", "out"}
+    assert [g.shape for g in p.kernels[0].groups] == [(10,), (10,), (), (10,)]
+
+
+def test_rows_longer_than_the_bound_are_not_fused(monkeypatch):
+    monkeypatch.setattr(rowfusion, "MAX_ROW", 8)
+    assert not any(isinstance(k, RowKernel) for k in plan(ir.trace(softmax), {}).kernels)
+
+
+def test_a_column_read_stops_a_row_kernel(device):
+    # z[i, j] = x[i, j] - max_j x[i, j]; out[i, j] = z[j, i]: another thread's row, so not fused
+    n = 12
+    b = G("transposed_read").c("x", (n, n), "argument").c("m", (n,)).c("z", (n, n)).c("out", (n, n), "result")
+    b.t("max", [(i, 0, n), (j, 0, n)], b.s("x", "x"), {"x": ("x", (i, j))}, ("m", (i,)), acc="max")
+    b.t("shift", [(i, 0, n), (j, 0, n)], b.s("x", "x") - b.s("m", "m"), {"x": ("x", (i, j)), "m": ("m", (i,))},
+        ("z", (i, j)))
+    b.t("flip", [(i, 0, n), (j, 0, n)], 2 * b.s("z", "z"), {"z": ("z", (j, i))}, ("out", (i, j)))
+    p = plan(b.g, {})
+    assert [type(k) for k in p.kernels] == [RowKernel, lowering.plan.Kernel]
+    x = rng(5).standard_normal((n, n)).astype(np.float32)
+    np.testing.assert_allclose(lowering.compile(b.g, device=device)({"x": x})["out"],
+                               ir.run(b.g, {"x": x})["out"], rtol=1e-6)
