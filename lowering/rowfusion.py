@@ -28,9 +28,14 @@ Cost rule: the total work and the memory traffic are the ones of the kernels
 it replaces (an intermediate crossing loop groups is stored and reloaded, as
 it was between kernels, and nothing is recomputed); what a row kernel gives
 up is parallelism along the row and contiguous access across neighbouring
-threads.  A row is therefore at most ``MAX_ROW`` points long (a longer one is
-a long reduction, run in two stages by the planner), and matmul-shaped
-reductions keep their register-tiled kernels (``lowering.matmul``).
+threads.  On lavapipe, whose SIMD lanes are neighbouring threads, that costs
+more than the dispatches it saves once rows get long: layer norm value_and_grad
+measured (separate kernels -> row kernels) 4096x128 35 -> 16 ms, 1024x256
+13.7 -> 11.6 ms, 256x1024 14 -> 28 ms, 1024x1024 58 -> 126 ms; on the CPU
+device (one thread after another, a row a contiguous loop) rows won at every
+length tried (1024x1024 32 -> 20 ms).  Planning is device-independent, so a
+row is at most ``MAX_ROW`` points long for both.  Matmul-shaped reductions
+keep their register-tiled kernels (``lowering.matmul``).
 """
 from __future__ import annotations
 
@@ -45,7 +50,7 @@ from .matmul import matmul_shape
 from .plan import Kernel, Read, Step, covers, extent, injective_axes, uses_connectors
 
 # Longest row (points per thread per loop group): see the module docstring.
-MAX_ROW = 4096
+MAX_ROW = 256
 
 
 @dataclass
@@ -192,37 +197,50 @@ def _reads(graph: DataflowGraph, step: Step, written: dict, group_of: dict, grou
     return reads
 
 
-def _row_kernel(graph: DataflowGraph, members: list[Kernel], outer: int) -> RowKernel | None:
-    """``members`` (in dispatch order) as one kernel whose thread owns a row of
-    their first ``outer`` box axes, or None if some step cannot run so."""
-    box = members[0].box[:outer]
-    if any(k.box[:outer] != box for k in members):
-        return None
-    steps = [_row_step(graph, s, outer) for k in members for s in k.steps]
-    if any(s is None for s in steps):
-        return None
-    written: dict[str, list[tuple[Step, Memlet]]] = {}  # version -> its writers in this kernel
-    group_of: dict[str, int] = {}
-    groups: list[LoopGroup] = []
-    for step in steps:
+@dataclass
+class _Rows:
+    """A row kernel under construction over the first ``outer`` box axes of its
+    members; built step by step, so a kernel trying to join costs its own
+    steps only."""
+
+    outer: int
+    box: tuple[int, ...]
+    members: list[Kernel] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    groups: list[LoopGroup] = field(default_factory=list)
+    written: dict[str, list[tuple[Step, Memlet]]] = field(default_factory=dict)  # version -> writers here
+    group_of: dict[str, int] = field(default_factory=dict)  # tasklet -> its group
+
+    def extended(self, graph: DataflowGraph, kernel: Kernel) -> "_Rows | None":
+        """A copy with ``kernel``'s steps appended, or None if one cannot run per row here."""
+        if kernel.box[:self.outer] != self.box:
+            return None
+        steps = [_row_step(graph, s, self.outer) for s in kernel.steps]
+        if None in steps:
+            return None
+        new = _Rows(self.outer, self.box, self.members + [kernel], list(self.steps),
+                    [LoopGroup(g.shape, list(g.steps)) for g in self.groups],
+                    {a: list(ws) for a, ws in self.written.items()}, dict(self.group_of))
+        return new if all(new._add(graph, step) for step in steps) else None
+
+    def _add(self, graph: DataflowGraph, step: Step) -> bool:
         name = step.tasklet.name
         for access, m in graph.reads(name):
-            if not all(_owned(graph, producer, w, step, m) for producer, w in written.get(access, ())):
-                return None
+            if not all(_owned(graph, producer, w, step, m) for producer, w in self.written.get(access, ())):
+                return False
         shape = _loop_shape(step)
-        joining = bool(groups) and groups[-1].shape == shape
-        reads = _reads(graph, step, written, group_of, groups, joining) if joining else None
+        joining = bool(self.groups) and self.groups[-1].shape == shape
+        reads = _reads(graph, step, self.written, self.group_of, self.groups, True) if joining else None
         if reads is None:
-            joining = False
-            reads = _reads(graph, step, written, group_of, groups, False)
-        if not joining:
-            groups.append(LoopGroup(shape))
+            reads = _reads(graph, step, self.written, self.group_of, self.groups, False)
+            self.groups.append(LoopGroup(shape))
         step.reads = reads
-        groups[-1].steps.append(step)
-        group_of[name] = len(groups) - 1
+        self.steps.append(step)
+        self.groups[-1].steps.append(step)
+        self.group_of[name] = len(self.groups) - 1
         for access, m in graph.writes(name):
-            written.setdefault(access, []).append((step, m))
-    return RowKernel(members[0].name, box, steps, groups)
+            self.written.setdefault(access, []).append((step, m))
+        return True
 
 
 def _outer_lengths(kernel: Kernel) -> list[int]:
@@ -233,33 +251,24 @@ def _outer_lengths(kernel: Kernel) -> list[int]:
     return list(range(len(kernel.box), 0, -1))
 
 
-def _fuse(graph: DataflowGraph, members: list[Kernel]) -> RowKernel | None:
-    """The row kernel of ``members`` with the most thread axes, if any."""
-    lengths = set(_outer_lengths(members[0]))
-    for k in members[1:]:
-        lengths &= {n for n in _outer_lengths(k) if k.box[:n] == members[0].box[:n]}
-    for outer in sorted(lengths, reverse=True):
-        fused = _row_kernel(graph, members, outer)
-        if fused is not None:
-            return fused
-    return None
-
-
 def _writes(graph: DataflowGraph, kernels: list[Kernel]) -> set[str]:
     return {a for k in kernels for s in k.steps for a, _ in graph.writes(s.tasklet.name)}
 
 
-def _join(graph: DataflowGraph, out: list[Kernel], runs: list[tuple[int, list[Kernel]]], kernel: Kernel) -> bool:
+Run = tuple[int, list[_Rows]]  # a row kernel: its position in the plan, its forms (most thread axes first)
+
+
+def _join(graph: DataflowGraph, out: list[Kernel], runs: list[Run], kernel: Kernel) -> bool:
     """Merge ``kernel`` into the latest row kernel of ``runs`` that takes it
     and that it may run at the position of."""
     reads = {a for s in kernel.steps for a, _ in graph.reads(s.tasklet.name)}
-    for pos, members in reversed(runs):
+    for n in range(len(runs) - 1, -1, -1):
+        pos, forms = runs[n]
         if reads & _writes(graph, out[pos + 1:]):
             return False  # it cannot run before a kernel it reads from
-        fused = _fuse(graph, members + [kernel])
-        if fused is not None:
-            out[pos] = fused
-            members.append(kernel)
+        extended = [f for f in (form.extended(graph, kernel) for form in forms) if f is not None]
+        if extended:
+            runs[n] = (pos, extended)
             return True
     return False
 
@@ -271,15 +280,21 @@ def fuse_rows(graph: DataflowGraph, kernels: list[Kernel]) -> list[Kernel]:
     (nothing would run per row but elementwise work, better spread over
     every point)."""
     out: list[Kernel] = []
-    runs: list[tuple[int, list[Kernel]]] = []  # row kernels: position in out, members
+    runs: list[Run] = []
+    # only a row a reduction runs over can start a row kernel (and building one costs sympy work)
+    rows = {k.box for k in kernels if k.box and any(s.loop and _accumulates(graph, s) for s in k.steps)}
     for kernel in kernels:
         if not _join(graph, out, runs, kernel):
             out.append(kernel)
-            if _fuse(graph, [kernel]) is not None:
-                runs.append((len(out) - 1, [kernel]))
-    for pos, members in reversed(runs):
-        if len(members) == 1 or not any(s.loop and _accumulates(graph, s) for s in out[pos].steps):
-            out[pos:pos + 1] = members
+            lengths = [n for n in _outer_lengths(kernel) if kernel.box[:n] in rows]
+            forms = [_Rows(n, kernel.box[:n]).extended(graph, kernel) for n in lengths]
+            if any(forms):
+                runs.append((len(out) - 1, [f for f in forms if f is not None]))
+    for pos, (rows, *_) in reversed(runs):
+        if len(rows.members) > 1 and any(s.loop and _accumulates(graph, s) for s in rows.steps):
+            out[pos] = RowKernel(out[pos].name, rows.box, rows.steps, rows.groups)
+        else:
+            out[pos:pos + 1] = rows.members
     if len(out) == len(kernels):
         return kernels
     for n, kernel in enumerate(out):
