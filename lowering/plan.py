@@ -186,7 +186,9 @@ def _split(graph: DataflowGraph, t: Tasklet, par_ranges, red_ranges, chunks: int
     subs, stride = {}, length
     for s, b, e in red_ranges:
         stride //= extent((s, b, e))
-        subs[s] = b + sympy.Mod(sympy.floor(flat / stride), extent((s, b, e)))
+        digit = sympy.floor(flat / stride)
+        # the outermost digit is in range wherever the bound below holds: no modulo per element
+        subs[s] = b + (digit if s == red_ranges[0][0] else sympy.Mod(digit, extent((s, b, e))))
     par_index = tuple(s - b for s, b, _ in par_ranges)
     par_shape = tuple(extent(rng) for rng in par_ranges)
     reads, writes_1, stage_2 = {}, {}, []
