@@ -103,6 +103,17 @@ def unsafe_double_tasklets(graph: DataflowGraph) -> list[str]:
 
 
 @dataclass
+class _Dispatch:
+    """One kernel launch of a call, resolved once per size binding: only the
+    parameters naming argument versions change from call to call."""
+
+    kernel: spy.ComputeKernel
+    thread_count: list[int]
+    params: dict  # parameter -> buffer or uniform value
+    per_call: dict[str, str]  # parameter -> argument access node, bound per call
+
+
+@dataclass
 class _Instance:
     """Everything one size binding needs, built once."""
 
@@ -111,6 +122,8 @@ class _Instance:
     kernels: dict[str, spy.ComputeKernel]
     buffers: dict[str, spy.Buffer]
     shapes: dict[str, tuple[int, ...]]
+    latest: dict[str, str]  # result -> its latest version's access node
+    dispatches: dict[str, _Dispatch]  # kernel entry name -> its launch (none for empty kernels)
 
 
 class Executable:
@@ -123,6 +136,7 @@ class Executable:
         self.device = device
         self.sizes = dict(sizes or {})
         self._instances: dict[tuple, _Instance] = {}
+        self._bound: dict[tuple, dict[str, int]] = {}  # argument shapes and sizes -> bound sizes
         self._last: _Instance | None = None
         self._stats = {"kernels": 0, "dispatches": 0, "bytes_moved": 0, "compile_time": 0.0,
                        "compiles": 0, "buffers_allocated": 0, "calls": 0}
@@ -178,7 +192,9 @@ class Executable:
             self._stats["buffers_allocated"] += len(buffers)
             self._stats["compiles"] += cache.stats["compiles"] - before
             self._stats["compile_time"] += time.perf_counter() - start
-            inst = self._instances[key] = _Instance(p, module, kernels, buffers, shapes)
+            latest = {r: g.latest(r) for r in g.results}
+            inst = self._instances[key] = _Instance(p, module, kernels, buffers, shapes, latest,
+                                                    self._dispatches(module, kernels, buffers))
         self._last = inst
         self._stats["kernels"] = len(inst.plan.kernels)
         return inst
@@ -191,11 +207,10 @@ class Executable:
                 raise ValueError("the numpy device has no device arrays")
             host = {k: np.asarray(v) for k, v in inputs.items()}
             return ir.run(self.graph, host, {**self.sizes, **(sizes or {})})
-        bound = ir.bind_sizes(self.graph, inputs, {**self.sizes, **(sizes or {})})  # np.shape reads .shape
         missing = [a for a in self.graph.arguments if a not in inputs]
         if missing:
             raise ir.GraphError(f"missing arguments {missing} (graph {self.graph.name!r} takes {self.graph.arguments})")
-        inst = self._instance(bound)
+        inst = self._instance(self._bind_sizes(inputs, sizes))
         dev = devices.get_device(self.device)
         g = inst.plan.graph
         moved = 0
@@ -222,21 +237,47 @@ class Executable:
         enc = dev.create_command_encoder()
         dispatches = self._record(enc, inst, bindings)
         results: dict[str, DeviceArray | np.ndarray] = {}
-        latest = {r: g.latest(r) for r in g.results}
         if return_device_arrays:
-            for r, access in latest.items():
+            for r, access in inst.latest.items():
                 dtype = g.containers[r].dtype
                 copy = _new_buffer(dev, dtype, math.prod(inst.shapes[access]))
                 enc.copy_buffer(copy, 0, bindings[access], 0, copy.size)
                 results[r] = DeviceArray(copy, inst.shapes[access], dtype, self.device)
         dev.submit_command_buffer(enc.finish())
         if not return_device_arrays:
-            for r, access in latest.items():
+            for r, access in inst.latest.items():
                 results[r] = _readback(bindings[access], g.containers[r].dtype, inst.shapes[access])
                 moved += results[r].nbytes
         self._stats["dispatches"] = dispatches
         self._stats["bytes_moved"] = moved
         return results
+
+    def _bind_sizes(self, inputs: Mapping, sizes: Mapping[str, int] | None) -> dict[str, int]:
+        """``ir.bind_sizes``, remembered per argument shapes: it runs sympy per
+        dimension, which costs more than a small kernel."""
+        key = (tuple(np.shape(inputs[a]) if a in inputs else None for a in self.graph.arguments),
+               tuple(sorted((sizes or {}).items())))
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = self._bound[key] = ir.bind_sizes(self.graph, inputs, {**self.sizes, **(sizes or {})})
+        return bound
+
+    def _dispatches(self, module: Module, kernels: dict[str, spy.ComputeKernel],
+                    buffers: dict[str, spy.Buffer]) -> dict[str, _Dispatch]:
+        out = {}
+        for entry in module.kernels:
+            if entry.threads == 0:
+                continue
+            if self.device == "cpu":  # one compiled entry point runs every kernel there
+                names, params = module.buffers, {"kernel_index": entry.index}
+                kernel = kernels[DISPATCHER]
+            else:
+                names, params = entry.buffers, {}
+                kernel = kernels[f"{entry.name}_main"]
+            params.update({n: buffers[a] for n, a in names.items() if a in buffers})
+            out[entry.name] = _Dispatch(kernel, entry.thread_count, params,
+                                        {n: a for n, a in names.items() if a not in buffers})
+        return out
 
     def _record(self, enc: spy.CommandEncoder, inst: _Instance, bindings: dict[str, spy.Buffer]) -> int:
         """Record the fills and kernel dispatches of one call; returns the count."""
@@ -244,18 +285,12 @@ class Executable:
             if identity == 0:
                 enc.clear_buffer(bindings[access])
         dispatches = 0
-        for entry in inst.module.kernels:
-            if entry.threads == 0:
-                continue
-            if self.device == "cpu":  # one compiled entry point runs every kernel there
-                kernel = inst.kernels[DISPATCHER]
-                params = {name: bindings[a] for name, a in inst.module.buffers.items()}
-                params["kernel_index"] = entry.index
-            else:
-                kernel = inst.kernels[f"{entry.name}_main"]
-                params = {name: bindings[a] for name, a in entry.buffers.items()}
-            kernel.dispatch(thread_count=entry.thread_count, command_encoder=enc, **params)
-            dispatches += 1
+        for entry in inst.module.kernels:  # bench.profile times kernels alone by cutting this list
+            d = inst.dispatches.get(entry.name)
+            if d is not None:
+                d.kernel.dispatch(thread_count=d.thread_count, command_encoder=enc,
+                                  **d.params, **{n: bindings[a] for n, a in d.per_call.items()})
+                dispatches += 1
         return dispatches
 
 

@@ -52,6 +52,7 @@ class DifferentiableProgram:
         self._graphs: dict[tuple, ir.DataflowGraph] = {}
         self._backward: dict[tuple, ir.DataflowGraph] = {}
         self._executables: dict[tuple, Any] = {}
+        self._shapes: dict[tuple, list[tuple[int, ...]]] = {}
         self._last_specs: tuple[ArraySpec, ...] | None = None
 
     # -- specs and graphs ---------------------------------------------------------
@@ -166,6 +167,18 @@ class DifferentiableProgram:
         return {f"{exe.device}:{id(exe):x}": {"device": exe.device, **exe.stats()}
                 for exe in self._executables.values()}
 
+    def _concrete_shapes(self, forward: ir.DataflowGraph, inputs: Mapping[str, Any], graph: ir.DataflowGraph,
+                         names: Sequence[str]) -> list[tuple[int, ...]]:
+        """Shapes of ``graph``'s containers ``names`` for the sizes the arguments bind
+        in ``forward``, remembered per argument shapes: solving sizes runs sympy,
+        which costs more than a small call's kernels."""
+        key = (id(graph), tuple(names), tuple(np.shape(inputs[n]) for n in self.arg_names))
+        shapes = self._shapes.get(key)
+        if shapes is None:
+            sizes = ir.bind_sizes(forward, inputs)
+            shapes = self._shapes[key] = [graph.containers[n].concrete_shape(sizes) for n in names]
+        return shapes
+
     # -- public: running ----------------------------------------------------------
     def _inputs(self, graph: ir.DataflowGraph, values: Mapping[str, Any]) -> dict[str, Any]:
         inputs = {}
@@ -221,7 +234,7 @@ class DifferentiableProgram:
             if isinstance(ct, lowering.DeviceArray):
                 inputs[seed] = ct
             else:
-                expected = c.concrete_shape(ir.bind_sizes(forward, inputs))
+                (expected,) = self._concrete_shapes(forward, inputs, graph, [seed])
                 ct = np.asarray(ct, dtype=ir.DTYPES[c.dtype])
                 if ct.shape != expected:
                     try:
@@ -240,8 +253,7 @@ class DifferentiableProgram:
         values = self._bind(args, kwargs)
         forward = self._forward_graph(self._specs_for(values))
         outputs = forward.meta.get("result_names", forward.results)
-        sizes = ir.bind_sizes(forward, self._inputs(forward, values))
-        shapes = [forward.containers[o].concrete_shape(sizes) for o in outputs]
+        shapes = self._concrete_shapes(forward, self._inputs(forward, values), forward, outputs)
         if len(outputs) != 1 or int(np.prod(shapes[0])) != 1:
             raise ProgramError(f"value_and_grad needs one scalar output; {self.name} returns "
                                f"{len(outputs)} output(s) of shape(s) {shapes}. "
