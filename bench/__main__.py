@@ -151,6 +151,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     started, load_at_start = time.perf_counter(), os.getloadavg()[0]
+    machine = report.machine_info()  # before measuring: the revision is the code about to be measured
     settings = QUICK if args.quick else FULL
     present = lowering.available_devices()
     devices = [d for d in (args.device or present) if d in present]
@@ -185,7 +186,7 @@ def main(argv: list[str]) -> None:
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "elapsed_s": time.perf_counter() - started,
         "load_average": [load_at_start, os.getloadavg()[0]],
-        "machine": report.machine_info(),
+        "machine": machine,
         "devices": devices,
         "peers": [f"{p.name} {p.version()}" for p in peers],
         "settings": dataclasses.asdict(settings),
