@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -24,6 +25,12 @@ from .explain import Explanation, explain
 from .gradcheck import check_graph_gradients
 
 GraphBuilder = Callable[[tuple[ArraySpec, ...]], ir.DataflowGraph]
+
+
+# Process-wide, keyed by the (tracer-cached) forward graph: a second program
+# object of the same function differentiates and plans nothing again.
+_BACKWARD_GRAPHS: "weakref.WeakKeyDictionary[ir.DataflowGraph, dict]" = weakref.WeakKeyDictionary()
+_EXECUTABLES: "weakref.WeakKeyDictionary[ir.DataflowGraph, dict]" = weakref.WeakKeyDictionary()
 
 
 class ProgramError(ValueError):
@@ -109,18 +116,26 @@ class DifferentiableProgram:
     def _backward_graph(self, specs: tuple[ArraySpec, ...], wrt: tuple[str, ...]) -> ir.DataflowGraph:
         key = (specs, wrt)
         if key not in self._backward:
-            graph = self._forward_graph(specs).copy()
-            grads = add_backward_pass(graph, inputs=list(wrt), outputs=graph.results,
-                                      stencil_gathers=self.stencil_gathers)
-            graph.meta["gradients"] = grads
-            self._backward[key] = graph
+            forward = self._forward_graph(specs)
+            derived = _BACKWARD_GRAPHS.setdefault(forward, {})
+            options = (wrt, self.stencil_gathers)
+            if options not in derived:
+                graph = forward.copy()
+                graph.meta["gradients"] = add_backward_pass(graph, inputs=list(wrt), outputs=graph.results,
+                                                            stencil_gathers=self.stencil_gathers)
+                derived[options] = graph
+            self._backward[key] = derived[options]
         return self._backward[key]
 
     def _executable(self, graph: ir.DataflowGraph, device: str | None):
         device = device or self.device or default_device()
         key = (id(graph), device)
         if key not in self._executables:
-            self._executables[key] = lowering.compile(graph, device=device, deterministic=self.deterministic)
+            compiled = _EXECUTABLES.setdefault(graph, {})
+            if (device, self.deterministic) not in compiled:
+                compiled[device, self.deterministic] = lowering.compile(graph, device=device,
+                                                                        deterministic=self.deterministic)
+            self._executables[key] = compiled[device, self.deterministic]
         return self._executables[key]
 
     # -- public: inspection -------------------------------------------------------
