@@ -319,10 +319,12 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
 
 
 def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
-    """Bind sizes, split multi-output tasklets and long reductions, group tasklets into kernels and
-    decide buffers, fills and write modes."""
+    """Bind sizes, split multi-output tasklets, fold elementwise producers into reductions, split long
+    reductions, group tasklets into kernels and decide buffers, fills and write modes."""
     g = bind(graph, sizes)
     split_multi_output_tasklets(g)
+    from .reduce_fusion import fold_producers  # built on this module's index analysis
+    fold_producers(g)
     split_large_reductions(g)
     kernels: list[Kernel] = []
     kernel_of: dict[str, int] = {}
