@@ -182,7 +182,9 @@ def _reads(graph: DataflowGraph, step: Step, written: dict, group_of: dict, grou
     for access, m in graph.reads(step.tasklet.name):
         read = Read(m.connector, access, m)
         if access in written:
-            if len(written[access]) > 1:  # summed by several steps: in the buffer
+            if len(graph.writers(access)) > 1:  # a register holds one writer's part: read the buffer
+                if joining and any(group_of[p.tasklet.name] == len(groups) - 1 for p, _ in written[access]):
+                    return None  # once the loop has stored it
                 reads.append(read)
                 continue
             ((producer, w),) = written[access]

@@ -20,7 +20,7 @@ import ir
 from ir.graph import DTYPES, DataflowGraph
 
 from . import cache, devices
-from .codegen import DISPATCHER, Module, generate, identifier
+from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
 from .deterministic import check_atomic_free, owner_computes
 from .plan import LoweringError, Plan, plan
 from .printer import is_exact_in_double
@@ -123,7 +123,7 @@ class _Instance:
     buffers: dict[str, spy.Buffer]
     shapes: dict[str, tuple[int, ...]]
     latest: dict[str, str]  # result -> its latest version's access node
-    dispatches: dict[str, _Dispatch]  # kernel entry name -> its launch (none for empty kernels)
+    dispatches: dict[str, _Dispatch]  # kernel entry name (or PROGRAM) -> its launch (none for empty kernels)
 
 
 class Executable:
@@ -176,7 +176,7 @@ class Executable:
                 check_atomic_free(p)
             module = generate(p, self.device)
             dev = devices.get_device(self.device)
-            entries = [DISPATCHER] if self.device == "cpu" else [f"{k.name}_main" for k in module.kernels]
+            entries = [PROGRAM] if self.device == "cpu" else [f"{k.name}_main" for k in module.kernels]
             kernels = cache.kernels(self.device, dev, module.source, entries)
             g = p.graph
             shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
@@ -264,34 +264,43 @@ class Executable:
 
     def _dispatches(self, module: Module, kernels: dict[str, spy.ComputeKernel],
                     buffers: dict[str, spy.Buffer]) -> dict[str, _Dispatch]:
-        out = {}
-        for entry in module.kernels:
-            if entry.threads == 0:
-                continue
-            if self.device == "cpu":  # one compiled entry point runs every kernel there
-                names, params = module.buffers, {"kernel_index": entry.index}
-                kernel = kernels[DISPATCHER]
+        if self.device == "cpu":  # one entry point runs the whole program there
+            launches = {PROGRAM: (kernels[PROGRAM], [1, 1, 1], module.buffers)}
+        else:
+            launches = {e.name: (kernels[f"{e.name}_main"], e.thread_count, e.buffers)
+                        for e in module.kernels if e.threads}
+        return {name: _Dispatch(kernel, thread_count, {n: buffers[a] for n, a in names.items() if a in buffers},
+                                {n: a for n, a in names.items() if a not in buffers})
+                for name, (kernel, thread_count, names) in launches.items()}
+
+    def _launches(self, inst: _Instance) -> list[tuple[_Dispatch, dict]]:
+        """The dispatches of ``inst.module.kernels`` with their uniforms: on the
+        CPU device one per run of consecutive kernels (a whole call is one run),
+        elsewhere one per kernel.  bench.profile times kernels alone by cutting
+        that list."""
+        if self.device != "cpu":
+            return [(inst.dispatches[e.name], {}) for e in inst.module.kernels if e.name in inst.dispatches]
+        runs: list[list[KernelEntry]] = []
+        for entry in inst.module.kernels:
+            if runs and runs[-1][-1].index + 1 == entry.index:
+                runs[-1].append(entry)
             else:
-                names, params = entry.buffers, {}
-                kernel = kernels[f"{entry.name}_main"]
-            params.update({n: buffers[a] for n, a in names.items() if a in buffers})
-            out[entry.name] = _Dispatch(kernel, entry.thread_count, params,
-                                        {n: a for n, a in names.items() if a not in buffers})
-        return out
+                runs.append([entry])
+        return [(inst.dispatches[PROGRAM], {"first": run[0].index, "last": run[-1].index + 1})
+                for run in runs if any(e.threads for e in run)]
 
     def _record(self, enc: spy.CommandEncoder, inst: _Instance, bindings: dict[str, spy.Buffer]) -> int:
-        """Record the fills and kernel dispatches of one call; returns the count."""
+        """Record the fills and kernel dispatches of one call; returns the count.
+        Every fill comes first: a filled version is written only by the kernels
+        accumulating into it and read only after them, never by a kernel before."""
         for access, identity in inst.plan.fills.items():
             if identity == 0:
                 enc.clear_buffer(bindings[access])
-        dispatches = 0
-        for entry in inst.module.kernels:  # bench.profile times kernels alone by cutting this list
-            d = inst.dispatches.get(entry.name)
-            if d is not None:
-                d.kernel.dispatch(thread_count=d.thread_count, command_encoder=enc,
-                                  **d.params, **{n: bindings[a] for n, a in d.per_call.items()})
-                dispatches += 1
-        return dispatches
+        launches = self._launches(inst)
+        for d, uniforms in launches:
+            d.kernel.dispatch(thread_count=d.thread_count, command_encoder=enc, **uniforms,
+                              **d.params, **{n: bindings[a] for n, a in d.per_call.items()})
+        return len(launches)
 
 
 def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str, int] | None = None,

@@ -10,7 +10,7 @@ from ir.specs import f32
 from lowering import rowfusion
 from lowering.plan import plan
 from lowering.rowfusion import RowKernel
-from lowering_graphs import G, i, j, rng
+from lowering_graphs import G, i, j, k, rng
 from symdiff.backward import add_backward_pass
 
 
@@ -101,3 +101,23 @@ def test_a_column_read_stops_a_row_kernel(device):
     x = rng(5).standard_normal((n, n)).astype(np.float32)
     np.testing.assert_allclose(lowering.compile(b.g, device=device)({"x": x})["out"],
                                ir.run(b.g, {"x": x})["out"], rtol=1e-6)
+
+
+def test_a_sum_with_a_writer_outside_the_row_kernel_is_read_from_its_buffer(device):
+    # s[i] = sum_k w[k, i] (too long a row: its own kernel) + sum_j x[i, j] (in the row kernel);
+    # the row kernel's register holds only the second part
+    n, m, long = 16, 10, rowfusion.MAX_ROW + 44
+    b = G("two_writers").c("x", (n, m), "argument").c("w", (long, n), "argument").c("s", (n,))
+    b.c("out", (n, m), "result")
+    b.t("long", [(i, 0, n), (k, 0, long)], b.s("w", "w"), {"w": ("w", (k, i))}, ("s", (i,)), acc="sum")
+    b.t("short", [(i, 0, n), (j, 0, m)], b.s("x", "x"), {"x": ("x", (i, j))}, ("s", (i,)), acc="sum",
+        same_version=True)
+    b.t("use", [(i, 0, n), (j, 0, m)], b.s("x", "x") - b.s("s", "s"), {"x": ("x", (i, j)), "s": ("s", (i,))},
+        ("out", (i, j)))
+    p = plan(b.g, {})
+    assert isinstance(p.kernels[-1], RowKernel)
+    assert all(r.producer is None for s in p.kernels[-1].steps for r in s.reads)
+    r = rng(1)
+    inputs = {"x": r.standard_normal((n, m)).astype(np.float32), "w": r.standard_normal((long, n)).astype(np.float32)}
+    np.testing.assert_allclose(lowering.compile(b.g, device=device)(inputs)["out"], ir.run(b.g, inputs)["out"],
+                               rtol=1e-5, atol=1e-5)
