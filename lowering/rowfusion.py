@@ -245,14 +245,6 @@ class _Rows:
         return True
 
 
-def _outer_lengths(kernel: Kernel) -> list[int]:
-    """Thread axes a kernel could keep as rows, longest first: all of a
-    reducing kernel's, any non-empty prefix of a map kernel's box."""
-    if any(s.loop for s in kernel.steps):
-        return [len(kernel.box)] if kernel.box else []
-    return list(range(len(kernel.box), 0, -1))
-
-
 def _writes(graph: DataflowGraph, kernels: list[Kernel]) -> set[str]:
     return {a for k in kernels for s in k.steps for a, _ in graph.writes(s.tasklet.name)}
 
