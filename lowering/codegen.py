@@ -33,13 +33,13 @@ STORAGE_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool"
 COMBINE = {"sum": "{a} + {b}", "prod": "{a} * ({b})", "max": "max({a}, {b})", "min": "min({a}, {b})"}
 
 
-DISPATCHER = "run_kernel"
+PROGRAM = "run_program"  # the CPU device's only entry point
 
 
 @dataclass
 class KernelEntry:
     """What the runtime needs to dispatch one kernel: its entry point is
-    ``<name>_main``, or case ``index`` of the dispatcher."""
+    ``<name>_main``, or (CPU device) number ``index`` of the program entry."""
 
     name: str
     index: int
@@ -57,7 +57,7 @@ class KernelEntry:
 class Module:
     source: str
     kernels: list[KernelEntry]  # in dispatch order
-    buffers: dict[str, str]  # dispatcher parameter -> access node id
+    buffers: dict[str, str]  # program entry parameter -> access node id (CPU device; else empty)
 
 
 def identifier(text: str) -> str:
@@ -447,24 +447,38 @@ def _fill_kernel(plan: Plan, access: str, identity: float) -> tuple[str, KernelE
     return text, KernelEntry(name, 0, count, {buf: access})
 
 
-def _dispatcher(entries: list[KernelEntry], g: DataflowGraph) -> tuple[str, dict[str, str]]:
-    """One entry point running any kernel: the CPU device compiles every entry
-    point with its own g++ run (about a second each), this one needs one."""
+def _program(entries: list[KernelEntry], g: DataflowGraph) -> tuple[str, dict[str, str]]:
+    """The CPU device's one entry point: it runs kernels ``first`` to
+    ``last - 1`` in dispatch order, each over all of its threads, in a single
+    dispatch of one thread.  The CPU device runs threads one after another
+    anyway, but binding a dispatch's buffers costs ~3 us each there, so one
+    dispatch per call instead of one per kernel saves (kernels - 1) bindings
+    of every buffer; one entry point also means one g++ run per program."""
     buffers = {n: a for e in entries for n, a in e.buffers.items()}
     params = _params(buffers, g)
-    cases = "\n".join(f"    case {e.index}: {e.name}(tid{''.join(', ' + n for n in sorted(e.buffers))}); return;"
-                       for e in entries)
-    text = (f"// Runs kernel number kernel_index: one compiled entry point for the whole program.\n"
-            f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
-            f"void {DISPATCHER}(uint3 tid: SV_DispatchThreadID, uniform int kernel_index"
-            f"{''.join(', ' + p for p in params)})\n{{\n    switch (kernel_index)\n    {{\n{cases}\n    }}\n}}")
+    calls = []
+    for e in entries:
+        if e.threads == 0:
+            continue
+        x, y, _ = e.thread_count
+        call = f"{e.name}(uint3(x, {'y' if y > 1 else '0'}, 0){''.join(', ' + n for n in sorted(e.buffers))});"
+        loop = f"for (int x = 0; x < {x}; x++) {call}"
+        if y > 1:
+            loop = f"for (int y = 0; y < {y}; y++) {loop}"
+        calls.append(f"    if (first <= {e.index} && {e.index} < last)  // {e.threads} point(s) in {x * y} thread(s)\n"
+                    f"        {loop}")
+    text = (f"// Runs kernels first..last-1 of the program in order, each over all of its threads:\n"
+            f"// dispatched once per call with a single thread on the CPU device.\n"
+            f"[shader(\"compute\")]\n[numthreads(1, 1, 1)]\n"
+            f"void {PROGRAM}(uniform int first, uniform int last"
+            f"{''.join(', ' + p for p in params)})\n{{\n" + "\n".join(calls) + "\n}")
     return text, buffers
 
 
 def generate(plan: Plan, device: str = "vulkan") -> Module:
     """The Slang module for a plan on one device kind (matmul tiles are shaped
     per device): a function and entry point per kernel (fill kernels first, in
-    dispatch order) and the all-in-one dispatcher."""
+    dispatch order) and, for the CPU device, the program entry running them all."""
     g = plan.graph
     atomics: set = set()
     parts, entries = [], []
@@ -486,7 +500,10 @@ def generate(plan: Plan, device: str = "vulkan") -> Module:
         entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers)))
     for n, entry in enumerate(entries):
         entry.index = n
-    dispatcher, buffers = _dispatcher(entries, g)
+    buffers: dict[str, str] = {}
+    if device == "cpu":
+        program, buffers = _program(entries, g)
+        parts.append(program)
     header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", PRELUDE]
     header += [_atomic_helper(s, op) for s, op in sorted(atomics)]
-    return Module("\n\n".join(header + parts + [dispatcher]) + "\n", entries, buffers)
+    return Module("\n\n".join(header + parts) + "\n", entries, buffers)
