@@ -31,6 +31,11 @@ ROW_THREADS = GROUP_SIZE * MAX_GROUPS  # threads per row of a 2-D dispatch
 STORAGE_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "int"}
 # (a folded producer makes b an expression: a product needs it parenthesised)
 COMBINE = {"sum": "{a} + {b}", "prod": "{a} * ({b})", "max": "max({a}, {b})", "min": "min({a}, {b})"}
+# Independent partial results of an in-thread reduction on the CPU device: g++
+# may not reorder float additions, so one accumulator makes a loop-carried
+# dependency it cannot vectorise; lanes combined in a fixed order at the end
+# keep the result deterministic.  (lavapipe vectorises across threads instead.)
+CPU_REDUCTION_LANES = 8
 
 
 PROGRAM = "run_program"  # the CPU device's only entry point
@@ -87,6 +92,7 @@ class _KernelWriter:
         self.buffers: dict[str, str] = {}
         self.tiling = tiling(plan.graph, kernel, device)
         self.threads = self.tiling.threads if self.tiling else kernel.threads
+        self.lanes = CPU_REDUCTION_LANES if device == "cpu" else 1
         self.indent = 0  # extra depth of the per-output loop of a tiled kernel
 
     def emit(self, line: str, depth: int) -> None:
@@ -211,12 +217,44 @@ class _KernelWriter:
             self.point(step, names, 1, reducing=False)
             return
         self.accumulators(step)
-        self.emit(f"for (int r = 0; r < {math.prod(extent(r) for r in step.loop)}; r++)", 1)
+        self.reduction_loop(step, names)
+        self.stores(step, self.outputs(t), names, 1)
+
+    def reduction_loop(self, step: Step, names: dict) -> None:
+        """The loop of an in-thread reduction; with several lanes, blocks of
+        consecutive points combine into per-lane partial results (see
+        ``CPU_REDUCTION_LANES``), the points past the last whole block into
+        the combined result."""
+        length = math.prod(extent(r) for r in step.loop)
+        outputs = self.outputs(step.tasklet)
+        boolean = any(self.out_type(step.tasklet, c) == "bool" for c in outputs)
+        lanes = self.lanes if length >= 2 * self.lanes and not boolean else 1
+        start = length - length % lanes if lanes > 1 else 0  # where the single-accumulator loop begins
+        if lanes > 1:
+            for c, var in outputs.items():
+                self.emit(f"{self.out_type(step.tasklet, c)} {var}_lanes[{lanes}];", 1)
+                self.emit(f"[ForceUnroll] for (int lane = 0; lane < {lanes}; lane++) {var}_lanes[lane] = {var};", 1)
+            self.emit(f"for (int block = 0; block < {start}; block += {lanes})", 1)
+            self.emit("{", 1)
+            self.emit(f"[ForceUnroll] for (int lane = 0; lane < {lanes}; lane++)", 2)
+            self.emit("{", 2)
+            self.emit("int r = block + lane;", 3)
+            self.loop_coordinates(step, names, 3)
+            self.point(step, names, 3, reducing=True, lane="lane")
+            self.emit("}", 2)
+            self.emit("}", 1)
+            for c, var in outputs.items():
+                acc = next(w.memlet.accumulate for w in step.writes if w.memlet.connector == c)
+                self.emit(f"[ForceUnroll] for (int lane = 0; lane < {lanes}; lane++) "
+                          f"{var} = {COMBINE[acc].format(a=var, b=f'{var}_lanes[lane]')};", 1)
+        if start == length:
+            return
+        self.emit(f"for (int r = {start}; r < {length}; r++)", 1)
         self.emit("{", 1)
         self.loop_coordinates(step, names, 2)
         self.point(step, names, 2, reducing=True)
         self.emit("}", 1)
-        self.stores(step, self.outputs(t), names, 1)
+
 
     def names(self, step: Step, parallel: dict) -> dict[sympy.Symbol, str]:
         """Slang names of a step's symbols: ``parallel`` for its thread
@@ -256,10 +294,10 @@ class _KernelWriter:
             digit = _digit("r", stride, extent((s, b, e)), s == wide[0][0])
             self.emit(f"int {names[s]} = {f'{int(b)} + ' if int(b) else ''}{digit};", depth)
 
-    def point(self, step: Step, names: dict, depth: int, reducing: bool) -> None:
+    def point(self, step: Step, names: dict, depth: int, reducing: bool, lane: str | None = None) -> None:
         """One point of a step: its condition, reads and body; a reduction
-        combines into its accumulators, anything else declares its outputs and
-        stores them."""
+        combines into its accumulators (element ``lane`` of their lanes if
+        given), anything else declares its outputs and stores them."""
         t = step.tasklet
         precision = precision_of(self.g, t)
         outputs = self.outputs(t)
@@ -277,7 +315,8 @@ class _KernelWriter:
         for c, var in outputs.items():
             if reducing:
                 acc = next(w.memlet.accumulate for w in step.writes if w.memlet.connector == c)
-                self.emit(f"{var} = {COMBINE[acc].format(a=var, b=values[c])};", inner)
+                target = f"{var}_lanes[{lane}]" if lane else var
+                self.emit(f"{target} = {COMBINE[acc].format(a=target, b=values[c])};", inner)
             elif conditional:
                 self.emit(f"{var} = {values[c]};", inner)
             else:

@@ -175,6 +175,8 @@ def split_large_reductions(graph: DataflowGraph) -> None:
             continue  # register tiles over its outputs beat partial sums (lowering.matmul)
         chunks = max(2, min(SPLIT_TARGET_THREADS // max(points, 1), length // SPLIT_MIN_CHUNK))
         chunk_len = -(-length // chunks)
+        # a chunk length dividing the reduction (fewer, longer chunks) needs no bound check per element
+        chunk_len = next((n for n in range(chunk_len, 2 * chunk_len) if length % n == 0), chunk_len)
         chunks = -(-length // chunk_len)
         _split(graph, t, par_ranges, red_ranges, chunks, chunk_len, length)
 
@@ -200,12 +202,13 @@ def _split(graph: DataflowGraph, t: Tasklet, par_ranges, red_ranges, chunks: int
         graph.add_container(partial, par_shape + (chunks,), dtype, "transient", two_stage=True)
         writes_1[m.connector] = (graph.access(partial, 0), par_index + (c,), m.accumulate)
         stage_2.append((access, m, partial))
-    bound = sympy.StrictLessThan(flat, length)
+    bound = sympy.StrictLessThan(flat, length) if chunks * chunk_len != length else sympy.true
     cond = sympy.And(t.condition.xreplace(subs), bound)
     graph.remove_tasklet(t.name)
     graph.add_tasklet(f"{t.name}_stage1", tuple(par_ranges) + ((c, 0, chunks), (r, 0, chunk_len)),
                       {k: v.xreplace(subs) for k, v in t.body.items()}, reads, writes_1, condition=cond,
-                      source=t.source, backward=t.backward, origin=t.meta["origin"])
+                      source=t.source, backward=t.backward, origin=t.meta["origin"],
+                      folded=t.meta.get("folded", ()))
     for access, m, partial in stage_2:
         v = connector_symbol("v", graph.containers[partial].dtype)
         graph.add_tasklet(f"{t.name}_stage2", tuple(par_ranges) + ((c, 0, chunks),), {m.connector: v},

@@ -162,7 +162,8 @@ class Executable:
         Empty on the numpy device and before symbolic sizes are bound."""
         if self._last is None:
             return {}
-        return {identifier(k.name): list(dict.fromkeys(s.tasklet.meta["origin"] for s in k.steps))
+        return {identifier(k.name): list(dict.fromkeys(o for s in k.steps
+                                                       for o in (s.tasklet.meta["origin"], *s.tasklet.meta.get("folded", ()))))
                 for k in self._last.plan.kernels}
 
     def _instance(self, sizes: dict[str, int]) -> _Instance:

@@ -28,8 +28,9 @@ def test_reduction_loop_and_matmul_read_like_loops():
     assert "matmul_acc[mm_u][mm_v] += matmul_a[mm_u] * matmul_w;" in src
     g, _ = matmul(m=20)  # too few outputs to tile: one thread per output
     src = lowering.compile(g, device="cpu").source
-    assert "for (int r = 0; r < 17; r++)" in src
-    assert "matmul_o = matmul_o + matmul_a*matmul_w;" in src
+    assert "for (int block = 0; block < 16; block += 8)" in src  # 8 lanes on the CPU device, then the rest
+    assert "matmul_o_lanes[lane] = matmul_o_lanes[lane] + matmul_a*matmul_w;" in src
+    assert "for (int r = 16; r < 17; r++)" in src
 
 
 def test_arrays_beyond_one_dispatch_row_use_a_2d_grid(device):

@@ -1,0 +1,116 @@
+"""Elementwise producers folded into reductions (lowering.reduce_fusion) and the
+CPU device's multi-lane reduction loops: results against the interpreter on
+every device, and structural checks that the intermediate is not materialised."""
+import numpy as np
+import pytest
+import sympy
+
+import ir
+import lowering
+from lowering.codegen import generate
+from lowering.plan import plan
+from lowering_graphs import G, i, j, rng
+
+
+def _check(graph, inputs, device):
+    got = lowering.compile(graph, device=device)(inputs)
+    want = ir.run(graph, inputs)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=2e-4, atol=1e-4, err_msg=f"{name} on {device}")
+
+
+def _buffers(graph, sizes=None) -> set[str]:
+    """Containers with a stored version in the plan."""
+    p = plan(graph, sizes or {})
+    return {p.graph.node(a).container for a in p.stored}
+
+
+def square_then(op: str, n: int, extra_reader: bool = False):
+    """``op``-reduce ``x * x + 0.5`` (two elementwise producers); with
+    ``extra_reader`` the square is also a result of its own."""
+    b = G(f"{op}_of_square").c("x", (n,), "argument").c("sq", (n,), "result" if extra_reader else "transient")
+    b.c("h", (n,)).c("out", (), "result")
+    x = b.s("x", "x")
+    b.t("square", [(i, 0, n)], x * x, {"x": ("x", (i,))}, ("sq", (i,)))
+    b.t("shift", [(i, 0, n)], b.s("a", "sq") * (0.25 if op == "prod" else 1) + 0.5, {"a": ("sq", (i,))}, ("h", (i,)))
+    b.t("reduce", [(i, 0, n)], b.s("a", "h"), {"a": ("h", (i,))}, ("out", ()), op)
+    return b.g, {"x": rng(2).uniform(-1.2, 1.2, n).astype(np.float32)}
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "prod"])
+@pytest.mark.parametrize("n", [100, 10_007, 100_000])  # in-thread; two stages with a partial last chunk; dividing
+def test_folded_reductions_match_interpreter(op, n, device):
+    graph, inputs = square_then(op, 100 if op == "prod" else n)
+    _check(graph, inputs, device)
+
+
+def test_intermediates_are_not_stored():
+    graph, _ = square_then("sum", 100_000)
+    assert _buffers(graph) & {"sq", "h"} == set()
+    p = plan(graph, {})
+    assert [s.tasklet.meta["origin"] for k in p.kernels for s in k.steps] == ["reduce", "reduce"]  # two stages
+
+
+def test_intermediate_with_another_reader(device):
+    """The square is a result too: it is still stored, and recomputed (cheap) inside the sum."""
+    graph, inputs = square_then("sum", 10_007, extra_reader=True)
+    _check(graph, inputs, device)
+    assert "h" not in _buffers(graph)
+    p = plan(graph, {})
+    reduce_reads = {r.memlet.container for k in p.kernels for s in k.steps if "reduce" in s.tasklet.name
+                    for r in s.reads}
+    assert "x" in reduce_reads and "sq" not in reduce_reads
+
+
+def test_costly_shared_producer_is_not_recomputed():
+    """tanh read by the sum and by another result stays a buffer the sum reads."""
+    n = 5000
+    b = G("shared_tanh").c("x", (n,), "argument").c("t", (n,)).c("u", (n,), "result").c("out", (), "result")
+    b.t("tanh", [(i, 0, n)], sympy.tanh(b.s("x", "x")), {"x": ("x", (i,))}, ("t", (i,)))
+    b.t("double", [(i, 0, n)], 2 * b.s("a", "t"), {"a": ("t", (i,))}, ("u", (i,)))
+    b.t("reduce", [(i, 0, n)], b.s("a", "t"), {"a": ("t", (i,))}, ("out", ()), "sum")
+    assert "t" in _buffers(b.g)
+
+
+def test_multiple_outputs_and_rows(device):
+    """Row sums and row maxima of one folded producer (one reduction tasklet with two outputs)."""
+    m, n = 37, 300
+    b = G("row_stats").c("x", (m, n), "argument").c("p", (m, n))
+    b.c("s", (m,), "result").c("mx", (m,), "result")
+    x = b.s("x", "x")
+    b.t("poly", [(i, 0, m), (j, 0, n)], x * x - x, {"x": ("x", (i, j))}, ("p", (i, j)))
+    a = b.s("a", "p")
+    b.g.add_tasklet("stats", [(i, 0, m), (j, 0, n)], {"s": a, "mx": a}, {"a": (b.g.latest("p"), (i, j))},
+                    {"s": (b.g.new_version("s"), (i,), "sum"), "mx": (b.g.new_version("mx"), (i,), "max")})
+    r = rng(4)
+    inputs = {"x": r.standard_normal((m, n)).astype(np.float32)}
+    _check(b.g, inputs, device)
+    assert "p" not in _buffers(b.g)
+
+
+def test_producer_with_more_inputs_is_not_folded():
+    """sum(x * w): the sum would read two streams instead of one (see the module docstring)."""
+    n = 5000
+    b = G("dot").c("x", (n,), "argument").c("w", (n,), "argument").c("p", (n,)).c("out", (), "result")
+    b.t("mul", [(i, 0, n)], b.s("x", "x") * b.s("w", "w"), {"x": ("x", (i,)), "w": ("w", (i,))}, ("p", (i,)))
+    b.t("reduce", [(i, 0, n)], b.s("a", "p"), {"a": ("p", (i,))}, ("out", ()), "sum")
+    assert "p" in _buffers(b.g)
+
+
+def test_matmul_shaped_read_is_not_folded():
+    """A producer read once per output of a matmul would be recomputed per output: kept."""
+    m, n, q = 16, 24, 8
+    b = G("mm").c("a", (m, n), "argument").c("bm", (n, q), "argument").c("t", (m, n)).c("out", (m, q), "result")
+    b.t("tanh", [(i, 0, m), (j, 0, n)], sympy.tanh(b.s("a", "a")), {"a": ("a", (i, j))}, ("t", (i, j)))
+    k = sympy.Symbol("k", integer=True)
+    b.t("mm", [(i, 0, m), (k, 0, q), (j, 0, n)], b.s("u", "t") * b.s("v", "bm"),
+        {"u": ("t", (i, j)), "v": ("bm", (j, k))}, ("out", (i, k)), "sum")
+    assert "t" in _buffers(b.g)
+
+
+def test_cpu_reduction_lanes_in_source():
+    """The CPU device sums in lanes (vectorisable); lavapipe keeps one accumulator per thread."""
+    graph, _ = square_then("sum", 10_007)
+    p = plan(graph, {})
+    assert "_lanes[8]" in generate(p, "cpu").source
+    assert "_lanes" not in generate(p, "vulkan").source
