@@ -90,6 +90,9 @@ class _KernelWriter:
         self.atomics = atomics
         self.lines: list[str] = []
         self.buffers: dict[str, str] = {}
+        # loads of one fixed element (a seed, a scalar parameter): load text -> local
+        self.invariant_loads: dict[tuple[str, str], str] = {}
+        self.written = {w.memlet.container for step in kernel.steps for w in step.writes}
         self.tiling = tiling(plan.graph, kernel, device)
         self.threads = self.tiling.threads if self.tiling else kernel.threads
         self.lanes = CPU_REDUCTION_LANES if device == "cpu" else 1
@@ -125,7 +128,22 @@ class _KernelWriter:
         else:
             self.accumulate(tl)
             self.per_output(tl)
-        return "\n".join(self.lines)
+        hoisted = [f"    {stype} {name} = {load};" for (stype, load), name in self.invariant_loads.items()]
+        return "\n".join(hoisted + self.lines)
+
+    def invariant_load(self, stype: str, value: str, memlet: Memlet) -> str:
+        """``value`` read once at the top of the kernel when its element is the same
+        for every point and the kernel never writes it.  In the CPU device's point
+        loop (lowering.threads) g++ must otherwise assume any store may change it
+        and reload it per point, and those extra alias checks (past its limit of
+        10) stop it vectorising the loop, transcendental helpers
+        (lowering.cpu_math) and all; elsewhere it costs nothing."""
+        shape = self.g.containers[memlet.container].shape
+        index = [sympy.sympify(e) for e in memlet.index]
+        in_bounds = all(e.is_Integer and 0 <= int(e) < int(n) for e, n in zip(index, shape))
+        if not in_bounds or memlet.container in self.written:
+            return value
+        return self.invariant_loads.setdefault((stype, value), f"invariant{len(self.invariant_loads)}")
 
     def steps(self) -> None:
         for step in self.kernel.steps:
@@ -345,6 +363,7 @@ class _KernelWriter:
                     value = f"{identifier(r.producer)}_{identifier(self.producer_connector(r))}"
                 else:
                     value = f"{self.buffer(r.access)}[{self.flat_index(r.memlet, names)}]"
+                    value = self.invariant_load(STORAGE_TYPES[dtype], value, r.memlet)
                     if dtype == "bool":
                         value = f"({value} != 0)"
                 self.emit(f"{SLANG_TYPES[dtype]} {var} = {value};", depth)

@@ -18,17 +18,19 @@ from sympy.codegen.cfunctions import expm1, log1p
 from sympy.printing.c import C99CodePrinter
 from sympy.printing.precedence import precedence
 
+from . import cpu_math
+
 SLANG_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "bool"}
 
 # Helpers the printed expressions may call; emitted once at the top of a module.
-PRELUDE = """\
+PRELUDE = cpu_math.SOURCE + """\
 // Floor division and modulo (Python semantics) for index arithmetic.
 int floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 int floormod(int a, int b) { return a - b * floordiv(a, b); }
 // log(1 + x) and exp(x) - 1 without cancellation near 0.
-float log1p_(float x) { float u = 1.0f + x; return u == 1.0f ? x : log(u) * x / (u - 1.0f); }
+float log1p_(float x) { float u = 1.0f + x; return u == 1.0f ? x : log_f32(u) * x / (u - 1.0f); }
 double log1p_(double x) { double u = 1.0l + x; return u == 1.0l ? x : log(u) * x / (u - 1.0l); }
-float expm1_(float x) { float u = exp(x); return u == 1.0f ? x : (u - 1.0f == -1.0f ? -1.0f : (u - 1.0f) * x / log(u)); }
+float expm1_(float x) { float u = exp_f32(x); return u == 1.0f ? x : (u - 1.0f == -1.0f ? -1.0f : (u - 1.0f) * x / log_f32(u)); }
 double expm1_(double x) { double u = exp(x); return u == 1.0l ? x : (u - 1.0l == -1.0l ? -1.0l : (u - 1.0l) * x / log(u)); }
 """
 
@@ -60,6 +62,8 @@ class SlangPrinter(C99CodePrinter):
                                     "log2", "log10", "exp2", "sinh", "cosh", "tanh", "sqrt",
                                     "asinh", "acosh", "atanh")}
         self.known_functions.update({"Abs": "abs", "ceiling": "ceil"})
+        if scalar == "float":  # vectorisable on the CPU device, the built-ins elsewhere
+            self.known_functions.update(cpu_math.FUNCTIONS)
 
     def parenthesize(self, item, level, strict=False) -> str:
         # a rational prints as one literal, not as the division sympy ranks it as
@@ -139,7 +143,7 @@ class SlangPrinter(C99CodePrinter):
         if exp.is_Float and float(exp) in (0.5, -0.5) or exp.is_Float and float(exp).is_integer():
             exp = sympy.Rational(float(exp))
         if base is sympy.E:
-            return f"exp({self._print(exp)})"
+            return f"{self.known_functions['exp']}({self._print(exp)})"
         if exp.is_Integer and 0 < abs(int(exp)) <= self._MAX_POWER_BY_MULTIPLICATION:
             factor = self.parenthesize(base, precedence(sympy.Mul(2, sympy.Symbol("x"), evaluate=False)))
             product = " * ".join([factor] * abs(int(exp)))
