@@ -21,10 +21,8 @@ from .matmul import Tiling, tiling
 from .plan import Kernel, Plan, Step, extent
 from .printer import PRELUDE, SLANG_TYPES, SlangPrinter
 from .rowfusion import LoopGroup, RowKernel, reduces
+from .threads import GROUP_SIZE, Threads
 
-GROUP_SIZE = 256
-MAX_GROUPS = 65535  # per dispatch dimension
-ROW_THREADS = GROUP_SIZE * MAX_GROUPS  # threads per row of a 2-D dispatch
 
 # Slang type of a buffer element: bools travel as ints (structured buffers of
 # bool are not portable).
@@ -48,14 +46,13 @@ class KernelEntry:
 
     name: str
     index: int
-    threads: int
+    threads: int  # points of the kernel's box (or of its tiles)
     buffers: dict[str, str]  # entry-point parameter -> access node id
+    per_thread: int = 1  # consecutive points one dispatched thread runs
 
     @property
     def thread_count(self) -> list[int]:
-        if self.threads <= ROW_THREADS:
-            return [self.threads, 1, 1]
-        return [ROW_THREADS, -(-self.threads // ROW_THREADS), 1]
+        return Threads(self.threads, self.per_thread).thread_count
 
 
 @dataclass
@@ -95,8 +92,9 @@ class _KernelWriter:
         self.written = {w.memlet.container for step in kernel.steps for w in step.writes}
         self.tiling = tiling(plan.graph, kernel, device)
         self.threads = self.tiling.threads if self.tiling else kernel.threads
+        self.mapping = Threads.for_device(self.threads, device)
         self.lanes = CPU_REDUCTION_LANES if device == "cpu" else 1
-        self.indent = 0  # extra depth of the per-output loop of a tiled kernel
+        self.indent = 0  # extra depth of the point loop and of the per-output loop of a tiled kernel
 
     def emit(self, line: str, depth: int) -> None:
         self.lines.append("    " * (depth + self.indent) + line)
@@ -118,8 +116,9 @@ class _KernelWriter:
         k, tl = self.kernel, self.tiling
         grid = tl.grid if tl else k.box
         coord = "g" if tl else "t"  # a tiled kernel's thread coordinates count tiles
-        self.emit("int lin = int(tid.x) + int(tid.y) * %d;" % ROW_THREADS, 1)
-        self.emit(f"if (lin >= {self.threads}) return;", 1)
+        for line in self.mapping.open("lin"):
+            self.emit(line, 1)
+        self.indent += len(self.mapping.close())
         strides = [math.prod(grid[a + 1:]) for a in range(len(grid))]
         for a, (n, stride) in enumerate(zip(grid, strides)):
             self.emit(f"int {coord}{a} = {_digit('lin', stride, n, a == 0)};", 1)
@@ -128,6 +127,9 @@ class _KernelWriter:
         else:
             self.accumulate(tl)
             self.per_output(tl)
+        self.indent -= len(self.mapping.close())
+        for line in self.mapping.close():
+            self.emit(line, 1)
         hoisted = [f"    {stype} {name} = {load};" for (stype, load), name in self.invariant_loads.items()]
         return "\n".join(hoisted + self.lines)
 
@@ -211,10 +213,10 @@ class _KernelWriter:
             self.emit(f"int t{a} = {self.tile_point(tl, a)};", 2)
         if tl.box[o] % tl.tile[o] or tl.box[i] % tl.tile[i]:
             self.emit(f"if (t{o} >= {tl.box[o]} || t{i} >= {tl.box[i]}) continue;", 2)
-        self.indent = 1
+        self.indent += 1
         for step in self.kernel.steps:
             self.step(step)
-        self.indent = 0
+        self.indent -= 1
         self.emit("}", 1)
 
     def step(self, step: Step) -> None:
@@ -272,7 +274,6 @@ class _KernelWriter:
         self.loop_coordinates(step, names, 2)
         self.point(step, names, 2, reducing=True)
         self.emit("}", 1)
-
 
     def names(self, step: Step, parallel: dict) -> dict[sympy.Symbol, str]:
         """Slang names of a step's symbols: ``parallel`` for its thread
@@ -488,7 +489,7 @@ def _kernel_text(name: str, comment: str, params: list[str], body: str) -> str:
             f"{{\n    {name}(tid{''.join(', ' + a for a in args.split(', ') if a)});\n}}")
 
 
-def _fill_kernel(plan: Plan, access: str, identity: float) -> tuple[str, KernelEntry]:
+def _fill_kernel(plan: Plan, access: str, identity: float, device: str) -> tuple[str, KernelEntry]:
     """A kernel setting a version to its accumulation's identity (zeros are
     cleared by the runtime without a kernel)."""
     g = plan.graph
@@ -497,12 +498,13 @@ def _fill_kernel(plan: Plan, access: str, identity: float) -> tuple[str, KernelE
     value = SlangPrinter(SLANG_TYPES[dtype] if dtype != "int32" else "int").literal(
         identity if dtype != "int32" or math.isfinite(identity) else (-2**31 if identity < 0 else 2**31 - 1))
     buf = buffer_name(access)
-    body = (f"    int i = int(tid.x) + int(tid.y) * {ROW_THREADS};\n"
-            f"    if (i < {count}) {buf}[i] = {value};")
+    mapping = Threads.for_device(count, device)
+    lines = mapping.open("i") + [("    " if mapping.close() else "") + f"{buf}[i] = {value};"] + mapping.close()
+    body = "\n".join("    " + line for line in lines)
     name = f"fill_{buf}"
     text = _kernel_text(name, f"// fill {buf} with the identity of its accumulation",
                         _params({buf: access}, g), body)
-    return text, KernelEntry(name, 0, count, {buf: access})
+    return text, KernelEntry(name, 0, count, {buf: access}, mapping.per_thread)
 
 
 def _program(entries: list[KernelEntry], g: DataflowGraph) -> tuple[str, dict[str, str]]:
@@ -542,7 +544,7 @@ def generate(plan: Plan, device: str = "vulkan") -> Module:
     parts, entries = [], []
     for access, identity in plan.fills.items():
         if identity != 0:
-            text, entry = _fill_kernel(plan, access, identity)
+            text, entry = _fill_kernel(plan, access, identity, device)
             parts.append(text)
             entries.append(entry)
     for kernel in plan.kernels:
@@ -555,7 +557,7 @@ def generate(plan: Plan, device: str = "vulkan") -> Module:
                    f"over {list(kernel.box)}" + (f" in tiles of {list(w.tiling.tile)}" if w.tiling else "")
                    + f"\n//   {described}")
         parts.append(_kernel_text(name, comment, _params(w.buffers, g), body))
-        entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers)))
+        entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers), w.mapping.per_thread))
     for n, entry in enumerate(entries):
         entry.index = n
     buffers: dict[str, str] = {}
