@@ -21,25 +21,23 @@ KINDS = ("cuda", "vulkan", "cpu", "numpy")
 ENV_VAR = "SYMDIFF_DEVICE"
 SOFTWARE_ADAPTERS = ("llvmpipe", "lavapipe", "swiftshader", "softpipe")
 
-# Without a hardware GPU, lavapipe beats the single-threaded CPU device.
-# value_and_grad through the program API, float32, this 2-core machine
-# (slangpy 0.43.1, Mesa 25 lavapipe), steady state / first call in process:
+# Without a hardware GPU, the CPU device is the faster backend here, measured
+# by `python -m bench` (docs/benchmarks.md, 2026-11-22, after the register-
+# blocked matmuls, per-thread point loops, vectorisable float32 maths and one
+# dispatch per call on the CPU device): value_and_grad geometric mean over 28
+# configurations (14 workloads x 2 sizes), device-resident inputs, min times:
 #
-#   workload                          CPU device (-O3)      lavapipe
-#   MLP 4096x64 -> 128 -> 10 (relu, tanh)    42 ms / 1.6 s    40 ms / 1.3 s
-#   tanh*exp+sin, 1M elements              109 ms / 1.0 s    37 ms / 0.2 s
-#   sum(x*x), 10M elements                 290 ms / 1.2 s   215 ms / 0.9 s
+#   device        x JAX jit(value_and_grad)   cold compile
+#   CPU device    4.86 (small 4.71, large 5.01)   0.57 s (g++ in every process)
+#   lavapipe      9.13 (small 13.8, large 6.06)   0.18 s (on-disk shader cache)
 #
-# The MLP is still a tie, for other reasons than before: the register-blocked
-# matmul kernels (lowering.matmul) run 8-22 GFLOP/s on the CPU device against
-# 3-4 on lavapipe, while lavapipe wins the fused tanh epilogues and reductions
-# (192/209 ms with one thread per output, ~1 GFLOP/s either way); lavapipe is
-# 3x faster on transcendentals (both cores, vectorised libm), compiles in a
-# fraction of g++'s time and keeps an on-disk shader cache across processes
-# (the CPU device reruns g++ in every process).  So: lavapipe, then the CPU
-# device.  float64 programs with transcendentals are routed to the CPU device
-# (runtime.compile), since lavapipe gets them wrong.
-AUTO_ORDER = ("vulkan", "cpu")
+# lavapipe still wins some large workloads (the 10M elementwise chain 106 vs
+# 228 ms, n-body N=2048 80 vs 141 ms, conv1d 4M, atax/bicg 2048^2), the CPU
+# device wins all small ones (per-dispatch cost ~50 us on lavapipe) and the
+# reductions, stencils and MLPs.  So: the CPU device, then lavapipe.
+# float64 programs with transcendentals never go to lavapipe (runtime.compile),
+# since it gets them wrong.
+AUTO_ORDER = ("cpu", "vulkan")
 
 _lock = threading.Lock()
 _devices: dict[str, spy.Device] = {}
