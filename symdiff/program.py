@@ -47,7 +47,7 @@ class DifferentiableProgram:
 
     def __init__(self, builder: GraphBuilder, arg_names: Sequence[str],
                  annotations: Mapping[str, ArraySpec], name: str, device: str | None = None,
-                 deterministic: bool = False, check_bounds: bool = False, stencil_gathers: bool = True):
+                 deterministic: bool = False, check_bounds: bool | None = None, stencil_gathers: bool = True):
         self._builder = builder
         self.arg_names = list(arg_names)
         self._annotations = dict(annotations)
@@ -207,9 +207,21 @@ class DifferentiableProgram:
     def _run(self, graph: ir.DataflowGraph, inputs: Mapping[str, Any], device: str | None,
              device_arrays: bool) -> dict[str, Any]:
         exe = self._executable(graph, device)
-        if self.check_bounds:
+        if self._should_check_bounds(graph, inputs):
             ir.check_index_arguments(graph, inputs)
         return exe(dict(inputs), return_device_arrays=device_arrays)
+
+    def _should_check_bounds(self, graph: ir.DataflowGraph, inputs: Mapping[str, Any]) -> bool:
+        """Kernels do not check indices, and on the CPU device an out-of-range
+        scatter corrupts memory, so index arguments passed as host arrays are
+        checked unless ``check_bounds=False``; device-resident ones only with
+        ``check_bounds=True`` (checking them reads them back)."""
+        if self.check_bounds is False:
+            return False
+        index_args = [a for a in graph.arguments if graph.containers[a].dtype == "int32"]
+        if not index_args:
+            return False
+        return self.check_bounds or not any(isinstance(inputs[a], lowering.DeviceArray) for a in index_args)
 
     @staticmethod
     def _present(value: Any) -> Any:
@@ -327,14 +339,16 @@ def seal_gradients(graph: ir.DataflowGraph, output: str, wrt: Sequence[str]) -> 
 
 
 def differentiable_program(fn: Callable | None = None, *, device: str | None = None, deterministic: bool = False,
-                           check_bounds: bool = False, stencil_gathers: bool = True):
+                           check_bounds: bool | None = None, stencil_gathers: bool = True):
     """Decorate a numpy-style function (or index-level code with ``sd.map``).
 
     Arguments annotated with ``sd.f32[...]``-style specs fix their dtype and
     shape; unannotated ones take them from the first call's values.
     ``deterministic=True``: no float atomics, bitwise reproducible results
-    (slower scatters).  ``check_bounds=True``: index arguments are checked on
-    the host before each run (``ir.IndexOutOfRange``), since kernels do not.
+    (slower scatters).  Index (int32) arguments are checked on the host before
+    each run (``ir.IndexOutOfRange``), since kernels do not: by default those
+    passed as host arrays, with ``check_bounds=True`` device arrays too (read
+    back), with ``check_bounds=False`` none.
     ``stencil_gathers=False`` keeps stencil reverse passes as scatter-adds
     (atomics), to measure what the gathers save.
     """

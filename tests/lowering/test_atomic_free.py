@@ -150,6 +150,15 @@ def test_deterministic_gradients_are_bitwise_reproducible_on_vulkan():
         pytest.skip("the atomic version happened to be reproducible on this machine too")
 
 
+@pytest.mark.parametrize("device", ALL_DEVICES)
+def test_host_index_arguments_are_checked_by_default(device):
+    p = sd.differentiable_program(_bag)
+    emb, idx = inputs("bag")
+    idx[0, 0] = -1
+    with pytest.raises(ir.IndexOutOfRange, match=r"argument 'idx' holds -1 at idx\[0, 0\]"):
+        p.grad(emb, idx, device=device)
+
+
 def test_check_bounds_names_argument_and_index():
     p = sd.differentiable_program(_bag, check_bounds=True)
     emb, idx = inputs("bag")
