@@ -10,7 +10,6 @@ differentiates and compiles nothing.
 from __future__ import annotations
 
 import inspect
-import os
 import weakref
 from typing import Any, Callable, Mapping, Sequence
 
@@ -19,6 +18,7 @@ import numpy as np
 import ir
 import lowering
 from ir.specs import ArraySpec, spec_of
+from lowering.devices import requested as requested_device
 
 from .backward import add_backward_pass
 from .explain import Explanation, explain
@@ -35,11 +35,6 @@ _EXECUTABLES: "weakref.WeakKeyDictionary[ir.DataflowGraph, dict]" = weakref.Weak
 
 class ProgramError(ValueError):
     """A call the program cannot serve; the message says what to do instead."""
-
-
-def default_device() -> str:
-    """``SYMDIFF_DEVICE`` if set, else ``"auto"`` (best device present)."""
-    return os.environ.get("SYMDIFF_DEVICE", "auto")
 
 
 class DifferentiableProgram:
@@ -128,7 +123,7 @@ class DifferentiableProgram:
         return self._backward[key]
 
     def _executable(self, graph: ir.DataflowGraph, device: str | None):
-        device = device or self.device or default_device()
+        device = requested_device(device or self.device)  # SYMDIFF_DEVICE, else "auto"
         key = (id(graph), device)
         if key not in self._executables:
             compiled = _EXECUTABLES.setdefault(graph, {})
@@ -248,13 +243,18 @@ class DifferentiableProgram:
         values = self._bind(args, kwargs)
         specs = self._specs_for(values)
         forward = self._forward_graph(specs)
+        return self._vjp(specs, forward, self._inputs(forward, values), cotangent, wrt, device, device_arrays)
+
+    def _vjp(self, specs: tuple[ArraySpec, ...], forward: ir.DataflowGraph, inputs: dict[str, Any],
+             cotangent: Any, wrt: Sequence[str] | str | None, device: str | None,
+             device_arrays: bool) -> tuple[Any, dict[str, Any]]:
         wrt = self._resolve_wrt(forward, wrt)
         graph = self._backward_graph(specs, wrt)
         outputs = forward.meta.get("result_names", forward.results)
         cts = (cotangent,) if len(outputs) == 1 else tuple(cotangent)
         if len(cts) != len(outputs):
             raise ProgramError(f"{self.name} has {len(outputs)} outputs; pass a tuple of {len(outputs)} cotangents")
-        inputs = self._inputs(graph, values)
+        inputs = dict(inputs)
         for out, ct in zip(outputs, cts):
             seed = graph.meta["seeds"][out]
             c = graph.containers[seed]
@@ -278,15 +278,16 @@ class DifferentiableProgram:
                        device_arrays: bool = False, **kwargs) -> tuple[Any, dict[str, Any]]:
         """``(value, {input: gradient})`` of a program with one scalar output."""
         values = self._bind(args, kwargs)
-        forward = self._forward_graph(self._specs_for(values))
+        specs = self._specs_for(values)
+        forward = self._forward_graph(specs)
+        inputs = self._inputs(forward, values)
         outputs = forward.meta.get("result_names", forward.results)
-        shapes = self._concrete_shapes(forward, self._inputs(forward, values), forward, outputs)
+        shapes = self._concrete_shapes(forward, inputs, forward, outputs)
         if len(outputs) != 1 or int(np.prod(shapes[0])) != 1:
             raise ProgramError(f"value_and_grad needs one scalar output; {self.name} returns "
                                f"{len(outputs)} output(s) of shape(s) {shapes}. "
                                "Use .vjp(..., cotangent=...) for non-scalar outputs.")
-        return self.vjp(*args, cotangent=np.ones(()), wrt=wrt, device=device,
-                        device_arrays=device_arrays, **kwargs)
+        return self._vjp(specs, forward, inputs, np.ones(()), wrt, device, device_arrays)
 
     def grad(self, *args, wrt: Sequence[str] | str | None = None, device: str | None = None,
              **kwargs) -> dict[str, Any]:
