@@ -2,8 +2,8 @@
 
 On lavapipe and GPUs every point is a thread: lavapipe runs neighbouring
 threads in SIMD lanes.  The CPU device runs its threads one after another and
-each thread costs ~20 ns of entry-point overhead (argument unpacking, the
-dispatcher's switch) against ~1 ns for the work of a simple element, so there
+each thread costs ~20 ns of call overhead (measured when every point was a
+thread; the per-kernel call from ``run_program`` is of the same kind) against ~1 ns for the work of a simple element, so there
 one thread loops over ``CPU_POINTS_PER_THREAD`` consecutive points: the
 overhead is paid once per run, and the tight loop over contiguous elements
 is what g++ -O3 vectorises.
