@@ -31,6 +31,10 @@ def bind_sizes(graph: DataflowGraph, inputs: Mapping[str, np.ndarray],
                 if prev is not None and prev != actual:
                     raise GraphError(f"size {dim.name} is {prev} from {origin[dim.name]} but argument "
                                      f"{name!r} has {actual} there (shape {shape})")
+                if actual == 0:  # sympy simplified with N > 0 (N/N = 1, sums over N nonempty)
+                    raise GraphError(f"argument {name!r} has size 0 in the dimension of size symbol {dim.name} "
+                                     f"(shape {shape}); size symbols are positive: trace 0-size arrays "
+                                     "with a fixed spec (sd.f32[0]) instead")
                 bound[dim.name] = int(actual)
                 origin.setdefault(dim.name, f"argument {name!r}")
     for name in graph.arguments:

@@ -8,7 +8,8 @@ sympy's own derivative of that function everywhere, including inside the
 backward graph when it is differentiated again.
 
 The built-in rules make piecewise-constant functions have derivative 0, which is
-what JAX does and what keeps second-order graphs free of ``DiracDelta``.
+what JAX does and what keeps second-order graphs free of ``DiracDelta``; the
+float remainder ``Mod`` (sympy leaves it underived) follows from that.
 """
 from __future__ import annotations
 
@@ -65,5 +66,12 @@ def _zero(*args: sympy.Expr) -> tuple[sympy.Expr, ...]:
     return tuple(sympy.S.Zero for _ in args)
 
 
+def _mod(x: sympy.Expr, y: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    """``Mod(x, y) = x - y*floor(x/y)`` (numpy's remainder: the sign of the
+    divisor) with floor's derivative 0, as JAX differentiates ``remainder``."""
+    return sympy.S.One, -sympy.floor(x / y)
+
+
 _BUILTIN.update({f: _zero for f in (sympy.Heaviside, sympy.sign, sympy.floor, sympy.ceiling, sympy.DiracDelta)})
+_BUILTIN[sympy.Mod] = _mod
 _RULES.update(_BUILTIN)

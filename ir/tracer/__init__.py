@@ -8,11 +8,11 @@ Modules, one job each: ``traced_array`` (the array/view model), ``emit``
 """
 from . import creation, elementwise, indexing, indirect, linalg, reductions  # noqa: F401 (register the ops)
 from .errors import (MissingSpecError, ScalarConversionError, ShapeMismatchError, TracedBranchError, TraceError,
-                     TraceIndexError, UnsupportedOperationError, UntracedWriteError)
+                     TraceIndexError, UnsupportedAttributeError, UnsupportedOperationError, UntracedWriteError)
 from .maps import map  # noqa: A004
 from .trace import trace
 from .traced_array import TracedArray
 
 __all__ = ["trace", "map", "TracedArray", "TraceError", "MissingSpecError", "ScalarConversionError",
-           "ShapeMismatchError", "TracedBranchError", "TraceIndexError", "UnsupportedOperationError",
-           "UntracedWriteError"]
+           "ShapeMismatchError", "TracedBranchError", "TraceIndexError", "UnsupportedAttributeError",
+           "UnsupportedOperationError", "UntracedWriteError"]

@@ -1,6 +1,6 @@
 """sum / mean / max / min / prod: one tasklet over the input's whole domain
 writing the kept axes with an accumulation (graph.py: the output index does
-not use the reduced symbols)."""
+not use the reduced symbols); var / std composed of those."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +8,8 @@ import sympy
 
 from .dispatch import implements
 from .elementwise import dtype_name
-from .emit import as_arith, domain_symbols, new_array, read, write
-from .errors import TraceIndexError, UnsupportedOperationError
+from .emit import as_arith, domain_symbols, new_array, read, tasklet_to_new, write
+from .errors import TraceIndexError, UnsupportedOperationError, warn_user
 from .traced_array import TracedArray
 
 
@@ -47,13 +47,35 @@ def reduce(op: str, a, axis, keepdims: bool, accumulate: str, dtype=None) -> Tra
     shape = tuple(1 if k in axes else d for k, d in enumerate(a.sym_shape) if keepdims or k not in axes)
     index = tuple(0 if k in axes else s for k, s in enumerate(syms) if keepdims or k not in axes)
     out = new_array(a.trace, shape, out_dtype, op)
+    count = sympy.Mul(*(a.sym_shape[k] for k in axes))
+    if op == "mean" and count.is_zero:
+        warn_user("numpy.mean", "mean of an empty slice is nan (numpy warns \"Mean of empty slice\" too)")
+        out_syms = domain_symbols(len(shape), "o")
+        write(op, out, out_syms, tuple((s, 0, d) for s, d in zip(out_syms, shape)), sympy.nan, {})
+        return out
     reads = {}
     value = read(a, syms, "x", reads)
     body = as_arith(value, a.dtype_name) if accumulate in ("sum", "prod") else value
     if op == "mean":
-        body = body / sympy.Mul(*(a.sym_shape[k] for k in axes))
+        body = body / count
     write(op, out, index, tuple((s, 0, d) for s, d in zip(syms, a.sym_shape)), body, reads, accumulate)
     return out
+
+
+def variance(op: str, a, axis, dtype, ddof, keepdims: bool) -> TracedArray:
+    """numpy's ``var``: ``sum(|a - mean(a)|**2) / (count - ddof)``, composed of
+    traced ops so it differentiates like any other program."""
+    if not isinstance(a, TracedArray):
+        raise UnsupportedOperationError(f"numpy.{op}", "of a value inside an sd.map body is not supported")
+    axes = normalize_axes(f"numpy.{op}", axis, a.ndim)
+    centered = a - reduce("mean", a, axes, True, "sum", dtype)
+    total = reduce("sum", centered * centered, axes, keepdims, "sum")
+    dof = sympy.Mul(*(a.sym_shape[k] for k in axes)) - ddof
+    if dof.is_nonpositive:  # numpy divides by 0 here: inf, or nan for an empty slice
+        warn_user(f"numpy.{op}", "degrees of freedom <= 0 for slice: the result is inf or nan (as in numpy)")
+    scale = sympy.oo if dof.is_nonpositive else 1 / dof
+    return tasklet_to_new(op, a.trace, total.sym_shape, total.dtype_name,
+                          lambda syms, v: v["x"] * scale, {"x": total})
 
 
 def _check_plain(op: str, kwargs: dict) -> None:
@@ -90,3 +112,15 @@ def max_(a, axis=None, out=None, keepdims=False, **kwargs):
 def min_(a, axis=None, out=None, keepdims=False, **kwargs):
     _check_plain("min", dict(kwargs, out=out))
     return reduce("min", a, axis, keepdims, "min")
+
+
+@implements(np.var)
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
+    _check_plain("var", dict(kwargs, out=out))
+    return variance("var", a, axis, dtype, ddof, keepdims)
+
+
+@implements(np.std)
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
+    _check_plain("std", dict(kwargs, out=out))
+    return np.sqrt(variance("std", a, axis, dtype, ddof, keepdims))

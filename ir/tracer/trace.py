@@ -17,7 +17,7 @@ from . import context
 from .creation import creation_traced
 from .elementwise import result_dtype
 from .emit import broadcast_index, domain_symbols, read, scalar_expr, write
-from .errors import MissingSpecError, TraceError, UnsupportedOperationError
+from .errors import MissingSpecError, TraceError, UnsupportedOperationError, return_location
 from .maps import MapValue
 from .traced_array import TracedArray
 
@@ -91,31 +91,32 @@ def _trace(fn: Callable, names: list[str], specs: tuple[ArraySpec, ...]) -> Data
                 if tr.hidden_error is not None and not isinstance(e, TraceError):
                     raise tr.hidden_error from e
                 raise
-        results = _results(tr, value)
+        results = _results(tr, value, return_location(fn))
     finally:
         context.pop()
     graph.meta.update(arg_names=list(names), result_names=results, fn_name=fn.__name__)
     return graph
 
 
-def _results(tr: context.Trace, value) -> list[str]:
-    """Result containers ``out`` (one value) or ``out0, out1, ...`` (a tuple)."""
+def _results(tr: context.Trace, value, where: str | None) -> list[str]:
+    """Result containers ``out`` (one value) or ``out0, out1, ...`` (a tuple).
+    ``where``: the user's return line, for errors about the returned value."""
     values = list(value) if isinstance(value, (tuple, list)) else [value]
     bases = ["out"] if not isinstance(value, (tuple, list)) else [f"out{k}" for k in range(len(values))]
     names = []
     for base, v in zip(bases, values):
         name = tr.graph.unique_name(base)
-        _result(tr, name, v)
+        _result(tr, name, v, where)
         tr.graph.access(name)
         names.append(name)
     return names
 
 
-def _result(tr: context.Trace, name: str, v) -> None:
+def _result(tr: context.Trace, name: str, v, where: str | None) -> None:
     g = tr.graph
     if isinstance(v, MapValue):
         raise TraceError("return", "a value from inside an sd.map body cannot be returned; store it into an "
-                         "array in the loop")
+                         "array in the loop", where)
     if isinstance(v, TracedArray):
         if v.is_whole_container() and g.containers[v.container].role == "transient":
             _rename(g, v.container, name)
@@ -132,8 +133,14 @@ def _result(tr: context.Trace, name: str, v) -> None:
         g.add_container(name, (), dtype, role="result")
         write("result", TracedArray(tr, name, (), dtype), (), (), scalar_expr(v), {})
         return
-    raise UnsupportedOperationError("return", f"a traced program must return traced arrays or numbers, not "
-                                    f"{type(v).__name__} (numpy arrays made before tracing are not traced)")
+    if v is None:
+        detail = "the program returned None (is a `return` statement missing?)"
+    elif isinstance(v, dict):
+        detail = "a dict cannot be returned; return a tuple of arrays (or several values: `return a, b`)"
+    else:
+        detail = (f"a {type(v).__name__} cannot be returned (numpy arrays made before tracing are not traced)")
+    raise UnsupportedOperationError("return", f"{detail}; a traced program returns traced arrays, numbers, "
+                                    "or a tuple of them", where)
 
 
 def _rename(g: DataflowGraph, old: str, new: str) -> None:

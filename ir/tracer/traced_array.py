@@ -15,7 +15,7 @@ import sympy
 from ..graph import DTYPES, index_symbol
 from .context import Trace
 from .dispatch import FUNCTIONS, handler
-from .errors import ScalarConversionError, TracedBranchError, UntracedWriteError
+from .errors import ScalarConversionError, TracedBranchError, UnsupportedAttributeError, UntracedWriteError
 
 _PLACEHOLDERS: list[sympy.Symbol] = []
 
@@ -226,3 +226,23 @@ class TracedArray(Operators):
     def clip(self, a_min=None, a_max=None): return np.clip(self, a_min, a_max)
     def copy(self): return np.copy(self)
     def astype(self, dtype): return FUNCTIONS["astype"](self, dtype)
+
+    def var(self, axis=None, dtype=None, ddof=0, keepdims=False):
+        return np.var(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+
+    def std(self, axis=None, dtype=None, ddof=0, keepdims=False):
+        return np.std(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+
+    def __getattr__(self, name: str):
+        """Only reached for attributes the class lacks: numpy's other array
+        methods (``tolist``, ``cumsum``, ``argmax``, ...).  Private and dunder
+        names stay plain AttributeErrors, which numpy's protocol probes expect."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        hint = (" (a traced array has no Python value while tracing: return the array and convert the result)"
+                if name in _VALUE_METHODS else "; use the numpy functions the tracer supports (docs/guide.md)")
+        raise UnsupportedAttributeError(f".{name}", f"traced arrays have no attribute {name!r}{hint}")
+
+
+# methods whose result would be the array's values, which do not exist while tracing
+_VALUE_METHODS = {"tolist", "tobytes", "tofile", "dump", "dumps"}

@@ -323,3 +323,40 @@ def test_million_elements():
     a = rng.standard_normal(size).astype(np.float32)
     out = ir.run(g.validate(), {"a": a}, float_dtype="float64")["s"]
     np.testing.assert_allclose(out, np.sum((np.tanh(a.astype(np.float64)) * 0.5) ** 2), rtol=1e-9)
+
+
+def test_boolean_if_then_else_shared_by_two_outputs():
+    """sympy writes some boolean selections as ``ITE`` (second derivatives of
+    np.prod do).  Shared by two outputs, lambdify's cse makes the ITE its own
+    variable, printed as a float ``select`` with a nan default, which numpy
+    then refuses as a condition."""
+    cond = sympy.ITE(sympy.Eq(x, 0), sympy.false, sympy.Eq(x, 1))
+    g = DataflowGraph()
+    g.add_container("a", (4,), "float32", "argument")
+    g.add_container("p", (4,), "float32", "result")
+    g.add_container("q", (4,), "float32", "result")
+    g.add_tasklet("t", [(i, 0, 4)], {"p": sympy.Piecewise((5, cond), (x, True)),
+                                     "q": sympy.Piecewise((x, cond), (0, True))},
+                  {"x": (g.access("a"), (i,))}, {"p": (g.new_version("p"), (i,)), "q": (g.new_version("q"), (i,))})
+    a = np.array([0, 1, 2, 1], np.float32)
+    out = ir.run(g.validate(), {"a": a})
+    np.testing.assert_array_equal(out["p"], np.where(a == 1, 5, a))
+    np.testing.assert_array_equal(out["q"], np.where(a == 1, a, 0))
+
+
+@pytest.mark.parametrize("accumulate", ["sum", "prod", None])
+def test_empty_reduction_axis_writes_nothing(accumulate):
+    """A matmul-shaped domain whose contracted axis is empty: no point runs, so
+    the target keeps its initial value (numpy: a (3, 0) @ (0, 2) product is zeros)."""
+    g = map_graph((3, 0), (3, 2), [(i, 0, 3), (j, 0, 2), (k, 0, 0)], x, (i, k), (i, j), accumulate)
+    expected = np.full((3, 2), ir.graph.ACCUMULATION_IDENTITY[accumulate], np.float32)
+    np.testing.assert_array_equal(ir.run(g, {"a": np.ones((3, 0), np.float32)})["out"], expected)
+
+
+def test_size_symbol_bound_to_zero_rejected():
+    """Size symbols are positive (sympy simplifies with that: N/N = 1), so a
+    0-size argument for a symbolic dim would run a wrongly simplified graph."""
+    g = DataflowGraph()
+    g.add_container("a", (3, N), "float32", "argument")
+    with pytest.raises(GraphError, match=r"'a' has size 0 .* size symbol N .*sd.f32\[0\]"):
+        ir.bind_sizes(g, {"a": rand(3, 0)})

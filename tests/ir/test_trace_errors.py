@@ -10,7 +10,7 @@ import pytest
 import ir
 from ir.specs import f32
 from ir.tracer import (MissingSpecError, ScalarConversionError, ShapeMismatchError, TracedBranchError,
-                       TraceIndexError, UnsupportedOperationError, UntracedWriteError)
+                       TraceIndexError, UnsupportedAttributeError, UnsupportedOperationError, UntracedWriteError)
 
 UNTRACED = np.zeros(4, dtype=np.float32)
 
@@ -91,6 +91,26 @@ def write_broadcast_view(x):
     return x
 
 
+def return_dict(x):
+    return {"y": x * 2}
+
+
+def return_none(x):
+    return None
+
+
+def tolist(x):
+    return x.tolist()
+
+
+def missing_method(x):
+    return x.cumsum()
+
+
+def max_of_nothing(x):
+    return np.max(x[:0])
+
+
 BAD = [
     (branch, [f32[4]], TracedBranchError, "np.where"),
     (float_of, [f32[4]], ScalarConversionError, "float()"),
@@ -109,6 +129,11 @@ BAD = [
     (data_dependent_where, [f32[4]], UnsupportedOperationError, "numpy.where"),
     (boolean_mask, [f32[4]], UnsupportedOperationError, "boolean/array indexing"),
     (write_broadcast_view, [f32[4]], UnsupportedOperationError, "read-only"),
+    (return_dict, [f32[4]], UnsupportedOperationError, "a dict cannot be returned; return a tuple"),
+    (return_none, [f32[4]], UnsupportedOperationError, "returned None"),
+    (tolist, [f32[4]], UnsupportedAttributeError, "'tolist' (a traced array has no Python value"),
+    (missing_method, [f32[4]], UnsupportedAttributeError, "no attribute 'cumsum'"),
+    (max_of_nothing, [f32[4]], UnsupportedOperationError, "zero-size array to reduction operation max"),
 ]
 
 
@@ -156,3 +181,37 @@ def test_map_index_is_not_an_int():
         return out
     with pytest.raises(ScalarConversionError, match="loop index is symbolic"):
         ir.trace(f, f32[3])
+
+
+def test_return_without_return_statement_names_the_def_line():
+    def no_return(x):
+        x * 2
+    with pytest.raises(UnsupportedOperationError, match="returned None") as info:
+        ir.trace(no_return, f32[4])
+    assert f"test_trace_errors.py:{no_return.__code__.co_firstlineno}:" in str(info.value)
+
+
+def test_return_error_in_a_tuple_names_the_return_line():
+    def several(x):
+        y = x * 2
+        return y, {"z": y}
+    with pytest.raises(UnsupportedOperationError, match="a dict cannot be returned") as info:
+        ir.trace(several, f32[4])
+    assert f"test_trace_errors.py:{several.__code__.co_firstlineno + 2}:" in str(info.value)
+
+
+def test_missing_attributes_keep_hasattr_working():
+    def probe(x):
+        assert not hasattr(x, "tolist") and getattr(x, "cumsum", None) is None
+        assert not hasattr(x, "__array_interface__")
+        return x * 1
+    ir.trace(probe, f32[4])
+
+
+def test_mean_of_an_empty_slice_warns_at_the_users_line():
+    def empty_mean(x):
+        return np.mean(x[:0])
+    with pytest.warns(RuntimeWarning, match="mean of an empty slice is nan") as record:
+        graph = ir.trace(empty_mean, f32[4])
+    assert record[0].filename == __file__ and record[0].lineno == empty_mean.__code__.co_firstlineno + 1
+    assert np.isnan(ir.run(graph, {"x": np.ones(4, np.float32)})["out"])

@@ -275,3 +275,13 @@ def test_symbolic_sizes_and_float32_max_ties():
     assert out[grads["x"]].dtype == np.float32
     # row 0: tie between two maxima; row 1: max(., 0) = 0 everywhere, Heaviside(<0) = 0
     np.testing.assert_array_equal(out[grads["x"]], [[0.5, 0.5, 0.0], [0.0, 0.0, 0.0]])
+
+
+def test_remainder_vjp_matches_jax():
+    """Mod(x, y) (np.remainder, %) has d/dx = 1 and d/dy = -floor(x/y), as in JAX;
+    sympy leaves its derivative unevaluated."""
+    x = np.array([5.5, 5.5, -5.5, -5.5, 0.4, -0.4, 7.7])
+    w = np.array([2.0, -2.0, 2.0, -2.0, 1.3, 1.3, -0.7])
+    ct = {"y": np.random.default_rng(1).normal(size=7)}
+    got = vjp(binary_graph(sympy.Mod(a, b)), {"x": x, "w": w}, ["x", "w"], ["y"], ct)
+    assert_grads_close(got, jax_vjp(jnp.remainder, {"x": x, "w": w}, ["x", "w"], ct["y"]))

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+import ir
 import symdiff as sd
 from corpus import CASES, Case, assert_matches_jax, build_program, jax_value_and_grad
 
@@ -112,3 +113,28 @@ def test_gradient_of_squared_gradient_norm_matches_jax():
     ra, rb = jax.grad(L1, argnums=(0, 1))(a.astype(np.float64), b.astype(np.float64))
     np.testing.assert_allclose(g1["a"], ra, rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(g1["b"], rb, rtol=1e-3, atol=1e-4)
+
+
+def test_bad_return_value_names_the_users_return_line():
+    """Checked after the user's function returned: the error used to name
+    symdiff's own program.py."""
+    @sd.differentiable_program
+    def returns_dict(x: sd.f32[3]):
+        return {"y": x}
+    with pytest.raises(ir.TraceError, match="a dict cannot be returned") as info:
+        returns_dict(np.ones(3, np.float32), device=DEVICE)
+    assert f"test_program.py:{returns_dict.function.__code__.co_firstlineno + 2}:" in str(info.value)
+
+
+def test_var_and_std_match_jax():
+    @sd.differentiable_program
+    def spread(x: sd.f64[4, 3]):
+        return np.sum(x.std(axis=0) * np.arange(3.0)) + np.var(x, ddof=1) + np.std(x, axis=1, keepdims=True)[2, 0]
+
+    def reference(xp, x):
+        return (xp.sum(x.std(axis=0) * xp.arange(3.0)) + xp.var(x, ddof=1)
+                + xp.std(x, axis=1, keepdims=True)[2, 0])
+    case = Case("spread", reference, {"x": (4, 3)}, ["x"])
+    inputs = case.inputs()
+    value, grads = spread.value_and_grad(*inputs.values(), device=DEVICE)
+    assert_matches_jax(case, value, grads, inputs)

@@ -1,0 +1,144 @@
+"""Edge programs on every device (the numpy interpreter and each Slang
+backend), values against numpy and gradients against JAX in float64:
+0-size slices, reductions and products (numpy's semantics: nothing happens,
+sum 0, prod 1, mean nan, matmul zeros), the float remainder, and second
+derivatives of np.prod."""
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import lowering
+import symdiff as sd
+
+jax.config.update("jax_enable_x64", True)
+
+DEVICES = [pytest.param(d, marks=[pytest.mark.vulkan] if d == "vulkan" else [], id=d)
+           for d in ("numpy", "cpu", "vulkan")]
+
+
+@pytest.fixture(params=DEVICES)
+def any_device(request) -> str:
+    if request.param != "numpy" and request.param not in lowering.available_devices():
+        pytest.skip(f"no {request.param} device here")
+    return request.param
+
+
+def empty_sum(x, xp=np):
+    return xp.sum(x[:0]) + xp.sum(x * x)
+
+
+def empty_mean(x, xp=np):
+    return xp.mean(x[1:1]) + xp.sum(x)
+
+
+def empty_prod(a, xp=np):
+    return xp.sum(xp.prod(a[:0, :], axis=0) * a[0])
+
+
+def empty_matmul(a, b, xp=np):
+    return xp.sum(a[:, :0] @ b[:0, :] + a @ b)
+
+
+def empty_update(c, v, xp=np):
+    n = 0
+    if xp is np:
+        c[:n, 1] += v[:n] * 2.0
+    else:
+        c = c.at[:n, 1].add(v[:n] * 2.0)
+    return xp.sum(c * c) + xp.sum(v)
+
+
+def empty_store(x, xp=np):
+    y = x * 1.0
+    if xp is np:
+        y[2:2] = 5.0
+    else:
+        y = y.at[2:2].set(5.0)
+    return xp.sum(y * x)
+
+
+def empty_var(x, xp=np):
+    return xp.var(x[:0]) + xp.std(x)
+
+
+def zero_size_arguments(a, b, w, xp=np):
+    return xp.sum((a @ b) * w)
+
+
+def remainder(x, y, xp=np):
+    return xp.sum(xp.remainder(x, y) * x + (x % 1.5) * y)
+
+
+CASES = {  # name: (function, argument shapes)
+    "empty_sum": (empty_sum, [(5,)]),
+    "empty_mean": (empty_mean, [(5,)]),
+    "empty_prod": (empty_prod, [(3, 4)]),
+    "empty_matmul": (empty_matmul, [(3, 4), (4, 2)]),
+    "empty_update": (empty_update, [(4, 4), (4,)]),
+    "empty_store": (empty_store, [(6,)]),
+    "empty_var": (empty_var, [(5,)]),
+    "zero_size_arguments": (zero_size_arguments, [(3, 0), (0, 2), (3, 2)]),
+    "remainder": (remainder, [(8,), (8,)]),
+}
+
+
+def _inputs(name: str, shapes) -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    arrays = [rng.uniform(-3, 3, s) for s in shapes]
+    if name == "remainder":  # divisors of both signs, away from 0; quotients away from integers
+        arrays[1] = np.array([2.0, -2.0, 0.7, -0.7, 1.3, -1.3, 2.9, -2.9])
+        arrays[0] = np.array([5.5, 5.5, -3.1, -3.1, 0.4, -0.4, 7.7, -7.7])
+    return arrays
+
+
+def _program(fn, n: int) -> sd.DifferentiableProgram:
+    """``fn`` as a program of ``n`` array arguments ``a0, a1, ...`` (its ``xp``
+    parameter keeps numpy)."""
+    args = ", ".join(f"a{k}" for k in range(n))
+    namespace = {"fn": fn}
+    exec(f"def {fn.__name__}({args}):\n    return fn({args})\n", namespace)
+    return sd.differentiable_program(namespace[fn.__name__])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_value_and_grad_match_numpy_and_jax(name, any_device):
+    fn, shapes = CASES[name]
+    inputs = _inputs(name, shapes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's and ours: mean/var of an empty slice
+        want = fn(*[a.copy() for a in inputs])
+        program = _program(fn, len(inputs))
+        value, grads = program.value_and_grad(*[a.astype(np.float32) for a in inputs], device=any_device)
+    jax_grads = jax.grad(lambda *a: fn(*a, xp=jnp), argnums=tuple(range(len(inputs))))(*inputs)
+    np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-5)
+    for k, g in enumerate(jax_grads):
+        assert grads[f"a{k}"].shape == inputs[k].shape
+        np.testing.assert_allclose(grads[f"a{k}"], np.asarray(g), rtol=1e-5, atol=1e-5, err_msg=f"a{k}")
+
+
+def test_zero_size_results(any_device):
+    """0-size arrays returned next to ordinary ones: numpy's shapes and values."""
+    def f(a: sd.f32[3, 4]):
+        return np.exp(a[:0]), np.max(a[:0, :], axis=1), np.sum(a[:0], axis=0), a[:, 2:2] @ a[2:2, :]
+    a = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    got = sd.differentiable_program(f)(a, device=any_device)
+    want = (np.exp(a[:0]), np.max(a[:0, :], axis=1), np.sum(a[:0], axis=0), a[:, 2:2] @ a[2:2, :])
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w)
+
+
+def test_second_order_prod_matches_jax(any_device):
+    """Hessian-vector product of np.prod (the numpy device crashed in the
+    lambdified second derivative)."""
+    @sd.differentiable_program
+    def p(x: sd.f32[5]):
+        return np.prod(x * x)
+    x = np.array([1.0, -2.0, 0.5, 1.5, -0.75])
+    v = np.array([0.3, -1.0, 2.0, 0.5, 1.0])
+    _, got = p.grad_program().vjp(x.astype(np.float32), cotangent=v.astype(np.float32), device=any_device)
+    want = jax.jvp(jax.grad(lambda y: jnp.prod(y * y)), (x,), (v,))[1]  # the Hessian is symmetric
+    np.testing.assert_allclose(got["x"], want, rtol=1e-5)
