@@ -1,9 +1,10 @@
 """Symbolic partial derivatives of tasklet bodies.
 
 Only float connectors are differentiated (integer and bool connectors select
-elements or branches; they carry no gradient).  Non-smooth points follow JAX:
-``Max``/``Min`` differentiate to ``Heaviside`` with value 1/2 at a tie,
-``Abs`` to ``sign`` (0 at 0), ``Piecewise`` to the selected branch only.
+elements or branches; they carry no gradient).  Non-smooth points:
+``Max``/``Min`` differentiate to ``Heaviside`` with value 1/2 at a tie (as
+JAX), ``Abs`` to ``sign``, 0 at 0 (as PyTorch; JAX gives 1: see the guide's
+conventions), ``Piecewise`` to the selected branch only.
 
 Costs are kept flat so that differentiating 10^4 tasklets stays linear:
 partials are cached per body (a traced chain repeats few distinct bodies), the

@@ -345,6 +345,10 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
 
     Arguments annotated with ``sd.f32[...]``-style specs fix their dtype and
     shape; unannotated ones take them from the first call's values.
+    ``fn`` is traced once per argument specs: globals, closure variables and
+    defaults it reads are captured then, as constants (as under ``jax.jit``);
+    changing them later does not change calls with the same specs.  Pass
+    values that change as arguments.
     ``deterministic=True``: no float atomics, bitwise reproducible results
     (slower scatters).  Index (int32) arguments are checked on the host before
     each run (``ir.IndexOutOfRange``), since kernels do not: by default those

@@ -56,3 +56,10 @@ def test_exactness_on_doubles_is_decided_by_the_functions_used():
     assert not is_exact_in_double(sympy.exp(x))
     assert not is_exact_in_double(x ** 0.3)
     assert not is_exact_in_double(sympy.tanh(x) * 2)
+
+
+def test_float_remainder_takes_the_sign_of_the_divisor():
+    """numpy's remainder (and Python's %), not Slang's fmod-like ``%``: the
+    devices' values are checked in test_edge_programs.py."""
+    assert print_expr(sympy.Mod(x, y)) == "(x - y * floor(x / y))"
+    assert print_expr(sympy.Mod(x, y), "double") == "(x - y * floor(x / y))"

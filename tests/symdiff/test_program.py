@@ -138,3 +138,23 @@ def test_var_and_std_match_jax():
     inputs = case.inputs()
     value, grads = spread.value_and_grad(*inputs.values(), device=DEVICE)
     assert_matches_jax(case, value, grads, inputs)
+
+
+SCALE = 2.0
+
+
+def test_globals_are_captured_at_the_first_trace_per_specs():
+    """As under jax.jit (documented in differentiable_program and the guide):
+    a global read by the body is a constant of the traced graph."""
+    global SCALE
+
+    @sd.differentiable_program
+    def scaled(x):
+        return np.sum(x * SCALE)
+    try:
+        assert scaled(np.ones(3, np.float32), device=DEVICE) == 6.0
+        SCALE = 5.0
+        assert scaled(np.ones(3, np.float32), device=DEVICE) == 6.0    # same specs: the traced 2.0
+        assert scaled(np.ones(4, np.float32), device=DEVICE) == 20.0   # new specs trace again
+    finally:
+        SCALE = 2.0
