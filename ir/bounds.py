@@ -14,13 +14,9 @@ from typing import Mapping
 import numpy as np
 import sympy
 
-from .graph import DataflowGraph, Memlet, Tasklet
+from .graph import DataflowGraph, IndexOutOfRange, Memlet, Tasklet
 from .interpreter import _evaluate, _index_arrays, _Point
 from .sizes import bind_sizes
-
-
-class IndexOutOfRange(IndexError):
-    """An index argument holds a value outside the extent it indexes."""
 
 
 def check_index_arguments(graph: DataflowGraph, inputs: Mapping[str, np.ndarray],

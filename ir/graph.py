@@ -63,6 +63,12 @@ class GraphError(ValueError):
     """A malformed graph; the message names the node at fault."""
 
 
+class IndexOutOfRange(IndexError):
+    """A data-dependent index outside the extent it indexes, found when a
+    program runs (every device raises it); the message names the tasklet and
+    the user's line, the array and axis, and the index's value."""
+
+
 def as_expr(value) -> sympy.Expr:
     """Sympify ints, size symbols and expressions uniformly (shapes, indices)."""
     return sympy.sympify(value)

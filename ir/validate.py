@@ -92,10 +92,19 @@ class _TaskletChecker:
             self.check_index(access, memlet)
         self.check_gathers()
         self.check_writes()
+        problem = self.out_of_bounds()
+        if problem:
+            raise self.fail(problem)
+
+    def out_of_bounds(self) -> str | None:
+        """What provably leaves its container, or None."""
         box = self.bounded_box()
         if box is not None:
             for access, memlet in self.reads + self.writes:
-                self.check_bounds(access, memlet, box)
+                problem = self.bounds_problem(access, memlet, box)
+                if problem:
+                    return problem
+        return None
 
     def check_domain(self) -> None:
         seen = set()
@@ -218,9 +227,9 @@ class _TaskletChecker:
                         old_hi if hi is None else sympy.Min(old_hi, hi))
         return box
 
-    def check_bounds(self, access: str, memlet: Memlet, box: dict) -> None:
+    def bounds_problem(self, access: str, memlet: Memlet, box: dict) -> str | None:
         if any((hi - lo).is_negative for lo, hi in box.values()):
-            return  # provably empty: nothing runs, nothing is out of range
+            return None  # provably empty: nothing runs, nothing is out of range
         shape = self.graph.containers[memlet.container].shape
         for axis, (e, extent) in enumerate(zip(memlet.index, shape)):
             span = _affine_range(as_expr(e), box)
@@ -229,8 +238,9 @@ class _TaskletChecker:
             lo, hi = span
             if lo.is_negative or (hi - as_expr(extent)).is_nonnegative:
                 bad = lo if lo.is_negative else hi
-                raise self.fail(f"access {memlet} on {access!r}: index {e} reaches {bad}, outside axis "
-                                f"{axis} of {memlet.container!r} (extent {extent})")
+                return (f"access {memlet} on {access!r}: index {e} reaches {bad}, outside axis "
+                        f"{axis} of {memlet.container!r} (extent {extent})")
+        return None
 
 
 def _simple_bound(term: sympy.Basic, index_syms: set) -> tuple | None:
@@ -293,6 +303,15 @@ def _check_versions(graph: "DataflowGraph", node_id: str) -> None:
         detail = ", ".join(f"{w}: {m.accumulate}" for w, m in writers)
         raise GraphError(f"access node {node_id!r}: writers mix accumulations ({detail}); all writers of "
                          "one version must write plainly or all use the same accumulation")
+
+
+def static_bounds_violation(graph: "DataflowGraph", tasklet: Tasklet) -> str | None:
+    """Which index of ``tasklet`` that does not depend on data provably leaves
+    its container (``a[i + 1]`` at the last ``i``), or None.  The tracer asks
+    for each tasklet it emits, so the error names the user's line at trace
+    time; data-dependent indices are checked when the program runs
+    (``IndexOutOfRange``)."""
+    return _TaskletChecker(graph, tasklet).out_of_bounds()
 
 
 def validate(graph: "DataflowGraph") -> None:

@@ -7,9 +7,9 @@
 from .cache import SlangGenerationError
 from .devices import DeviceUnavailable, available_devices
 from .plan import LoweringError
-from .runtime import DeviceArray, Executable, UnsupportedOnDevice, asarray, compile
+from .runtime import ArgumentError, DeviceArray, Executable, UnsupportedOnDevice, asarray, compile
 from .source_view import SlangSource, highlight_html
 
 __all__ = ["compile", "Executable", "DeviceArray", "asarray", "available_devices", "LoweringError",
            "SlangGenerationError", "UnsupportedOnDevice", "DeviceUnavailable", "SlangSource",
-           "highlight_html"]
+           "highlight_html", "ArgumentError"]

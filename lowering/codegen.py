@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sympy
 
 from ir.graph import DataflowGraph, Memlet, Tasklet
 
+from .bounds_check import FLAG, HELPER, IndexCheck, IndexGuards
 from .matmul import Tiling, tiling
 from .plan import Kernel, Plan, Step, extent
 from .printer import PRELUDE, SLANG_TYPES, SlangPrinter
@@ -60,6 +61,7 @@ class Module:
     source: str
     kernels: list[KernelEntry]  # in dispatch order
     buffers: dict[str, str]  # program entry parameter -> access node id (CPU device; else empty)
+    checks: list[IndexCheck] = field(default_factory=list)  # codes of the bounds flag (lowering.bounds_check)
 
 
 def identifier(text: str) -> str:
@@ -80,8 +82,9 @@ def precision_of(graph: DataflowGraph, tasklet: Tasklet) -> str:
 
 
 class _KernelWriter:
-    def __init__(self, plan: Plan, kernel: Kernel, atomics: set, device: str):
+    def __init__(self, plan: Plan, kernel: Kernel, atomics: set, device: str, guards: IndexGuards):
         self.g = plan.graph
+        self.guards = guards
         self.plan = plan
         self.kernel = kernel
         self.atomics = atomics
@@ -363,13 +366,22 @@ class _KernelWriter:
                 if r.producer is not None:
                     value = f"{identifier(r.producer)}_{identifier(self.producer_connector(r))}"
                 else:
-                    value = f"{self.buffer(r.access)}[{self.flat_index(r.memlet, names)}]"
-                    value = self.invariant_load(STORAGE_TYPES[dtype], value, r.memlet)
+                    value = self.load(step.tasklet, r, names, depth)
                     if dtype == "bool":
                         value = f"({value} != 0)"
                 self.emit(f"{SLANG_TYPES[dtype]} {var} = {value};", depth)
                 done.add(step.tasklet.inputs[r.connector])
                 pending.remove(r)
+
+    def load(self, t: Tasklet, r, names: dict, depth: int) -> str:
+        """A buffer read; one through a data-dependent index is guarded
+        (``lowering.bounds_check``): out of range, it reads 0."""
+        storage = STORAGE_TYPES[self.g.containers[r.memlet.container].dtype]
+        buf, flat = self.buffer(r.access), self.flat_index(r.memlet, names)
+        ok = self.guards.guard(self, t, r.memlet, names, depth, write=False)
+        if ok is None:
+            return self.invariant_load(storage, f"{buf}[{flat}]", r.memlet)
+        return f"({ok} ? {buf}[{ok} ? {flat} : 0] : {storage}(0))"
 
     def producer_connector(self, r) -> str:
         return next(m.connector for _, m in self.g.writers(r.access))
@@ -410,14 +422,17 @@ class _KernelWriter:
                 value = f"({value} ? 1 : 0)"
             buf = self.buffer(w.access)
             idx = self.flat_index(w.memlet, names)
+            ok = self.guards.guard(self, step.tasklet, w.memlet, names, depth, write=True)
+            if ok is not None:  # a data-dependent index out of range drops the write (lowering.bounds_check)
+                self.emit(f"if ({ok})", depth)
+            d = depth + (ok is not None)
             if w.mode == "store":
-                self.emit(f"{buf}[{idx}] = {value};", depth)
+                self.emit(f"{buf}[{idx}] = {value};", d)
             elif w.mode == "combine":
-                self.emit(f"{buf}[{idx}] = {COMBINE[w.memlet.accumulate].format(a=f'{buf}[{idx}]', b=value)};",
-                          depth)
+                self.emit(f"{buf}[{idx}] = {COMBINE[w.memlet.accumulate].format(a=f'{buf}[{idx}]', b=value)};", d)
             else:
                 self.atomics.add((STORAGE_TYPES[dtype], w.memlet.accumulate))
-                self.emit(f"atomic_{w.memlet.accumulate}({buf}, {idx}, {value});", depth)
+                self.emit(f"atomic_{w.memlet.accumulate}({buf}, {idx}, {value});", d)
 
 
 class _RowKernelWriter(_KernelWriter):
@@ -476,8 +491,12 @@ def _atomic_helper(storage: str, op: str) -> str:
 
 
 def _params(buffers: dict[str, str], g: DataflowGraph) -> list[str]:
-    return [f"RWStructuredBuffer<{STORAGE_TYPES[g.containers[g.node(a).container].dtype]}> {n}"
-            for n, a in sorted(buffers.items())]
+    return [f"RWStructuredBuffer<{_storage(g, a)}> {n}" for n, a in sorted(buffers.items())]
+
+
+def _storage(g: DataflowGraph, access: str) -> str:
+    """Slang element type of a parameter's buffer (the bounds flag holds ints)."""
+    return "int" if access == FLAG else STORAGE_TYPES[g.containers[g.node(access).container].dtype]
 
 
 def _kernel_text(name: str, comment: str, params: list[str], body: str) -> str:
@@ -541,6 +560,7 @@ def generate(plan: Plan, device: str = "vulkan") -> Module:
     dispatch order) and, for the CPU device, the program entry running them all."""
     g = plan.graph
     atomics: set = set()
+    guards = IndexGuards(g)
     parts, entries = [], []
     for access, identity in plan.fills.items():
         if identity != 0:
@@ -548,7 +568,8 @@ def generate(plan: Plan, device: str = "vulkan") -> Module:
             parts.append(text)
             entries.append(entry)
     for kernel in plan.kernels:
-        w = (_RowKernelWriter if isinstance(kernel, RowKernel) else _KernelWriter)(plan, kernel, atomics, device)
+        w = (_RowKernelWriter if isinstance(kernel, RowKernel) else _KernelWriter)(plan, kernel, atomics, device,
+                                                                                   guards)
         body = w.write()
         described = ", ".join(s.tasklet.name + (f" ({s.tasklet.source})" if s.tasklet.source else "")
                               for s in kernel.steps)
@@ -565,5 +586,5 @@ def generate(plan: Plan, device: str = "vulkan") -> Module:
         program, buffers = _program(entries, g)
         parts.append(program)
     header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", PRELUDE]
-    header += [_atomic_helper(s, op) for s, op in sorted(atomics)]
-    return Module("\n\n".join(header + parts) + "\n", entries, buffers)
+    header += [_atomic_helper(s, op) for s, op in sorted(atomics)] + ([HELPER] if guards.checks else [])
+    return Module("\n\n".join(header + parts) + "\n", entries, buffers, guards.checks)

@@ -5,10 +5,16 @@ An ``Executable`` keeps one instance per size binding (plan, kernels and every
 buffer), so a repeated call with the same shapes compiles nothing and
 allocates nothing: it uploads the inputs, records fills and dispatches into
 one command encoder, submits once and reads the results back.
+
+Those buffers are the executable's per-call state, so calls of one executable
+are serialised by a lock (calls from several Python threads would otherwise
+overwrite each other's inputs and read each other's results); different
+executables still run side by side.
 """
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import Mapping
@@ -20,6 +26,7 @@ import ir
 from ir.graph import DTYPES, DataflowGraph
 
 from . import cache, devices
+from .bounds_check import FLAG, FLAG_WORDS, raise_violation
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
 from .deterministic import check_atomic_free, owner_computes
 from .plan import LoweringError, Plan, plan
@@ -33,6 +40,28 @@ _STORAGE_NUMPY = {"float32": np.float32, "float64": np.float64, "int32": np.int3
 
 class UnsupportedOnDevice(LoweringError):
     """The program would compute wrong numbers on the requested device."""
+
+
+class ArgumentError(ValueError):
+    """An argument whose values would change on conversion to its dtype."""
+
+
+def host_argument(name: str, value, dtype: str) -> np.ndarray:
+    """``value`` as a numpy array of the graph dtype ``dtype``, refusing
+    conversions that would change an index: floats for an int32 argument
+    (truncated) and integers past int32's range (they would wrap, and then
+    pass any bounds check)."""
+    host = np.asarray(value)
+    if dtype == "int32":
+        if host.dtype.kind not in "biu":
+            raise ArgumentError(f"argument {name!r} is an int32 (index) argument but holds {host.dtype} values; "
+                                "converting would truncate them: pass integers (e.g. np.rint(x).astype(np.int32))")
+        if host.size and not np.can_cast(host.dtype, np.int32) and \
+                (host.min() < np.iinfo(np.int32).min or host.max() > np.iinfo(np.int32).max):
+            bad = host.max() if host.max() > np.iinfo(np.int32).max else host.min()
+            raise ArgumentError(f"argument {name!r} is an int32 (index) argument but holds {bad}, outside int32's "
+                                f"range [-2**31, 2**31): it would wrap around")
+    return host.astype(DTYPES[dtype], copy=False)
 
 
 def _new_buffer(device: spy.Device, dtype: str, count: int, data: np.ndarray | None = None) -> spy.Buffer:
@@ -140,6 +169,8 @@ class Executable:
         self._last: _Instance | None = None
         self._stats = {"kernels": 0, "dispatches": 0, "bytes_moved": 0, "compile_time": 0.0,
                        "compiles": 0, "buffers_allocated": 0, "calls": 0}
+        # One call at a time: instances (their buffers) are reused by every call.
+        self._lock = threading.RLock()
         if device != "numpy" and not (graph.size_symbols() - {ir.size_symbol(k) for k in self.sizes}):
             self._instance(dict(self.sizes))
 
@@ -189,6 +220,8 @@ class Executable:
                     continue  # bound per call: the caller's upload or DeviceArray
                 buffers[access] = _new_buffer(dev, g.containers[node.container].dtype, math.prod(shapes[access]))
                 enc.clear_buffer(buffers[access])  # versions nobody writes read as zeros
+            if module.checks:  # the kernels guard data-dependent indices (lowering.bounds_check)
+                buffers[FLAG] = _new_buffer(dev, "int32", FLAG_WORDS)
             dev.submit_command_buffer(enc.finish())
             self._stats["buffers_allocated"] += len(buffers)
             self._stats["compiles"] += cache.stats["compiles"] - before
@@ -201,13 +234,34 @@ class Executable:
         return inst
 
     def __call__(self, inputs: Mapping[str, np.ndarray | DeviceArray], sizes: Mapping[str, int] | None = None,
-                 return_device_arrays: bool = False) -> dict[str, np.ndarray | DeviceArray]:
+                 return_device_arrays: bool = False, check_bounds: bool = True) -> dict[str, np.ndarray | DeviceArray]:
+        """Run the program on ``inputs`` (numpy or ``DeviceArray``s of this device).
+
+        Data-dependent indices (gathers, scatters) are checked in the kernels:
+        out of range, a read gives 0 and a write is dropped, and the call
+        raises ``ir.IndexOutOfRange`` naming the access, the tasklet and its
+        line (and the index argument's element where one is at fault).
+        ``check_bounds=False`` skips reading the check's flag after the call
+        (no raise, no wait for device-array results); the guards stay, so no
+        index touches memory outside its array.  The numpy device always raises.
+        """
+        with self._lock:
+            return self._call(inputs, sizes, return_device_arrays, check_bounds)
+
+    def _call(self, inputs: Mapping[str, np.ndarray | DeviceArray], sizes: Mapping[str, int] | None,
+              return_device_arrays: bool, check_bounds: bool) -> dict[str, np.ndarray | DeviceArray]:
         self._stats["calls"] += 1
         if self.device == "numpy":
             if return_device_arrays:
                 raise ValueError("the numpy device has no device arrays")
-            host = {k: np.asarray(v) for k, v in inputs.items()}
-            return ir.run(self.graph, host, {**self.sizes, **(sizes or {})})
+            host = {k: host_argument(k, v, self.graph.containers[k].dtype) if k in self.graph.containers
+                    else np.asarray(v) for k, v in inputs.items()}
+            bound = {**self.sizes, **(sizes or {})}
+            try:
+                return ir.run(self.graph, host, bound)
+            except ir.IndexOutOfRange:
+                ir.check_index_arguments(self.graph, host, bound)  # names the argument's element if one is at fault
+                raise
         missing = [a for a in self.graph.arguments if a not in inputs]
         if missing:
             raise ir.GraphError(f"missing arguments {missing} (graph {self.graph.name!r} takes {self.graph.arguments})")
@@ -227,7 +281,7 @@ class Executable:
                                      f"the program needs {dtype} on {self.device!r}")
                 bindings[access] = value.buffer
                 continue
-            host = np.ascontiguousarray(value, dtype=_STORAGE_NUMPY[dtype])
+            host = np.ascontiguousarray(host_argument(name, value, dtype), dtype=_STORAGE_NUMPY[dtype])
             if access not in inst.buffers:
                 inst.buffers[access] = _new_buffer(dev, dtype, host.size)
                 self._stats["buffers_allocated"] += 1
@@ -249,6 +303,11 @@ class Executable:
             for r, access in inst.latest.items():
                 results[r] = _readback(bindings[access], g.containers[r].dtype, inst.shapes[access])
                 moved += results[r].nbytes
+        if check_bounds and FLAG in inst.buffers:
+            flag = inst.buffers[FLAG].to_numpy().view(np.int32)
+            if flag[0]:
+                host = {a: np.asarray(v) for a, v in inputs.items()}
+                raise_violation(inst.module.checks, flag, self.graph, host, {**self.sizes, **(sizes or {})})
         self._stats["dispatches"] = dispatches
         self._stats["bytes_moved"] = moved
         return results
@@ -294,6 +353,8 @@ class Executable:
         """Record the fills and kernel dispatches of one call; returns the count.
         Every fill comes first: a filled version is written only by the kernels
         accumulating into it and read only after them, never by a kernel before."""
+        if FLAG in bindings:
+            enc.clear_buffer(bindings[FLAG])
         for access, identity in inst.plan.fills.items():
             if identity == 0:
                 enc.clear_buffer(bindings[access])

@@ -5,8 +5,9 @@ The public API ties the three pipeline stages together: ``ir`` traces,
 """
 from ir import map  # noqa: A004 (sd.map[lo:hi] index-level loops)
 from ir import trace
+from ir import IndexOutOfRange
 from ir.specs import ArraySpec, bool_, f32, f64, i32, symbol
-from lowering import DeviceArray, asarray, available_devices
+from lowering import ArgumentError, DeviceArray, asarray, available_devices
 
 from .backward import add_backward_pass
 from .errors import DifferentiationError
@@ -17,4 +18,4 @@ from .registry import register_derivative, unregister_derivative
 __all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f32", "f64", "i32", "bool_",
            "symbol", "ArraySpec", "add_backward_pass", "gradcheck", "register_derivative",
            "unregister_derivative", "asarray", "DeviceArray", "available_devices", "ProgramError",
-           "DifferentiationError", "GradientCheckError"]
+           "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError"]

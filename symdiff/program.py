@@ -19,6 +19,7 @@ import ir
 import lowering
 from ir.specs import ArraySpec, spec_of
 from lowering.devices import requested as requested_device
+from lowering.runtime import host_argument
 
 from .backward import add_backward_pass
 from .explain import Explanation, explain
@@ -42,7 +43,7 @@ class DifferentiableProgram:
 
     def __init__(self, builder: GraphBuilder, arg_names: Sequence[str],
                  annotations: Mapping[str, ArraySpec], name: str, device: str | None = None,
-                 deterministic: bool = False, check_bounds: bool | None = None, stencil_gathers: bool = True):
+                 deterministic: bool = False, check_bounds: bool = True, stencil_gathers: bool = True):
         self._builder = builder
         self.arg_names = list(arg_names)
         self._annotations = dict(annotations)
@@ -195,28 +196,14 @@ class DifferentiableProgram:
         for n in self.arg_names:
             v = values[n]
             if not isinstance(v, lowering.DeviceArray):
-                v = np.asarray(v, dtype=ir.DTYPES[graph.containers[n].dtype])
+                v = host_argument(n, v, graph.containers[n].dtype)
             inputs[n] = v
         return inputs
 
     def _run(self, graph: ir.DataflowGraph, inputs: Mapping[str, Any], device: str | None,
              device_arrays: bool) -> dict[str, Any]:
         exe = self._executable(graph, device)
-        if self._should_check_bounds(graph, inputs):
-            ir.check_index_arguments(graph, inputs)
-        return exe(dict(inputs), return_device_arrays=device_arrays)
-
-    def _should_check_bounds(self, graph: ir.DataflowGraph, inputs: Mapping[str, Any]) -> bool:
-        """Kernels do not check indices, and on the CPU device an out-of-range
-        scatter corrupts memory, so index arguments passed as host arrays are
-        checked unless ``check_bounds=False``; device-resident ones only with
-        ``check_bounds=True`` (checking them reads them back)."""
-        if self.check_bounds is False:
-            return False
-        index_args = [a for a in graph.arguments if graph.containers[a].dtype == "int32"]
-        if not index_args:
-            return False
-        return self.check_bounds or not any(isinstance(inputs[a], lowering.DeviceArray) for a in index_args)
+        return exe(dict(inputs), return_device_arrays=device_arrays, check_bounds=self.check_bounds)
 
     @staticmethod
     def _present(value: Any) -> Any:
@@ -340,7 +327,7 @@ def seal_gradients(graph: ir.DataflowGraph, output: str, wrt: Sequence[str]) -> 
 
 
 def differentiable_program(fn: Callable | None = None, *, device: str | None = None, deterministic: bool = False,
-                           check_bounds: bool | None = None, stencil_gathers: bool = True):
+                           check_bounds: bool = True, stencil_gathers: bool = True):
     """Decorate a numpy-style function (or index-level code with ``sd.map``).
 
     Arguments annotated with ``sd.f32[...]``-style specs fix their dtype and
@@ -350,10 +337,12 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
     changing them later does not change calls with the same specs.  Pass
     values that change as arguments.
     ``deterministic=True``: no float atomics, bitwise reproducible results
-    (slower scatters).  Index (int32) arguments are checked on the host before
-    each run (``ir.IndexOutOfRange``), since kernels do not: by default those
-    passed as host arrays, with ``check_bounds=True`` device arrays too (read
-    back), with ``check_bounds=False`` none.
+    (slower scatters).  Kernels check every data-dependent index (gathers,
+    scatters, computed indices) and a call with one out of range raises
+    ``sd.IndexOutOfRange``; ``check_bounds=False`` skips that report (an
+    out-of-range read then gives 0 and a write is dropped: memory outside an
+    array is never touched).  Index (int32) arguments must hold integers in
+    int32's range (``lowering.ArgumentError`` otherwise).
     ``stencil_gathers=False`` keeps stencil reverse passes as scatter-adds
     (atomics), to measure what the gathers save.
     """

@@ -215,3 +215,19 @@ def test_mean_of_an_empty_slice_warns_at_the_users_line():
         graph = ir.trace(empty_mean, f32[4])
     assert record[0].filename == __file__ and record[0].lineno == empty_mean.__code__.co_firstlineno + 1
     assert np.isnan(ir.run(graph, {"x": np.ones(4, np.float32)})["out"])
+
+
+def test_map_stencil_past_the_end_is_refused_at_its_line():
+    """``a[i + 1]`` at the last ``i`` of a static range: refused while tracing
+    (the Slang devices read 0 or garbage there, silently)."""
+    def stencil(a):
+        out = np.zeros_like(a)
+        for i in ir.map[0:8]:
+            out[i] = a[i] + a[i + 1]
+        return out
+
+    with pytest.raises(TraceIndexError) as info:
+        ir.trace(stencil, f32[8])
+    message = str(info.value)
+    assert f"test_trace_errors.py:{stencil.__code__.co_firstlineno + 3}" in message, message
+    assert "reaches 8, outside axis 0 of 'a' (extent 8)" in message, message

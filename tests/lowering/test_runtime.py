@@ -113,3 +113,37 @@ def test_auto_routes_double_transcendentals_away_from_lavapipe(monkeypatch):
     exe = lowering.compile(g, device="auto")
     assert exe.device != "vulkan"
     np.testing.assert_allclose(exe(inputs)["y"], ir.run(g, inputs)["y"], rtol=1e-13)
+
+
+@pytest.mark.parametrize("kind", ["numpy", *[d for d in ("cpu", "vulkan") if d in lowering.available_devices()]])
+def test_one_executable_called_from_several_threads_returns_each_callers_result(kind):
+    """Calls reuse the executable's buffers: without the per-executable lock 1-7%
+    of these calls returned another thread's gradient (lavapipe and cpu)."""
+    import threading
+
+    import symdiff as sd
+
+    @sd.differentiable_program(device=kind)
+    def f(x: sd.f32[64], w: sd.f32[64]):
+        return np.sum(np.tanh(x * w) ** 2)
+
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(64).astype(np.float32) for _ in range(4)]
+    w = rng.standard_normal(64).astype(np.float32)
+    expected = [f.value_and_grad(x, w, device="numpy") for x in xs]
+    wrong: list[int] = []
+
+    def work(k: int) -> None:
+        for _ in range(100):
+            value, grads = f.value_and_grad(xs[k], w)
+            if not (np.allclose(value, expected[k][0], rtol=1e-4)
+                    and np.allclose(grads["x"], expected[k][1]["x"], rtol=1e-3, atol=1e-5)
+                    and np.allclose(grads["w"], expected[k][1]["w"], rtol=1e-3, atol=1e-5)):
+                wrong.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, f"{len(wrong)} of 400 calls returned another thread's result"

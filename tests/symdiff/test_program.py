@@ -158,3 +158,26 @@ def test_globals_are_captured_at_the_first_trace_per_specs():
         assert scaled(np.ones(4, np.float32), device=DEVICE) == 20.0   # new specs trace again
     finally:
         SCALE = 2.0
+
+
+def _take(e: sd.f32[10], idx: sd.i32[3]):
+    return np.sum(e[idx] ** 2)
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+@pytest.mark.parametrize("idx, text", [
+    (np.array([1.7, 2.2, 3.9]), "holds float64 values; converting would truncate"),
+    ([1.0, 2.0, 3.0], "holds float64 values"),
+    (np.array([1, 2**32 + 2, 3], np.int64), "holds 4294967298, outside int32's range"),
+    (np.array([1, -2**31 - 1, 3], np.int64), "holds -2147483649, outside int32's range"),
+])
+def test_index_arguments_are_never_converted_silently(device, idx, text):
+    """A float array was truncated and an int64 past 2**31 wrapped (into range)."""
+    e = np.arange(10, dtype=np.float32)
+    f = sd.differentiable_program(_take, device=device)
+    with pytest.raises(sd.ArgumentError, match=rf"argument 'idx' .*{text}"):
+        f(e, idx)
+    with pytest.raises(sd.ArgumentError, match="argument 'idx'"):
+        f.value_and_grad(e, idx)
+    np.testing.assert_allclose(f(e, [1, 2, 3]), 14.0)  # Python ints and int64 in range are fine
+    np.testing.assert_allclose(f(e, np.array([1, 2, 3], np.uint8)), 14.0)
