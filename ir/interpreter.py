@@ -14,6 +14,7 @@ import sympy
 
 from .graph import (ACCUMULATION_IDENTITY, DTYPES, FLOAT_DTYPES, DataflowGraph, GraphError, IndexOutOfRange,
                     Memlet, Tasklet)
+from .index_analysis import FLOOR_DIVIDE, exact_integer_division, unit_shifts
 from .sizes import bind_sizes, substitute_sizes
 
 _UFUNC = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
@@ -21,8 +22,12 @@ _UFUNC = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multip
 
 @functools.lru_cache(maxsize=4096)
 def _compile(args: tuple[sympy.Symbol, ...], exprs: tuple[sympy.Basic, ...]):
-    """numpy function of ``args`` returning ``exprs`` (cached across calls)."""
-    return sympy.lambdify(args, list(exprs), modules=["numpy"], cse=len(exprs) > 1 or None)
+    """numpy function of ``args`` returning ``exprs`` (cached across calls).
+    Integer quotients stay integer: a float ``floor`` of a rational index
+    (``floor(i/3 - 1/3)``) rounds ``1.9999999999999998`` down to 1."""
+    exprs = tuple(exact_integer_division(e) for e in exprs)
+    return sympy.lambdify(args, list(exprs), modules=[{FLOOR_DIVIDE.__name__: np.floor_divide}, "numpy"],
+                          cse=len(exprs) > 1 or None)
 
 
 def _evaluate(args: tuple, exprs: tuple, values: list, shape: tuple[int, ...]) -> list[np.ndarray]:
@@ -81,22 +86,15 @@ def _check_bounds(index: tuple, shape: tuple[int, ...], tasklet: Tasklet, memlet
 
 
 def _affine_axes(memlet: Memlet, point: _Point) -> list[int] | None:
-    """Domain axes used by a write index when each component is ``sym + c``
-    over distinct symbols (or a constant); None when not of that form."""
+    """Domain axes a write index uses when it is a unit shift per component
+    (``ir.index_analysis.unit_shifts``); None when it is not, or when a
+    condition removed points (the grids are then flat)."""
     if point.masked:
         return None
-    axes = []
-    for e in memlet.index:
-        e = sympy.sympify(e)
-        if all(s.is_positive for s in e.free_symbols):  # constant up to size symbols
-            continue
-        # the offset must be constant too: a connector in it (scatter) can collide
-        hits = [k for k, s in enumerate(point.symbols)
-                if s in e.free_symbols and all(r.is_positive for r in (e - s).free_symbols)]
-        if len(hits) != 1 or hits[0] in axes:
-            return None
-        axes.append(hits[0])
-    return axes
+    shifts = unit_shifts(memlet.index, point.symbols)
+    if shifts is None:
+        return None
+    return [point.symbols.index(s) for s, _ in shifts if s is not None]
 
 
 def _write(target: np.ndarray, memlet: Memlet, value: np.ndarray, point: _Point, index: tuple) -> None:

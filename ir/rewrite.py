@@ -1,38 +1,15 @@
 """Small graph surgery shared by rewrites that move a tasklet's outputs elsewhere
 (stencil gathers in ``symdiff.transpose``, owner-computes loops in
 ``lowering.deterministic``): which reads an expression needs, and dropping
-outputs from a tasklet without leaving dead reads behind."""
+outputs from a tasklet without leaving dead reads behind.  Which point writes
+an element (``solve_shifts``) is index analysis: ``ir.index_analysis``."""
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import sympy
 
 from .graph import DataflowGraph, Tasklet
-
-
-def solve_shifts(index: Sequence[sympy.Expr], domain: Sequence[tuple],
-                 targets: Sequence[sympy.Symbol]) -> tuple[dict, list, list[int]]:
-    """Which iteration writes element ``targets`` through ``index``: each
-    component ``s + c`` (a domain symbol not solved yet, ``c`` free of domain
-    symbols and connectors) gives ``s = target - c`` and the conditions for
-    that iteration to exist; returns ``(solution, conditions, unsolved)``,
-    ``unsolved`` listing the other components (constants, gathers, strides)."""
-    symbols = {s for s, _, _ in domain}
-    ranges = {s: (b, e) for s, b, e in domain}
-    solution: dict[sympy.Symbol, sympy.Expr] = {}
-    conditions, unsolved = [], []
-    for k, (e, o) in enumerate(zip(map(sympy.sympify, index), targets)):
-        free = e.free_symbols & symbols
-        foreign = any(not s.is_positive for s in e.free_symbols - symbols)  # an integer connector
-        s = next(iter(free)) if len(free) == 1 else None
-        if foreign or s is None or s in solution or (e - s).free_symbols & symbols:
-            unsolved.append(k)
-            continue
-        solution[s] = o - (e - s)
-        begin, end = ranges[s]
-        conditions += [sympy.Le(begin, solution[s]), sympy.Lt(solution[s], end)]
-    return solution, conditions, unsolved
 
 
 def needed_reads(graph: DataflowGraph, t: Tasklet, exprs: Iterable) -> dict[str, tuple[str, tuple]]:

@@ -19,9 +19,10 @@ from __future__ import annotations
 import sympy
 
 from ir.graph import ACCUMULATION_IDENTITY, FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, index_symbol
-from ir.rewrite import drop_outputs, needed_reads, solve_shifts
+from ir.index_analysis import injective, solve_shifts
+from ir.rewrite import drop_outputs, needed_reads
 
-from .plan import LoweringError, Plan, injective_axes, parallel_symbols, split_multi_output_tasklets, uses_connectors
+from .plan import LoweringError, Plan, parallel_symbols, split_multi_output_tasklets, uses_connectors
 
 
 def colliding_writes(graph: DataflowGraph, t: Tasklet) -> list[Memlet]:
@@ -34,7 +35,7 @@ def colliding_writes(graph: DataflowGraph, t: Tasklet) -> list[Memlet]:
         if m.accumulate is None or graph.containers[m.container].dtype not in FLOAT_DTYPES:
             continue
         shifted = any(a == access and w.index != m.index for a, w in writes)
-        if uses_connectors(m.index, t) or not injective_axes(m.index, par) or shifted:
+        if uses_connectors(m.index, t) or not injective(m.index, par) or shifted:
             out.append(m)
     return out
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Tasklet, connector_symbol
+from ir.index_analysis import covers, injective
 from ir.sizes import substitute_sizes
 
 from .matmul import MIN_TILED_OUTPUTS, matmul_shape
@@ -91,44 +92,6 @@ def parallel_symbols(graph: DataflowGraph, tasklet: Tasklet) -> tuple[sympy.Symb
     return tuple(s for s in tasklet.index_symbols if s in used)
 
 
-def injective_axes(index, symbols) -> bool:
-    """Whether ``index`` is ``sym + c`` (distinct symbols) or constant per component
-    and uses every one of ``symbols``: one thread point per element."""
-    seen = []
-    for e in index:
-        e = sympy.sympify(e)
-        free = e.free_symbols
-        if not free:
-            continue
-        hits = [s for s in symbols if s in free and (e - s).free_symbols.isdisjoint(symbols)
-                and not (e - s).free_symbols]
-        if len(hits) != 1 or hits[0] in seen:
-            return False
-        seen.append(hits[0])
-    return len(seen) == len(symbols)
-
-
-def covers(index, domain, shape) -> bool:
-    """Whether an injective index over ``domain`` hits every element of ``shape``."""
-    if len(index) != len(shape):
-        return False
-    ranges = {s: (int(b), int(e)) for s, b, e in domain}
-    used = set()
-    for e, n in zip(index, shape):
-        e = sympy.sympify(e)
-        if not e.free_symbols:
-            if n != 1:
-                return False
-            continue
-        (s,) = e.free_symbols
-        used.add(s)
-        b, end = ranges[s]
-        offset = int(e - s)
-        if b + offset != 0 or end + offset != n:
-            return False
-    return all(extent(r) == 1 or r[0] in used for r in domain)
-
-
 # -- multi-output tasklets --------------------------------------------------------------
 def split_multi_output_tasklets(graph: DataflowGraph) -> None:
     """Give each write its own tasklet when the writes index different domain
@@ -163,7 +126,7 @@ def split_large_reductions(graph: DataflowGraph) -> None:
         if not writes or any(m.accumulate is None or uses_connectors(m.index, t) for _, m in writes):
             continue
         par = parallel_symbols(graph, t)
-        if not all(injective_axes(m.index, par) for _, m in writes):
+        if not all(injective(m.index, par) for _, m in writes):
             continue
         par_ranges = [r for r in t.domain if r[0] in par]
         red_ranges = [r for r in t.domain if r[0] not in par]
@@ -282,7 +245,7 @@ def _forwardable(graph: DataflowGraph, access: str, kernel: Kernel, consumer: St
     step = next((s for s in kernel.steps if s.tasklet.name == name), None)
     if step is None or step.tasklet.condition is not sympy.true or uses_connectors(w.index, step.tasklet):
         return None
-    if not injective_axes(w.index, [s for s, _, _ in step.parallel]):
+    if not injective(w.index, [s for s, _, _ in step.parallel]):
         return None
     if not covers(w.index, step.parallel, graph.containers[w.container].shape):
         return None
@@ -354,7 +317,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
                           and any(a == access for a, _ in g.writes(s.tasklet.name))]
                 # a second write of this tasklet at another index collides with other threads' writes
                 shifted = any(a == access and w.index != m.index for a, w in g.writes(t.name))
-                exclusive = (not uses_connectors(m.index, t) and injective_axes(m.index, thread_syms)
+                exclusive = (not uses_connectors(m.index, t) and injective(m.index, thread_syms)
                              and not others and not shifted)
                 sole = (len(writers) == 1 and exclusive and t.condition is sympy.true
                         and covers(m.index, points, g.containers[m.container].shape))

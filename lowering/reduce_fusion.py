@@ -31,8 +31,9 @@ from __future__ import annotations
 import sympy
 
 from ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
+from ir.index_analysis import covers, injective
 
-from .plan import covers, injective_axes, parallel_symbols, uses_connectors
+from .plan import parallel_symbols, uses_connectors
 
 _CHEAP_OPS = (sympy.Add, sympy.Mul, sympy.Pow, sympy.Symbol, sympy.Number)  # with integer powers only
 
@@ -57,7 +58,7 @@ def _fold_one(graph: DataflowGraph, t: Tasklet) -> bool:
         return False
     symbols = t.index_symbols
     for access, m in graph.reads(t.name):
-        if uses_connectors(m.index, t) or not injective_axes(m.index, symbols):
+        if uses_connectors(m.index, t) or not injective(m.index, symbols):
             continue
         producer = _producer(graph, access)
         if producer is None:
@@ -91,7 +92,7 @@ def _producer(graph: DataflowGraph, access: str) -> Tasklet | None:
     if any(graph.containers[r.container].dtype != dtype or uses_connectors(r.index, p) for _, r in reads):
         return None
     syms = p.index_symbols
-    if not injective_axes(w.index, syms) or not covers(w.index, p.domain, graph.containers[w.container].shape):
+    if not injective(w.index, syms) or not covers(w.index, p.domain, graph.containers[w.container].shape):
         return None
     return p
 

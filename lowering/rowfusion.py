@@ -45,9 +45,10 @@ from dataclasses import dataclass, field
 import sympy
 
 from ir.graph import DataflowGraph, Memlet
+from ir.index_analysis import covers, injective
 
 from .matmul import matmul_shape
-from .plan import Kernel, Read, Step, covers, extent, injective_axes, uses_connectors
+from .plan import Kernel, Read, Step, extent, uses_connectors
 
 # Longest row (points per thread per loop group): see the module docstring.
 MAX_ROW = 256
@@ -100,7 +101,7 @@ def _row_step(graph: DataflowGraph, step: Step, outer: int) -> Step | None:
         return None
     if step.loop:
         thread = [s for s, _, _ in step.parallel]
-        if len(step.parallel) != outer or any(m.accumulate is None or not injective_axes(m.index, thread)
+        if len(step.parallel) != outer or any(m.accumulate is None or not injective(m.index, thread)
                                               for m in writes):
             return None
         if matmul_shape(graph, t) is not None:
@@ -155,7 +156,7 @@ def _owned(graph: DataflowGraph, producer: Step, w: Memlet, consumer: Step, r: M
     if uses_connectors(r.index, c) or (w.accumulate is None and p.condition is not sympy.true):
         return False
     point = producer.parallel + (producer.loop if w.accumulate is None else ())
-    if not injective_axes(w.index, [s for s, _, _ in point]) or \
+    if not injective(w.index, [s for s, _, _ in point]) or \
             not covers(w.index, point, graph.containers[w.container].shape):
         return False
     axes = _axes("t", len(producer.parallel))

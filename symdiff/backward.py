@@ -20,6 +20,7 @@ from typing import Sequence
 import sympy
 
 from ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, connector_symbol, index_symbol
+from ir.index_analysis import injective
 
 from .activity import Activity, Pair, analyse, latest_versions
 from .derivatives import guarded_product, shared_subexpressions, tasklet_partials
@@ -103,27 +104,6 @@ def _check_request(graph: DataflowGraph, inputs: list[str], outputs: list[str]) 
                     f"({', '.join(FLOAT_DTYPES)}) can be differentiated")
 
 
-def injective(index: Sequence[sympy.Expr], domain: Sequence[sympy.Symbol]) -> bool:
-    """Provably injective: every component is ``sym + c`` (c free of domain
-    symbols and connectors) over distinct domain symbols, or a constant, and
-    every domain symbol is used."""
-    used: list[sympy.Symbol] = []
-    for e in map(sympy.sympify, index):
-        syms = e.free_symbols & set(domain)
-        rest = e.free_symbols - syms
-        if any(not s.is_positive for s in rest):  # an integer connector (gather)
-            return False
-        if not syms:
-            continue
-        if len(syms) != 1:
-            return False
-        s = syms.pop()
-        if s in used or (e - s).free_symbols & set(domain):
-            return False
-        used.append(s)
-    return set(used) == set(domain)
-
-
 def _expensive(expr: sympy.Expr) -> bool:
     """Worth storing rather than recomputing: any function call or root."""
     return any(isinstance(n, sympy.core.function.Application)
@@ -138,8 +118,10 @@ def _use_stored(partial: sympy.Expr, value: sympy.Expr, stored: sympy.Symbol) ->
     if not _expensive(value):
         return partial
     replaced = partial.xreplace({value: stored})
-    if replaced == partial and isinstance(value, sympy.Pow):
-        replaced = partial.subs(value, stored)  # sqrt(x)' = x**(-1/2)/2 -> 1/(2*o)
+    if replaced == partial and isinstance(value, sympy.Pow) and value.exp in (sympy.S.Half, -sympy.S.Half):
+        # sqrt(x)' = x**(-1/2)/2 -> 1/(2*o).  Not for other powers: subs writes
+        # x**y's y*x**(y-1) as y*o/x, NaN at x = 0 where JAX's is 0 (x**2, x**1.5)
+        replaced = partial.subs(value, stored)
     return replaced
 
 
@@ -281,8 +263,10 @@ class _ReversePass:
         stored_value = body.read(g, f"f_{wm.connector}", pair.write_access, wm.index)
         contribution = guarded_product(grad, partial)
         if acc in ("max", "min"):
+            # JAX's form: g [x == max] / count.  A NaN maximum equals no element,
+            # so count is 0 and every element's gradient is NaN, as in JAX.
             count = body.read(g, "count", aux["count"], wm.index)
-            return sympy.Piecewise((contribution / count, sympy.Eq(value, stored_value)), (0, True)), True
+            return contribution * sympy.Piecewise((1, sympy.Eq(value, stored_value)), (0, True)) / count, True
         zeros = body.read(g, "zeros", aux["zeros"], wm.index)
         nonzero = body.read(g, "nonzero", aux["nonzero"], wm.index)
         return sympy.Piecewise((contribution * nonzero / value, sympy.Eq(zeros, 0)),

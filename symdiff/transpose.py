@@ -23,7 +23,8 @@ from typing import Sequence
 import sympy
 
 from ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, connector_symbol, index_symbol
-from ir.rewrite import drop_outputs, solve_shifts
+from ir.index_analysis import solve_shifts, unit_shift
+from ir.rewrite import drop_outputs
 
 from .derivatives import shared_subexpressions
 
@@ -36,10 +37,10 @@ def shift_solution(index: Sequence[sympy.Expr], domain: Sequence[tuple],
     None for any other index (gathers, strides, reductions)."""
     solution, conditions, unsolved = solve_shifts(index, domain, targets)
     for k in unsolved:
-        e = sympy.sympify(index[k])
-        if e.free_symbols & {s for s, _, _ in domain} or any(not s.is_positive for s in e.free_symbols):
-            return None
-        conditions.append(sympy.Eq(targets[k], e))
+        shift = unit_shift(index[k], [s for s, _, _ in domain])
+        if shift is None or shift[0] is not None:
+            return None  # a gather, a stride or a repeated symbol
+        conditions.append(sympy.Eq(targets[k], shift[1]))
     return (solution, conditions) if len(solution) == len(domain) else None
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sympy
 
 from ..graph import Range, index_symbol
+from ..index_analysis import injective_over
 from . import context
 from .context import Trace
 from .emit import Reads, as_arith, read, scalar_expr, write
@@ -163,8 +164,27 @@ def map_write(target: TracedArray, index: tuple, value) -> None:
     loop_symbols = {s for s in used if s.name.startswith("_m")}   # MapLoop names its symbols _m<n>
     if not loop_symbols <= trace.map_symbols():
         raise TraceError("sd.map", "a value or index from an sd.map loop is used after that loop ended")
+    if accumulate is None:
+        _check_plain_write(target, exprs, tuple(r for r in trace.map_ranges if r[0] in used))
     write("map_accumulate" if accumulate else "map_write", target, exprs, tuple(trace.map_ranges), expr,
           reads, accumulate)
+
+
+def _check_plain_write(target: TracedArray, exprs: list, ranges: tuple) -> None:
+    """A plain write in a map body must provably hit a different element at
+    every iteration of the loops its index or value uses (``ranges``:
+    iterations that differ only in other loops write the same value to the
+    same element), see ``ir.index_analysis.injective_over``.  Otherwise one of
+    several writers would win, which no device defines, and the reverse pass
+    would credit every writer."""
+    if injective_over(exprs, ranges):
+        return
+    loops = ", ".join(f"{s} in [{b}, {e})" for s, b, e in ranges)
+    index = ", ".join(str(e) for e in exprs)
+    raise UnsupportedOperationError(
+        "sd.map", f"plain write {target.container}[{index}] over {loops}: several iterations may write the "
+        "same element (only one would win). Use += to add the contributions up, or index with a loop "
+        "variable per iteration (out[i], out[2 * i], out[n - 1 - i])")
 
 
 class MapLoop:

@@ -1,0 +1,230 @@
+"""What an access index provably does over a tasklet's domain: the one place
+that reads index expressions for the tracer, the interpreter, the reverse pass
+and the kernel planner.
+
+An index is a tuple of sympy expressions, one component per axis of the
+container, over the domain's index symbols, size symbols (positive integers
+bound at call time) and integer connectors (values read by the tasklet:
+gathers and scatters).  What is proved here, and nothing more:
+
+* **unit shifts** (:func:`unit_shift`, :func:`unit_shifts`): a component is
+  ``s + c`` with ``s`` a domain symbol and ``c`` free of domain symbols and
+  connectors (an integer, or an expression in size symbols), or a constant
+  ``c`` alone.  ``unit_shifts`` also requires distinct symbols across
+  components: element ``index(p)`` then determines the used coordinates of
+  ``p`` by subtraction.
+* **injective** (:func:`injective`): unit shifts that use every symbol
+  listed, so distinct points hit distinct elements, whatever the ranges.  The
+  reverse pass writes (rather than accumulates) such gradients, the planner
+  gives each thread its own element, the interpreter assigns instead of
+  ``ufunc.at``.
+* **injective over a domain** (:func:`injective_over`): a weaker form that
+  also uses the ranges: every component is affine with integer coefficients
+  (``2*i``, ``n - 1 - i``, ``i + n*j``), and the components determine every
+  symbol whose range has more than one point.  This is what the tracer
+  demands of a plain write in an ``sd.map`` body.
+* **coverage** (:func:`covers`): unit shifts whose ranges map each used axis
+  exactly onto ``0..extent-1``, every other axis being a single ``0``: the
+  access touches every element of the container exactly once.
+* **inversion** (:func:`solve_shifts`): which point writes a given element,
+  solving ``s + c = target`` per unit-shift component.
+
+Anything the analysis cannot read (``floor``, ``Mod``, a connector in the
+index, a coefficient whose sign is unknown) is *not proved*, never assumed:
+every answer errs on the side of "may collide".
+
+:func:`exact_integer_division` belongs here too: ``floor(p/q)`` in an index is
+an integer quotient, and must be evaluated as one (a float ``floor`` of
+``i/3 - 1/3`` is ``1`` at ``i = 7``).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import sympy
+
+Shift = tuple  # (symbol or None, offset)
+
+# An exact integer floor division that sympy does not rewrite; evaluators map it
+# to their integer floor division (numpy: ``np.floor_divide``).
+FLOOR_DIVIDE = sympy.Function("floor_divide_exact")
+
+
+def is_size_symbol(s: sympy.Symbol) -> bool:
+    """Size symbols are the positive ones (``ir.graph.size_symbol``); domain
+    symbols and integer connectors carry no sign."""
+    return bool(s.is_positive)
+
+
+def _constant(e: sympy.Expr, symbols: set) -> bool:
+    """Free of ``symbols`` and of connectors: fixed once sizes are bound."""
+    return all(s not in symbols and is_size_symbol(s) for s in e.free_symbols)
+
+
+def unit_shift(e, symbols: Iterable[sympy.Symbol]) -> Shift | None:
+    """``(s, c)`` when component ``e`` is ``s + c`` (``s`` in ``symbols``),
+    ``(None, e)`` when it is a constant, None otherwise (a coefficient other
+    than 1, two symbols, a connector, ``floor``/``Mod``)."""
+    e = sympy.sympify(e)
+    syms = set(symbols)
+    if _constant(e, syms):
+        return None, e
+    used = e.free_symbols & syms
+    if len(used) != 1:
+        return None
+    (s,) = used
+    offset = sympy.expand(e - s)
+    return (s, offset) if _constant(offset, syms) else None
+
+
+def unit_shifts(index: Sequence, symbols: Iterable[sympy.Symbol]) -> list[Shift] | None:
+    """Every component a unit shift, no symbol used twice; None otherwise."""
+    symbols = tuple(symbols)
+    shifts, seen = [], set()
+    for e in index:
+        sh = unit_shift(e, symbols)
+        if sh is None or (sh[0] is not None and sh[0] in seen):
+            return None
+        seen.add(sh[0])
+        shifts.append(sh)
+    return shifts
+
+
+def injective(index: Sequence, symbols: Iterable[sympy.Symbol]) -> bool:
+    """Distinct points of ``symbols`` (any ranges) hit distinct elements:
+    unit shifts using every one of ``symbols``."""
+    symbols = tuple(symbols)
+    shifts = unit_shifts(index, symbols)
+    return shifts is not None and {s for s, _ in shifts if s is not None} == set(symbols)
+
+
+def covers(index: Sequence, domain: Sequence[tuple], shape: Sequence) -> bool:
+    """Every element of a container of ``shape`` is hit exactly once by the
+    points of ``domain`` (``(symbol, begin, end)`` ranges): unit shifts over
+    distinct symbols mapping each range onto its whole axis, constant axes of
+    extent 1 at 0, unused domain symbols with a single point."""
+    if len(index) != len(shape):
+        return False
+    ranges = {s: (b, e) for s, b, e in domain}
+    shifts = unit_shifts(index, ranges)
+    if shifts is None:
+        return False
+    used = set()
+    for (s, c), n in zip(shifts, shape):
+        if s is None:
+            if not (_zero(n - 1) and _zero(c)):
+                return False
+            continue
+        used.add(s)
+        begin, end = ranges[s]
+        if not (_zero(begin + c) and _zero(end + c - n)):
+            return False
+    return all(s in used or _zero(e - b - 1) for s, b, e in domain)
+
+
+def _zero(e) -> bool:
+    return sympy.expand(sympy.sympify(e)) == 0
+
+
+def solve_shifts(index: Sequence, domain: Sequence[tuple],
+                 targets: Sequence[sympy.Symbol]) -> tuple[dict, list, list[int]]:
+    """Which point writes element ``targets`` through ``index``: each unit-shift
+    component ``s + c`` (``s`` not solved by an earlier component) gives
+    ``s = target - c`` and the conditions for that point to exist.  Returns
+    ``(solution, conditions, unsolved)``, ``unsolved`` listing the other
+    components (constants, gathers, strides, repeated symbols)."""
+    symbols = [s for s, _, _ in domain]
+    ranges = {s: (b, e) for s, b, e in domain}
+    solution: dict[sympy.Symbol, sympy.Expr] = {}
+    conditions, unsolved = [], []
+    for k, (e, target) in enumerate(zip(index, targets)):
+        sh = unit_shift(e, symbols)
+        if sh is None or sh[0] is None or sh[0] in solution:
+            unsolved.append(k)
+            continue
+        s, c = sh
+        solution[s] = target - c
+        begin, end = ranges[s]
+        conditions += [sympy.Le(begin, solution[s]), sympy.Lt(solution[s], end)]
+    return solution, conditions, unsolved
+
+
+def _affine(e: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> dict | None:
+    """``{symbol: coefficient}`` of an index affine in ``symbols`` with
+    integer coefficients of known nonzero sign, or None."""
+    used = [s for s in symbols if s in e.free_symbols]
+    if not used:
+        return None
+    try:
+        poly = sympy.Poly(e, *used)
+    except sympy.PolynomialError:
+        return None
+    if poly.total_degree() != 1 or not _constant(poly.coeff_monomial(1), set(symbols)):
+        return None
+    coeffs = {s: poly.coeff_monomial(s) for s in used}
+    if any(not (_constant(a, set(symbols)) and a.is_integer and (a.is_positive or a.is_negative))
+           for a in coeffs.values()):
+        return None
+    return coeffs
+
+
+def injective_over(index: Sequence, domain: Sequence[tuple]) -> bool:
+    """Distinct points of ``domain`` (``(symbol, begin, end)`` ranges) provably
+    hit distinct elements.
+
+    Proof by elimination: a component ``sum(a_k * s_k) + c`` whose unknown
+    symbols, in order of ``|a_k|``, satisfy ``|a_k| > sum_{j<k} |a_j| * (extent_j - 1)``
+    (mixed radix; a single symbol with ``a != 0`` is the simplest case)
+    determines those symbols once the known ones are fixed: two points giving
+    the same element differ by ``sum(a_k * d_k) = 0`` with ``|d_k| < extent_k``,
+    and the largest nonzero ``d_k`` cannot be cancelled by the smaller digits.
+    Repeat until no component determines anything new; the index is injective
+    when every symbol with more than one point is determined (or the domain is
+    empty).  Components that are not affine (``floor``, ``Mod``, gathers)
+    determine nothing."""
+    symbols = [s for s, _, _ in domain]
+    span = {s: sympy.expand(sympy.sympify(e) - b - 1) for s, b, e in domain}  # extent - 1
+    if any(d.is_negative for d in span.values()):
+        return True  # no points at all
+    forms = [f for f in (_affine(sympy.sympify(e), symbols) for e in index) if f is not None]
+    known: set = set()
+    progress = True
+    while progress:
+        progress = False
+        for form in forms:
+            unknown = sorted((s for s in form if s not in known), key=lambda s: _order(form[s]))
+            if unknown and _mixed_radix(form, unknown, span):
+                known.update(unknown)
+                progress = True
+    return all(s in known or span[s].is_zero for s in symbols)
+
+
+def _magnitude(a: sympy.Expr) -> sympy.Expr:
+    return a if a.is_positive else -a
+
+
+def _order(a: sympy.Expr) -> tuple:
+    """Numbers by magnitude first, then symbolic coefficients in a fixed order
+    (a wrong order only fails the proof, never passes it)."""
+    m = _magnitude(a)
+    return (0, int(m), "") if m.is_Integer else (1, 0, sympy.srepr(m))
+
+
+def _mixed_radix(form: dict, unknown: list, span: dict) -> bool:
+    reach = sympy.Integer(0)  # the largest |sum(a_j * d_j)| the smaller digits can make
+    for s in unknown:
+        if not sympy.expand(_magnitude(form[s]) - reach - 1).is_nonnegative:
+            return False
+        reach += _magnitude(form[s]) * span[s]
+    return True
+
+
+def exact_integer_division(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with each ``floor(p/q)`` of integer ``p`` and ``q`` written as
+    ``FLOOR_DIVIDE(p, q)``, so an evaluator computes it in integers."""
+    def rewrite(arg):
+        num, den = sympy.fraction(sympy.together(arg))
+        if den != 1 and num.is_integer and den.is_integer:
+            return FLOOR_DIVIDE(num, den)
+        return sympy.floor(arg)
+    return sympy.sympify(expr).replace(sympy.floor, rewrite)

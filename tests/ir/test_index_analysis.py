@@ -1,0 +1,128 @@
+"""ir.index_analysis: what an index provably does, checked against brute-force
+enumeration of small domains (an independent oracle: every point, every
+element)."""
+import itertools
+import random
+
+import pytest
+import sympy
+
+from ir import connector_symbol, index_symbol, size_symbol
+from ir.index_analysis import (FLOOR_DIVIDE, covers, exact_integer_division, injective, injective_over, solve_shifts,
+                               unit_shift, unit_shifts)
+
+i, j, k = index_symbol("i"), index_symbol("j"), index_symbol("k")
+N = size_symbol("N")
+c = connector_symbol("c", "int32")
+
+
+def elements(index, domain):
+    """Every element the points of a concrete domain hit, one per point."""
+    syms = [s for s, _, _ in domain]
+    out = []
+    for point in itertools.product(*(range(b, e) for _, b, e in domain)):
+        sub = dict(zip(syms, point))
+        out.append(tuple(int(sympy.sympify(x).xreplace(sub)) for x in index))
+    return out
+
+
+def test_unit_shift_forms():
+    assert unit_shift(i + 3, [i, j]) == (i, 3)
+    assert unit_shift(i + N - 1, [i]) == (i, N - 1)   # size symbols are constants
+    assert unit_shift(N - 1, [i]) == (None, N - 1)
+    for e in (2 * i, i + j, i + c, c, sympy.floor(i / 2), sympy.Mod(i, 3), -i):
+        assert unit_shift(e, [i, j]) is None, e
+
+
+def test_unit_shifts_refuse_a_repeated_symbol():
+    assert unit_shifts((i + 1, 0, j), [i, j]) == [(i, 1), (None, 0), (j, 0)]
+    assert unit_shifts((i, i + 1), [i]) is None
+
+
+def test_injective_needs_every_symbol():
+    assert injective((i + 1, j), (i, j)) and injective((0, i), (i,)) and injective((i + N,), (i,))
+    assert not injective((i,), (i, j))          # j collides
+    assert not injective((i + j,), (i, j)) and not injective((i, i), (i,))
+    assert not injective((c,), (i,)) and not injective((i + c,), (i,))   # scatters may collide
+
+
+@pytest.mark.parametrize("index, domain, expected", [
+    ((sympy.floor(i / 2),), [(i, 0, 8)], False),
+    ((2 * i,), [(i, 0, 8)], True),
+    ((N - 1 - i,), [(i, 0, N)], True),
+    ((i + N * j,), [(i, 0, N), (j, 0, 4)], True),
+    ((i + 4 * j,), [(i, 0, 4), (j, 0, 4)], True),
+    ((i + 3 * j,), [(i, 0, 4), (j, 0, 4)], False),   # 3 + 0 == 0 + 3
+    ((i + j, j), [(i, 0, 4), (j, 0, 4)], True),       # j from the second component, then i
+    ((0,), [(i, 0, 1)], True),                        # one point
+    ((0,), [(i, 0, N)], False),                       # N may exceed 1
+    ((0,), [(i, 3, 3)], True),                        # no point at all
+    ((c,), [(i, 0, 4)], False),
+    ((i, sympy.Mod(j, 2)), [(i, 0, 4), (j, 0, 4)], False),
+])
+def test_injective_over_domain(index, domain, expected):
+    assert injective_over(index, domain) == expected
+
+
+def test_injective_over_is_sound_on_random_affine_indices():
+    """Whenever the proof says injective, no two points of the (small, concrete)
+    domain hit one element; and plain unit shifts are always proved."""
+    rnd = random.Random(0)
+    syms = [i, j, k]
+    proved = 0
+    for _ in range(400):
+        domain = [(s, rnd.randint(-2, 1), 0) for s in syms]
+        domain = [(s, b, b + rnd.randint(0, 4)) for s, b, _ in domain]
+        index = tuple(sum((rnd.randint(-5, 5) * s for s in rnd.sample(syms, rnd.randint(0, 3))), sympy.Integer(0))
+                      + rnd.randint(-3, 3) for _ in range(rnd.randint(1, 2)))
+        hits = elements(index, domain)
+        if injective_over(index, domain):
+            proved += 1
+            assert len(set(hits)) == len(hits), (index, domain)
+        if injective(index, syms):
+            assert injective_over(index, domain)
+    assert proved > 50   # the proof is not vacuous
+
+
+def test_covers_is_exactly_the_whole_container_once():
+    assert covers((i + 1, j), [(i, -1, 3), (j, 0, 4)], (4, 4))
+    assert covers((i, 0), [(i, 0, 3)], (3, 1))
+    assert covers((i,), [(i, 0, 3), (j, 0, 1)], (3,))          # a single-point extra symbol
+    assert covers((i,), [(i, 0, N)], (N,))
+    assert not covers((i,), [(i, 0, 3), (j, 0, 2)], (3,))      # every element twice
+    assert not covers((i,), [(i, 1, 3)], (3,))                 # misses element 0
+    assert not covers((i, 1), [(i, 0, 3)], (3, 2))
+    assert not covers((i, i), [(i, 0, 3)], (3, 3))
+    assert not covers((c,), [(i, 0, 3)], (3,))
+
+
+@pytest.mark.parametrize("index, domain, shape", [
+    ((i + 1, j), [(i, -1, 3), (j, 0, 4)], (4, 4)),
+    ((i, 0), [(i, 0, 3)], (3, 1)),
+    ((j, i), [(i, 0, 2), (j, 0, 3)], (3, 2)),
+    ((i,), [(i, 0, 3), (j, 0, 2)], (3,)),
+    ((i,), [(i, 1, 3)], (3,)),
+])
+def test_covers_agrees_with_enumeration(index, domain, shape):
+    hits = elements(index, domain)
+    whole = sorted(itertools.product(*(range(n) for n in shape)))
+    assert covers(index, domain, shape) == (sorted(hits) == whole)
+
+
+def test_solve_shifts_inverts_unit_shifts():
+    t0, t1 = sympy.symbols("t0 t1", integer=True)
+    domain = [(i, 1, 5), (j, 0, 3)]
+    solution, conditions, unsolved = solve_shifts((i - 1, 2 * j), domain, (t0, t1))
+    assert solution == {i: t0 + 1} and unsolved == [1]
+    assert conditions == [sympy.Le(1, t0 + 1), sympy.Lt(t0 + 1, 5)]
+    assert solve_shifts((i, i + 1), domain, (t0, t1))[2] == [1]   # i is solved once
+    assert solve_shifts((c + i,), domain, (t0,))[2] == [0]        # a gather stays unsolved
+
+
+def test_exact_integer_division_is_exact_where_float_floor_is_not():
+    """floor(i/3 - 1/3) at i = 7 is 2; in floats (7/3 - 1/3) is 1.9999999999999998."""
+    e = exact_integer_division(sympy.floor((i - 1) / 3))
+    fn = sympy.lambdify([i], e, modules=[{FLOOR_DIVIDE.__name__: lambda a, b: a // b}])
+    assert [fn(v) for v in range(-4, 12)] == [(v - 1) // 3 for v in range(-4, 12)]
+    x = sympy.Symbol("x", real=True)
+    assert exact_integer_division(sympy.floor(x / 2)) == sympy.floor(x / 2)   # a float floor stays one
