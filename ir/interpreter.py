@@ -20,12 +20,23 @@ from .sizes import bind_sizes, substitute_sizes
 _UFUNC = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 
 
+def _without_ite(expr: sympy.Basic) -> sympy.Basic:
+    """``ITE(c, a, b)`` as ``(c & a) | (~c & b)``: lambdify prints an ITE that
+    its cse made a variable of as a float ``select`` with a nan default, which
+    numpy then refuses as a condition (second derivatives of np.prod)."""
+    if not expr.has(sympy.ITE):
+        return expr
+    return expr.replace(lambda e: isinstance(e, sympy.ITE),
+                        lambda e: sympy.Or(sympy.And(e.args[0], e.args[1]),
+                                           sympy.And(sympy.Not(e.args[0]), e.args[2])))
+
+
 @functools.lru_cache(maxsize=4096)
 def _compile(args: tuple[sympy.Symbol, ...], exprs: tuple[sympy.Basic, ...]):
     """numpy function of ``args`` returning ``exprs`` (cached across calls).
     Integer quotients stay integer: a float ``floor`` of a rational index
     (``floor(i/3 - 1/3)``) rounds ``1.9999999999999998`` down to 1."""
-    exprs = tuple(exact_integer_division(e) for e in exprs)
+    exprs = tuple(_without_ite(exact_integer_division(e)) for e in exprs)
     return sympy.lambdify(args, list(exprs), modules=[{FLOOR_DIVIDE.__name__: np.floor_divide}, "numpy"],
                           cse=len(exprs) > 1 or None)
 
@@ -127,6 +138,8 @@ def run_tasklet(graph: DataflowGraph, name: str, values: dict[str, np.ndarray],
     """Evaluate one tasklet over its domain, reading and writing ``values``."""
     t: Tasklet = graph.node(name)
     point = _Point(t, sizes)
+    if 0 in point.shape:
+        return  # an empty domain runs no point: it reads and writes nothing
     reads = graph.reads(name)
     conn_values: dict[sympy.Symbol, np.ndarray] = {}
     # direct reads first, then reads whose index uses an integer connector (gather)
@@ -150,14 +163,11 @@ def run_tasklet(graph: DataflowGraph, name: str, values: dict[str, np.ndarray],
         if not progressed:
             raise GraphError(f"tasklet {name}: indices of {[str(m) for _, m in pending]} depend on "
                              "connectors that are not read")
-    if not point.shape or 0 not in point.shape:
-        arg_syms = tuple(conn_values) + point.symbols
-        arg_vals = list(conn_values.values()) + [np.broadcast_to(g, point.shape) for g in point.grids]
-        conns = list(t.body)
-        exprs = tuple(substitute_sizes(t.body[c], sizes) for c in conns)
-        outs = dict(zip(conns, _evaluate(arg_syms, exprs, arg_vals, point.shape)))
-    else:
-        outs = {c: np.zeros(point.shape) for c in t.body}
+    arg_syms = tuple(conn_values) + point.symbols
+    arg_vals = list(conn_values.values()) + [np.broadcast_to(g, point.shape) for g in point.grids]
+    conns = list(t.body)
+    exprs = tuple(substitute_sizes(t.body[c], sizes) for c in conns)
+    outs = dict(zip(conns, _evaluate(arg_syms, exprs, arg_vals, point.shape)))
     for access, memlet in graph.writes(name):
         int_vals = {s: v for s, v in conn_values.items() if s.is_integer}
         index = _index_arrays(memlet, point, int_vals, sizes)

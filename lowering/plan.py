@@ -284,10 +284,26 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
     kernel_of[t.name] = len(kernels) - 1
 
 
+def drop_empty_tasklets(graph: DataflowGraph) -> dict[str, float]:
+    """Remove the tasklets whose domain is empty (a hand-built ``k = 0:0``; the
+    tracer emits none): they run no point, and a 0-extent domain has no thread
+    layout.  Returns the identity fills of the prod/max/min versions that only
+    they wrote, which still read as that identity (``ir.run`` does the same)."""
+    fills = {}
+    for t in [graph.node(n) for n in list(graph.nx.nodes)]:
+        if isinstance(t, Tasklet) and any(extent(r) == 0 for r in t.domain):
+            writes = graph.writes(t.name)
+            graph.nx.remove_node(t.name)
+            fills.update({a: ACCUMULATION_IDENTITY[m.accumulate] for a, m in writes
+                          if m.accumulate not in (None, "sum") and not graph.writers(a)})
+    return fills
+
+
 def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
     """Bind sizes, split multi-output tasklets, fold elementwise producers into reductions, split long
     reductions, group tasklets into kernels and decide buffers, fills and write modes."""
     g = bind(graph, sizes)
+    empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
     from .reduce_fusion import fold_producers  # built on this module's index analysis
     fold_producers(g)
@@ -303,7 +319,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
     buffer_reads = {r.access for k in kernels for s in k.steps for r in s.reads if r.producer is None}
     latest_results = {g.latest(c) for c in g.results}
     stored: set[str] = set(buffer_reads | latest_results)
-    fills: dict[str, float] = {}
+    fills: dict[str, float] = {a: v for a, v in empty_fills.items() if a in stored}
     for kernel in kernels:
         for step in kernel.steps:
             t = step.tasklet

@@ -169,6 +169,9 @@ def write(op: str, target: TracedArray, view_index, domain: tuple[Range, ...], e
     g = trace.graph
     if not target.writable:
         raise UnsupportedOperationError(op, "cannot write into a read-only view (np.broadcast_to)")
+    if is_empty(domain):
+        _write_empty(op, target, view_index, domain, accumulate)
+        return
     name = target.container
     container = g.containers[name]
     index = target.container_index(view_index)
@@ -195,6 +198,33 @@ def write(op: str, target: TracedArray, view_index, domain: tuple[Range, ...], e
             if not full and not _known_zero(trace, cur):
                 _copy(trace, cur, dst, None, sympy.Not(cond))
     add_tasklet(trace, op, domain, {OUT: expr}, reads, {OUT: (dst, index, accumulate)})
+
+
+def is_empty(domain: tuple[Range, ...]) -> bool:
+    """A domain with a provably empty range (``x[:0]``, a ``(3, 0) @ (0, 2)``
+    product): none of its points runs."""
+    return any((sympy.sympify(e) - b).is_nonpositive for _, b, e in domain)
+
+
+def _write_empty(op: str, target: TracedArray, view_index, domain: tuple[Range, ...],
+                 accumulate: str | None) -> None:
+    """A write over an empty domain emits no tasklet, so no later stage (reverse
+    pass, planner, Slang) ever sees a 0-extent domain.  Only a fresh
+    ``prod``/``max``/``min`` accumulation changes anything: the elements it
+    covers get numpy's value for an empty reduction (the product 1) or its
+    error (no maximum of nothing).  A fresh ``sum`` already reads as 0."""
+    trace = target.trace
+    index = target.container_index(view_index)
+    empty = {s for s, b, e in domain if (sympy.sympify(e) - b).is_nonpositive}
+    used = set().union(*(sympy.sympify(e).free_symbols for e in index))
+    fresh = _known_zero(trace, trace.graph.latest(target.container))
+    if accumulate in (None, "sum") or empty & used or not fresh:
+        return  # nothing covered, nothing accumulated, or a 0 that is already there
+    if accumulate in ("max", "min"):
+        raise UnsupportedOperationError(op, f"zero-size array to reduction operation {op} which has no "
+                                        "identity (numpy raises here too)")
+    kept = tuple(r for r in domain if r[0] in used)
+    write(op, target, view_index, kept, sympy.Integer(1), {})
 
 
 def _plain_domain(op: str, index, domain, expr, reads: Reads) -> tuple[Range, ...]:
