@@ -176,7 +176,10 @@ def _check_plain_write(target: TracedArray, exprs: list, ranges: tuple) -> None:
     iterations that differ only in other loops write the same value to the
     same element), see ``ir.index_analysis.injective_over``.  Otherwise one of
     several writers would win, which no device defines, and the reverse pass
-    would credit every writer."""
+    would credit every writer.  ``exprs`` index the view written through, not
+    its container: a writable view maps distinct elements to distinct
+    elements (broadcast views are read-only), and a reshaped view's
+    ``floor``/``Mod`` container index is not affine."""
     if injective_over(exprs, ranges):
         return
     loops = ", ".join(f"{s} in [{b}, {e})" for s, b, e in ranges)
