@@ -131,6 +131,12 @@ class AccessNode:
         return f"{self.container}#{self.version}"
 
 
+def empty_domain(domain) -> bool:
+    """Whether a range of ``domain`` is provably empty (``0:0``, ``3:N - N``):
+    then no point runs, nothing is read or written, and no derivative flows."""
+    return any((sympy.sympify(e) - b).is_nonpositive for _, b, e in domain)
+
+
 @dataclass
 class Tasklet:
     """A scalar computation over a parallel domain; see the module docstring."""
@@ -151,6 +157,11 @@ class Tasklet:
     @property
     def index_symbols(self) -> tuple[sympy.Symbol, ...]:
         return tuple(r[0] for r in self.domain)
+
+    @property
+    def runs_nothing(self) -> bool:
+        """Its domain is provably empty (``empty_domain``)."""
+        return empty_domain(self.domain)
 
 
 @dataclass(frozen=True)

@@ -291,7 +291,7 @@ def drop_empty_tasklets(graph: DataflowGraph) -> dict[str, float]:
     they wrote, which still read as that identity (``ir.run`` does the same)."""
     fills = {}
     for t in [graph.node(n) for n in list(graph.nx.nodes)]:
-        if isinstance(t, Tasklet) and any(extent(r) == 0 for r in t.domain):
+        if isinstance(t, Tasklet) and t.runs_nothing:
             writes = graph.writes(t.name)
             graph.nx.remove_node(t.name)
             fills.update({a: ACCUMULATION_IDENTITY[m.accumulate] for a, m in writes

@@ -46,6 +46,8 @@ def latest_versions(graph: DataflowGraph) -> dict[str, str]:
 
 def _dependent_pairs(graph: DataflowGraph, tasklet: str) -> Iterable[Pair]:
     t = graph.node(tasklet)
+    if t.runs_nothing:  # no point runs: nothing flows through it (hand-built graphs; the tracer emits none)
+        return
     float_writes = [(wa, wm) for wa, wm in graph.writes(tasklet)
                     if graph.containers[wm.container].dtype in FLOAT_DTYPES]
     if not float_writes:  # comparisons and integer results carry no gradient

@@ -8,7 +8,7 @@ from typing import Mapping
 import numpy as np
 import sympy
 
-from ..graph import Range, connector_symbol, index_symbol
+from ..graph import Range, connector_symbol, empty_domain, index_symbol
 from ..validate import static_bounds_violation
 from .context import Trace
 from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError, user_location
@@ -169,7 +169,7 @@ def write(op: str, target: TracedArray, view_index, domain: tuple[Range, ...], e
     g = trace.graph
     if not target.writable:
         raise UnsupportedOperationError(op, "cannot write into a read-only view (np.broadcast_to)")
-    if is_empty(domain):
+    if empty_domain(domain):
         _write_empty(op, target, view_index, domain, accumulate)
         return
     name = target.container
@@ -200,22 +200,17 @@ def write(op: str, target: TracedArray, view_index, domain: tuple[Range, ...], e
     add_tasklet(trace, op, domain, {OUT: expr}, reads, {OUT: (dst, index, accumulate)})
 
 
-def is_empty(domain: tuple[Range, ...]) -> bool:
-    """A domain with a provably empty range (``x[:0]``, a ``(3, 0) @ (0, 2)``
-    product): none of its points runs."""
-    return any((sympy.sympify(e) - b).is_nonpositive for _, b, e in domain)
-
-
 def _write_empty(op: str, target: TracedArray, view_index, domain: tuple[Range, ...],
                  accumulate: str | None) -> None:
-    """A write over an empty domain emits no tasklet, so no later stage (reverse
-    pass, planner, Slang) ever sees a 0-extent domain.  Only a fresh
-    ``prod``/``max``/``min`` accumulation changes anything: the elements it
-    covers get numpy's value for an empty reduction (the product 1) or its
-    error (no maximum of nothing).  A fresh ``sum`` already reads as 0."""
+    """A write over an empty domain (``x[:0]``, a ``(3, 0) @ (0, 2)`` product)
+    emits no tasklet, so no later stage (reverse pass, planner, Slang) ever
+    sees a 0-extent domain.  Only a fresh ``prod``/``max``/``min``
+    accumulation changes anything: the elements it covers get numpy's value
+    for an empty reduction (the product 1) or its error (no maximum of
+    nothing).  A fresh ``sum`` already reads as 0."""
     trace = target.trace
     index = target.container_index(view_index)
-    empty = {s for s, b, e in domain if (sympy.sympify(e) - b).is_nonpositive}
+    empty = {r[0] for r in domain if empty_domain((r,))}
     used = set().union(*(sympy.sympify(e).free_symbols for e in index))
     fresh = _known_zero(trace, trace.graph.latest(target.container))
     if accumulate in (None, "sum") or empty & used or not fresh:

@@ -181,3 +181,25 @@ def test_third_order_still_valid_graph():
         gfun = jax.grad(lambda z: l0(z, y))
         return jnp.sum(jax.jvp(gfun, (x,), (jnp.ones(4),))[1])
     np.testing.assert_allclose(out[third["a"]], jax.grad(d2)(x), rtol=1e-8)
+
+
+def test_empty_domain_tasklet_carries_no_gradient():
+    """A hand-built tasklet over ``0:0`` (the tracer emits none) runs no point:
+    the reverse pass gives it no contribution.  The stencil gather used to read
+    its gradient at index -1 of a 0-size container."""
+    x = sympy.Symbol("x", real=True)
+    i0, t0, t1 = ir.index_symbol("i0"), ir.index_symbol("t0"), ir.index_symbol("t1")
+    g = ir.DataflowGraph("empty")
+    g.add_container("C", (4, 4), "float64", "argument")
+    g.add_container("v", (0,), "float64")
+    g.add_container("out", (), "float64", "result")
+    g.add_tasklet("take", [(i0, 0, 0)], {"o": 2 * x}, {"x": (g.access("C"), (i0, 1))},
+                  {"o": (g.new_version("v"), (i0,))})
+    g.add_tasklet("square", [(t0, 0, 4), (t1, 0, 4)], {"o": x * x}, {"x": (g.access("C"), (t0, t1))},
+                  {"o": (g.new_version("out"), (), "sum")})
+    g.add_tasklet("add", [(i0, 0, 0)], {"o": x}, {"x": (g.access("v"), (i0,))}, {"o": (g.access("out"), (), "sum")})
+    grads = add_backward_pass(g.validate(), inputs=["C"], outputs=["out"])
+    assert not any(t.meta.get("forward_tasklet") in ("take", "add") for t in g.tasklets() if t.backward)
+    c = np.random.default_rng(0).standard_normal((4, 4))
+    got = ir.run(g, {"C": c, g.meta["seeds"]["out"]: np.ones(())})[grads["C"]]
+    np.testing.assert_allclose(got, 2 * c)
