@@ -333,6 +333,8 @@ class _KernelWriter:
             self.emit("{", depth)
         inner = depth + conditional
         self.reads(step, names, inner)
+        if "scatter" in t.meta:  # an owner-computes loop checks the indices of the scatter it replaces
+            self.guards.guard(self, t, t.meta["scatter"], names, inner, write=True)
         values = self.body(t, names, precision, out_types, inner)
         for c, var in outputs.items():
             if reducing:

@@ -68,7 +68,10 @@ def _owner(graph: DataflowGraph, t: Tasklet, m: Memlet) -> None:
     graph.add_tasklet(f"{t.name}_{m.connector}_owner", domain, {m.connector: body.xreplace(solution)}, reads,
                       {m.connector: (access, owners, m.accumulate)},
                       condition=sympy.And(t.condition.xreplace(solution), *conditions), source=t.source,
-                      backward=t.backward, **{**t.meta, "strategy": "owner-computes"})
+                      backward=t.backward, **{**t.meta, "strategy": "owner-computes",
+                                              # its data-dependent indices are still checked (lowering.bounds_check)
+                                              "scatter": Memlet(m.container, tuple(sympy.sympify(e).xreplace(solution)
+                                                                                   for e in m.index), m.connector)})
 
 
 def check_atomic_free(plan: Plan) -> None:

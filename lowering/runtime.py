@@ -159,8 +159,9 @@ class Executable:
     """A compiled program: ``exe(inputs) -> {result: array}``."""
 
     def __init__(self, graph: DataflowGraph, device: str, sizes: Mapping[str, int] | None = None,
-                 deterministic: bool = False):
+                 deterministic: bool = False, source: DataflowGraph | None = None):
         self.graph = graph
+        self.source_graph = source or graph  # the caller's graph, before rewrites: errors are told in its terms
         self.deterministic = deterministic
         self.device = device
         self.sizes = dict(sizes or {})
@@ -307,7 +308,7 @@ class Executable:
             flag = inst.buffers[FLAG].to_numpy().view(np.int32)
             if flag[0]:
                 host = {a: np.asarray(v) for a, v in inputs.items()}
-                raise_violation(inst.module.checks, flag, self.graph, host, {**self.sizes, **(sizes or {})})
+                raise_violation(inst.module.checks, flag, self.source_graph, host, {**self.sizes, **(sizes or {})})
         self._stats["dispatches"] = dispatches
         self._stats["bytes_moved"] = moved
         return results
@@ -388,6 +389,6 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
             raise UnsupportedOnDevice(
                 "lavapipe (software Vulkan) computes double-precision exp/sin/log/pow/tanh wrongly; "
                 f"tasklets {', '.join(bad)} use them on float64 data. Use device='cpu', or float32.")
-    if deterministic:
-        graph = owner_computes(graph)
+    if deterministic and kind != "numpy":  # the interpreter's scatters are deterministic already
+        return Executable(owner_computes(graph), kind, sizes, deterministic, source=graph)
     return Executable(graph, kind, sizes, deterministic)

@@ -60,13 +60,18 @@ def test_device_array_index_argument_is_checked_in_the_kernel(device):
         p.value_and_grad(E, idx)
 
 
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
 @pytest.mark.parametrize("device", ALL_DEVICES)
-def test_out_of_range_scatter_raises(device):
-    p = sd.differentiable_program(_hist, device=device)
+def test_out_of_range_scatter_raises(device, deterministic):
+    """deterministic=True turns the scatter into owner loops whose condition
+    an out-of-range index never meets: it was dropped silently."""
+    p = sd.differentiable_program(_hist, device=device, deterministic=deterministic)
     idx = np.arange(16, dtype=np.int32) % 4
     idx[3] = 100000
     with pytest.raises(sd.IndexOutOfRange, match=r"argument 'idx' holds 100000 at idx\[3\]"):
-        p.value_and_grad(V, idx)
+        p(V, idx)
+    with pytest.raises(sd.IndexOutOfRange, match=r"argument 'idx' holds 100000 at idx\[3\]"):
+        p.value_and_grad(V, sd.asarray(idx, device=device) if device != "numpy" else idx)
 
 
 @pytest.mark.parametrize("device", ALL_DEVICES[1:])
