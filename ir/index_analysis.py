@@ -27,7 +27,10 @@ gathers and scatters).  What is proved here, and nothing more:
   exactly onto ``0..extent-1``, every other axis being a single ``0``: the
   access touches every element of the container exactly once.
 * **inversion** (:func:`solve_shifts`): which point writes a given element,
-  solving ``s + c = target`` per unit-shift component.
+  solving ``s + c = target`` per unit-shift component;
+  :func:`written_elements` also inverts strides (``a*s + c``) and diagonals,
+  giving the condition for an element to be written (the tracer copies the
+  others when a plain write updates part of an array).
 
 Anything the analysis cannot read (``floor``, ``Mod``, a connector in the
 index, a coefficient whose sign is unknown) is *not proved*, never assumed:
@@ -147,6 +150,56 @@ def solve_shifts(index: Sequence, domain: Sequence[tuple],
         begin, end = ranges[s]
         conditions += [sympy.Le(begin, solution[s]), sympy.Lt(solution[s], end)]
     return solution, conditions, unsolved
+
+
+class Unanalysable(ValueError):
+    """An index component :func:`written_elements` cannot invert; ``reason``
+    is ``"data-dependent"``, ``"several symbols"`` or ``"not affine"``."""
+
+    def __init__(self, reason: str, component: sympy.Expr, symbol: sympy.Symbol | None = None):
+        self.reason, self.component, self.symbol = reason, component, symbol
+        super().__init__(f"index component {component}: {reason}")
+
+
+def written_elements(index: Sequence, domain: Sequence[tuple], shape: Sequence,
+                     targets: Sequence[sympy.Symbol]) -> tuple[sympy.Boolean, bool]:
+    """Which elements ``targets`` of a container of ``shape`` the points of
+    ``domain`` write through ``index``: ``(condition over targets, whether
+    every element is written)``.
+
+    Each component is a constant, or ``a*s + c`` (integer ``a != 0``) in a
+    symbol no earlier component solved, giving ``s = (t - c) / a`` (an integer
+    in ``s``'s range), or over solved symbols only (an equality: a diagonal).
+    Anything else raises :class:`Unanalysable`."""
+    ranges = {s: (b, e) for s, b, e in domain}
+    solved: dict[sympy.Symbol, sympy.Expr] = {}
+    conds = []
+    full = True
+    for e, t, extent in zip(index, targets, shape):
+        e = sympy.sympify(e)
+        free = e.free_symbols & ranges.keys()
+        if any(not is_size_symbol(s) for s in e.free_symbols - ranges.keys()):
+            raise Unanalysable("data-dependent", e)
+        unsolved = free - solved.keys()
+        if not unsolved:
+            conds.append(sympy.Eq(t, e.xreplace(solved)))
+            full = False
+            continue
+        if len(unsolved) > 1:
+            raise Unanalysable("several symbols", e)
+        s = unsolved.pop()
+        a = sympy.diff(e, s)
+        if not a.is_Integer or a == 0:
+            raise Unanalysable("not affine", e, s)
+        c = (e - a * s).xreplace(solved)
+        sol = (t - c) * a if abs(a) == 1 else (t - c) / a
+        begin, end = ranges[s]
+        if abs(a) != 1:
+            conds.append(sympy.Eq(sympy.Mod(t - c, a), 0))
+        conds += [sympy.Le(begin, sol), sympy.Lt(sol, end)]
+        full = full and a == 1 and _zero(begin + c) and _zero(end + c - extent) and not (free & solved.keys())
+        solved[s] = sol
+    return sympy.And(*conds), full
 
 
 def _affine(e: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> dict | None:

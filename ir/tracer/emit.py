@@ -9,6 +9,7 @@ import numpy as np
 import sympy
 
 from ..graph import Range, connector_symbol, empty_domain, index_symbol
+from ..index_analysis import Unanalysable, written_elements
 from ..validate import static_bounds_violation
 from .context import Trace
 from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError, user_location
@@ -100,43 +101,17 @@ def _known_zero(trace: Trace, access: str) -> bool:
 
 def _coverage(op: str, index: tuple, domain: tuple[Range, ...], shape, tsyms):
     """Which elements of a container of ``shape`` the write ``index`` over ``domain``
-    touches: ``(condition over tsyms, covers_everything)``.
-
-    Each index component must be a constant or ``a*s + c`` for a domain symbol
-    ``s`` not solved by an earlier component (integer ``a``); later components
-    over solved symbols become equalities (diagonals).
-    """
-    ranges = {s: (b, e) for s, b, e in domain}
-    solved: dict[sympy.Symbol, sympy.Expr] = {}
-    conds = []
-    full = True
-    for e, t, extent in zip(index, tsyms, shape):
-        e = sympy.sympify(e)
-        free = e.free_symbols & ranges.keys()
-        foreign = {s for s in e.free_symbols - ranges.keys() if not s.is_positive}
-        if foreign:
-            raise UnsupportedOperationError(op, f"a plain write at a data-dependent index {e} into an array "
-                                            "that already has content; accumulate (+=) instead")
-        unsolved = free - solved.keys()
-        if not unsolved:
-            conds.append(sympy.Eq(t, e.xreplace(solved)))
-            full = False
-            continue
-        if len(unsolved) > 1:
-            raise UnsupportedOperationError(op, f"write index {e} mixes several loop indices")
-        s = unsolved.pop()
-        a = sympy.diff(e, s)
-        if not a.is_Integer or a == 0:
-            raise UnsupportedOperationError(op, f"write index {e} is not affine in {s}")
-        c = (e - a * s).xreplace(solved)
-        sol = (t - c) * a if abs(a) == 1 else (t - c) / a
-        begin, end = ranges[s]
-        if abs(a) != 1:
-            conds.append(sympy.Eq(sympy.Mod(t - c, a), 0))
-        conds += [sympy.Le(begin, sol), sympy.Lt(sol, end)]
-        full = full and a == 1 and same(begin + c, 0) and same(end + c, extent) and not (free & solved.keys())
-        solved[s] = sol
-    return sympy.And(*conds), full
+    touches: ``(condition over tsyms, covers_everything)``, by
+    ``ir.index_analysis.written_elements``; what it cannot invert is refused."""
+    try:
+        return written_elements(index, domain, shape, tsyms)
+    except Unanalysable as err:
+        e = err.component
+        detail = {"data-dependent": f"a plain write at a data-dependent index {e} into an array that already "
+                                    "has content; accumulate (+=) instead",
+                  "several symbols": f"write index {e} mixes several loop indices",
+                  "not affine": f"write index {e} is not affine in {err.symbol}"}[err.reason]
+        raise UnsupportedOperationError(op, detail) from None
 
 
 def add_tasklet(trace: Trace, name: str, domain, body, reads: Reads, writes, condition=sympy.true):

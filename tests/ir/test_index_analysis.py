@@ -8,8 +8,8 @@ import pytest
 import sympy
 
 from ir import connector_symbol, index_symbol, size_symbol
-from ir.index_analysis import (FLOOR_DIVIDE, covers, exact_integer_division, injective, injective_over, solve_shifts,
-                               unit_shift, unit_shifts)
+from ir.index_analysis import (FLOOR_DIVIDE, Unanalysable, covers, exact_integer_division, injective, injective_over,
+                               solve_shifts, unit_shift, unit_shifts, written_elements)
 
 i, j, k = index_symbol("i"), index_symbol("j"), index_symbol("k")
 N = size_symbol("N")
@@ -117,6 +117,30 @@ def test_solve_shifts_inverts_unit_shifts():
     assert conditions == [sympy.Le(1, t0 + 1), sympy.Lt(t0 + 1, 5)]
     assert solve_shifts((i, i + 1), domain, (t0, t1))[2] == [1]   # i is solved once
     assert solve_shifts((c + i,), domain, (t0,))[2] == [0]        # a gather stays unsolved
+
+
+@pytest.mark.parametrize("index, domain, shape", [
+    ((i + 1, j), [(i, -1, 3), (j, 0, 4)], (4, 4)),            # everything
+    ((2 * i + 1,), [(i, 0, 4)], (9,)),                         # odd elements
+    ((7 - i, 2), [(i, 0, 5)], (8, 3)),                         # reversed, one column
+    ((i, i), [(i, 1, 3)], (4, 4)),                             # a diagonal
+    ((j, 3 * i - 2), [(i, 1, 3), (j, 0, 2)], (3, 6)),
+])
+def test_written_elements_agrees_with_enumeration(index, domain, shape):
+    targets = sympy.symbols("t0:2", integer=True)[:len(shape)]
+    condition, full = written_elements(index, domain, shape, targets)
+    hits = set(elements(index, domain))
+    for element in itertools.product(*(range(n) for n in shape)):
+        assert bool(condition.xreplace(dict(zip(targets, element)))) == (element in hits), element
+    assert full == (len(hits) == len(list(itertools.product(*(range(n) for n in shape)))))
+
+
+@pytest.mark.parametrize("index, reason", [
+    ((c,), "data-dependent"), ((i + j,), "several symbols"), ((sympy.floor(i / 2),), "not affine")])
+def test_written_elements_refuses_what_it_cannot_invert(index, reason):
+    with pytest.raises(Unanalysable) as err:
+        written_elements(index, [(i, 0, 4), (j, 0, 4)], (8,), (sympy.Symbol("t", integer=True),))
+    assert err.value.reason == reason
 
 
 def test_exact_integer_division_is_exact_where_float_floor_is_not():
