@@ -69,6 +69,12 @@ def zero_size_arguments(a, b, w, xp=np):
     return xp.sum((a @ b) * w)
 
 
+def empty_views(x, xp=np):
+    """Empty pieces through concatenate, outer, reversed and strided slices."""
+    return (xp.sum(xp.concatenate([x[:0], x]) ** 2) + xp.sum(xp.outer(x[:0], x)) + xp.sum(x[4:2])
+            + xp.sum(x[::-1][6:]))
+
+
 def remainder(x, y, xp=np):
     return xp.sum(xp.remainder(x, y) * x + (x % 1.5) * y)
 
@@ -82,6 +88,7 @@ CASES = {  # name: (function, argument shapes)
     "empty_store": (empty_store, [(6,)]),
     "empty_var": (empty_var, [(5,)]),
     "zero_size_arguments": (zero_size_arguments, [(3, 0), (0, 2), (3, 2)]),
+    "empty_views": (empty_views, [(6,)]),
     "remainder": (remainder, [(8,), (8,)]),
 }
 
