@@ -203,6 +203,14 @@ class TracedArray(Operators):
     def __imul__(self, o): return self._inplace(np.multiply, o)
     def __itruediv__(self, o): return self._inplace(np.true_divide, o)
     def __ipow__(self, o): return self._inplace(np.power, o)
+    # Every in-place operator numpy arrays have: without one, Python falls back to
+    # ``x = x op y``, which rebinds the name and loses an update made through a view.
+    def __imatmul__(self, o): return self._inplace(np.matmul, o)
+    def __ifloordiv__(self, o): return self._inplace(np.floor_divide, o)
+    def __imod__(self, o): return self._inplace(np.remainder, o)
+    def __iand__(self, o): return self._inplace(np.logical_and, o)
+    def __ior__(self, o): return self._inplace(np.logical_or, o)
+    def __ixor__(self, o): return self._inplace(np.logical_xor, o)
 
     # -- methods ------------------------------------------------------------------------
     def sum(self, axis=None, dtype=None, keepdims=False):
