@@ -53,7 +53,7 @@ class SlangPrinter(C99CodePrinter):
 
     def __init__(self, scalar: str = "float", names: Mapping[sympy.Symbol, str] | None = None,
                  precision: str | None = None):
-        super().__init__({"strict": False})
+        super().__init__({"strict": False, "math_macros": {}})   # C's M_LN10, M_SQRT2...: not Slang
         self.scalar = scalar
         self.precision = precision or (scalar if scalar != "int" else "float")
         self.names = dict(names or {})
