@@ -1,11 +1,12 @@
-"""Host-side check of index arguments (``check_bounds=True`` on a program).
+"""Host-side diagnosis of index arguments.
 
-Generated kernels do not check the indices they read from integer arrays
-(docs/guide.md says what an out-of-range index does on each device), so a
-program asked to check evaluates, before running, every index that uses a
-value of an int32 *argument* over the tasklet's domain and compares it with
-the extent it indexes.  Index arrays computed inside the program are not
-covered here; the numpy device's interpreter checks every access.
+The kernels find out-of-range data-dependent indices themselves
+(``lowering.bounds_check``), and the interpreter checks every access; when
+either reports one, this module names the culprit in the caller's terms: it
+evaluates every index that uses a value of an int32 *argument* over the
+tasklet's domain and compares it with the extent it indexes.  Index arrays
+computed inside the program are not covered here (the kernel's own report
+names them).
 """
 from __future__ import annotations
 

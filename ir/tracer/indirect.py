@@ -5,8 +5,8 @@ Each is one tasklet whose memlet index uses the integer connector reading
 ``idx`` (graph.py's gather/scatter form), so the reverse pass sees an ordinary
 read or accumulating write and transposes it: a gather's gradient is a
 scatter-add, a scatter-add's gradient a gather.  Indices must lie in
-``[0, n)``: negative indices do not wrap (``check_bounds=True`` on a program
-reports them).
+``[0, n)``: negative indices do not wrap (every device raises
+``IndexOutOfRange`` when a program runs with one out of range).
 """
 from __future__ import annotations
 
