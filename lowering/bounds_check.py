@@ -27,6 +27,7 @@ from ir.bounds import check_index_arguments
 from ir.graph import DataflowGraph, IndexOutOfRange, Memlet, Tasklet
 
 from .printer import SlangPrinter
+from .targets import Target
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,15 +37,17 @@ if TYPE_CHECKING:
 FLAG = "symdiff_bounds"
 FLAG_WORDS = 2
 
-HELPER = f"""// Records the first out-of-range index of a call: {FLAG}[0] = code, {FLAG}[1] = value.
-void symdiff_index_error(RWStructuredBuffer<int> flag, int code, int value)
-{{
-    __target_switch
-    {{
-    case cpp: if (flag[0] == 0) {{ flag[0] = code; flag[1] = value; }}
-    default: {{ int prev; InterlockedCompareExchange(flag[0], 0, code, prev); if (prev == 0) flag[1] = value; }}
-    }}
-}}"""
+HELPER_NAME = "symdiff_index_error"
+
+
+def helper(target: Target) -> str:
+    """The function recording the first violation of a call in the flag, in
+    ``target``'s form (lowering.targets): a plain first write where threads
+    run one after another, a compare-and-swap where they run together."""
+    record = ("if (flag[0] == 0) { flag[0] = code; flag[1] = value; }" if target.sequential else
+              "int prev; InterlockedCompareExchange(flag[0], 0, code, prev); if (prev == 0) flag[1] = value;")
+    return (f"// Records the first out-of-range index of a call: {FLAG}[0] = code, {FLAG}[1] = value.\n"
+            f"void {HELPER_NAME}(RWStructuredBuffer<int> flag, int code, int value)\n{{\n    {record}\n}}")
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,11 @@ import sympy
 
 from ir.graph import DataflowGraph, Memlet, Tasklet
 
-from .bounds_check import FLAG, HELPER, IndexCheck, IndexGuards
+from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
+from . import targets
 from .matmul import Tiling, tiling
-from .plan import Kernel, Plan, Step, extent
-from .printer import PRELUDE, SLANG_TYPES, SlangPrinter
+from .plan import Kernel, LoweringError, Plan, Step, extent
+from .printer import SLANG_TYPES, SlangPrinter, prelude
 from .rowfusion import LoopGroup, RowKernel, reduces
 from .threads import GROUP_SIZE, Threads
 
@@ -28,8 +29,9 @@ from .threads import GROUP_SIZE, Threads
 # Slang type of a buffer element: bools travel as ints (structured buffers of
 # bool are not portable).
 STORAGE_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "int"}
-# (a folded producer makes b an expression: a product needs it parenthesised)
-COMBINE = {"sum": "{a} + {b}", "prod": "{a} * ({b})", "max": "max({a}, {b})", "min": "min({a}, {b})"}
+# (a folded producer makes b an expression: a product needs it parenthesised;
+# maximum/minimum are the printer's NaN-propagating helpers, as np.maximum)
+COMBINE = {"sum": "{a} + {b}", "prod": "{a} * ({b})", "max": "maximum({a}, {b})", "min": "minimum({a}, {b})"}
 # Independent partial results of an in-thread reduction on the CPU device: g++
 # may not reorder float additions, so one accumulator makes a loop-carried
 # dependency it cannot vectorise; lanes combined in a fixed order at the end
@@ -93,10 +95,11 @@ class _KernelWriter:
         # loads of one fixed element (a seed, a scalar parameter): load text -> local
         self.invariant_loads: dict[tuple[str, str], str] = {}
         self.written = {w.memlet.container for step in kernel.steps for w in step.writes}
-        self.tiling = tiling(plan.graph, kernel, device)
+        self.target = targets.of(device)
+        self.tiling = tiling(plan.graph, kernel, self.target)
         self.threads = self.tiling.threads if self.tiling else kernel.threads
-        self.mapping = Threads.for_device(self.threads, device)
-        self.lanes = CPU_REDUCTION_LANES if device == "cpu" else 1
+        self.mapping = Threads.for_device(self.threads, self.target)
+        self.lanes = CPU_REDUCTION_LANES if self.target.sequential else 1
         self.indent = 0  # extra depth of the point loop and of the per-output loop of a tiled kernel
 
     def emit(self, line: str, depth: int) -> None:
@@ -433,6 +436,7 @@ class _KernelWriter:
             elif w.mode == "combine":
                 self.emit(f"{buf}[{idx}] = {COMBINE[w.memlet.accumulate].format(a=f'{buf}[{idx}]', b=value)};", d)
             else:
+                _check_atomic(self.target, STORAGE_TYPES[dtype], w.memlet.accumulate, step.tasklet)
                 self.atomics.add((STORAGE_TYPES[dtype], w.memlet.accumulate))
                 self.emit(f"atomic_{w.memlet.accumulate}({buf}, {idx}, {value});", d)
 
@@ -478,18 +482,46 @@ def _digit(var: str, stride: int, n: int, outermost: bool) -> str:
     return quotient if outermost else f"({quotient}) % {n}" if stride > 1 else f"{var} % {n}"
 
 
-def _atomic_helper(storage: str, op: str) -> str:
-    """A scatter-combine that is exact on the CPU device (threads run one after
-    another, and it has no float atomics) and atomic elsewhere."""
-    sequential = f"buf[i] = {COMBINE[op].format(a='buf[i]', b='v')};"
-    if op == "prod":
-        atomic = ("{ " + storage + " old = buf[i]; for (;;) { " + storage + " prev; "
-                  "InterlockedCompareExchangeFloatBitwise(buf[i], old, old * v, prev); "
-                  "if (prev == old) break; old = prev; } }")
+# a value's bits, to compare in a compare-and-swap loop (a NaN never equals itself)
+_BITS = {"float": "asuint", "int": ""}
+
+
+def _check_atomic(target: targets.Target, storage: str, op: str, t: Tasklet) -> None:
+    """Refuse colliding updates ``target`` has no exact form for: a double max,
+    min or product needs a 64-bit float compare-and-swap, which Slang lacks."""
+    if target.concurrent_updates and storage == "double" and op != "sum":
+        where = f" ({t.source})" if t.source else ""
+        raise LoweringError(f"tasklet {t.name}{where}: several threads update one float64 element with "
+                            f"{op} on {target.name}, which has no 64-bit float compare-and-swap; "
+                            "use float32, or device='cpu'")
+
+
+def _atomic_helper(storage: str, op: str, target: targets.Target) -> str:
+    """``atomic_<op>(buf, i, v)``: ``buf[i] = buf[i] <op> v`` where threads may
+    update one element together, in the one form ``target`` needs (decided
+    here, never by the Slang compiler): a plain update where threads run one
+    after another; the hardware atomic for sums (and integer max/min) where
+    the target has one; else a compare-and-swap loop, which is also how float
+    max/min get numpy's NaN propagation (hardware float atomic max/min drop
+    NaNs, and CUDA has none).  Max and min return early when the element
+    already wins: they only move one way, so a stale read decides that safely."""
+    update = COMBINE[op].format(a="old", b="v")
+    if target.sequential:
+        body = [f"buf[i] = {COMBINE[op].format(a='buf[i]', b='v')};"]
+    elif op == "sum" and (storage == "int" or target.float_atomic_add):
+        body = ["InterlockedAdd(buf[i], v);"]
+    elif op in ("max", "min") and storage == "int":
+        body = [f"Interlocked{op.title()}(buf[i], v);"]
     else:
-        atomic = {"sum": "InterlockedAdd", "max": "InterlockedMax", "min": "InterlockedMin"}[op] + "(buf[i], v);"
-    return (f"void atomic_{op}(RWStructuredBuffer<{storage}> buf, int i, {storage} v)\n{{\n"
-            f"    __target_switch\n    {{\n    case cpp: {sequential}\n    default: {atomic}\n    }}\n}}")
+        bits = _BITS[storage]
+        swap = "InterlockedCompareExchange" if storage == "int" else "InterlockedCompareExchangeFloatBitwise"
+        body = [f"{storage} old = buf[i];", "for (;;)", "{", f"    {storage} updated = {update};"]
+        if op in ("max", "min"):
+            body.append(f"    if ({bits}(updated) == {bits}(old)) break;")
+        body += [f"    {storage} seen;", f"    {swap}(buf[i], old, updated, seen);",
+                 f"    if ({bits}(seen) == {bits}(old)) break;", "    old = seen;  // another thread came first", "}"]
+    lines = "".join(f"    {line}\n" for line in body)
+    return f"void atomic_{op}(RWStructuredBuffer<{storage}> buf, int i, {storage} v)\n{{\n{lines}}}"
 
 
 def _params(buffers: dict[str, str], g: DataflowGraph) -> list[str]:
@@ -556,11 +588,14 @@ def _program(entries: list[KernelEntry], g: DataflowGraph) -> tuple[str, dict[st
     return text, buffers
 
 
-def generate(plan: Plan, device: str = "vulkan") -> Module:
-    """The Slang module for a plan on one device kind (matmul tiles are shaped
-    per device): a function and entry point per kernel (fill kernels first, in
-    dispatch order) and, for the CPU device, the program entry running them all."""
+def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
+    """The Slang module for a plan on one device kind (a ``lowering.targets``
+    name or ``Target``; the kind decides matmul tiles, point loops, the form
+    of colliding updates and the maths helpers, and no device is needed): a
+    function and entry point per kernel (fill kernels first, in dispatch
+    order) and, for a sequential target, the program entry running them all."""
     g = plan.graph
+    target = targets.of(device)
     atomics: set = set()
     guards = IndexGuards(g)
     parts, entries = [], []
@@ -584,9 +619,9 @@ def generate(plan: Plan, device: str = "vulkan") -> Module:
     for n, entry in enumerate(entries):
         entry.index = n
     buffers: dict[str, str] = {}
-    if device == "cpu":
+    if target.sequential:
         program, buffers = _program(entries, g)
         parts.append(program)
-    header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", PRELUDE]
-    header += [_atomic_helper(s, op) for s, op in sorted(atomics)] + ([HELPER] if guards.checks else [])
+    header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", prelude(target)]
+    header += [_atomic_helper(s, op, target) for s, op in sorted(atomics)] + ([helper(target)] if guards.checks else [])
     return Module("\n\n".join(header + parts) + "\n", entries, buffers, guards.checks)

@@ -9,8 +9,9 @@ g++ (``downstream_args`` never reaches its command line, measured), and its
 finite-math assumptions break the inf/NaN handling programs rely on; so the
 vectorised libmvec routines are out of reach.  These helpers are branch-free
 range reduction + polynomial (Cephes' float32 minimax coefficients), which
-g++ inlines and vectorises with the rest of the loop; other targets keep
-their built-ins through ``__target_switch``.
+g++ inlines and vectorises with the rest of the loop.  Targets without
+``polynomial_math`` (lowering.targets) keep the built-ins: ``source`` gives
+each target only its own definitions of the names in ``FUNCTIONS``.
 
 Accuracy (tests/lowering/test_cpu_math.py): within 2 ulp of the exact result
 (measured at most 1.5), sin and cos for |x| < 2^32; exp overflows to inf and
@@ -21,8 +22,13 @@ return NaN rather than an arbitrary number.
 """
 from __future__ import annotations
 
-# name printed for a float32 call of each function (the helpers below)
+from .targets import Target
+
+# name printed for a float32 call of each function (defined by ``source``)
 FUNCTIONS = {"exp": "exp_f32", "log": "log_f32", "sin": "sin_f32", "cos": "cos_f32", "tanh": "tanh_f32"}
+# each name's polynomial form
+_POLYNOMIAL = {"exp": "cpu_exp(x)", "log": "cpu_log(x)", "sin": "cpu_sin_quadrant(x, 0)",
+               "cos": "cpu_sin_quadrant(x, 1)", "tanh": "cpu_tanh(x)"}
 
 SOURCE = """\
 // float32 exp/log/sin/cos/tanh: branch-free polynomials on the CPU device so
@@ -107,9 +113,13 @@ SOURCE = """\
     return pick(abs(x) < 0.625f, near0, pick(x < 0.0f, -far, far));
 }
 
-[ForceInline] float exp_f32(float x) { __target_switch { case cpp: return cpu_exp(x); default: return exp(x); } }
-[ForceInline] float log_f32(float x) { __target_switch { case cpp: return cpu_log(x); default: return log(x); } }
-[ForceInline] float sin_f32(float x) { __target_switch { case cpp: return cpu_sin_quadrant(x, 0); default: return sin(x); } }
-[ForceInline] float cos_f32(float x) { __target_switch { case cpp: return cpu_sin_quadrant(x, 1); default: return cos(x); } }
-[ForceInline] float tanh_f32(float x) { __target_switch { case cpp: return cpu_tanh(x); default: return tanh(x); } }
 """
+
+
+def source(target: Target) -> str:
+    """Slang defining each name of ``FUNCTIONS`` for ``target``: the
+    polynomials above where it has ``polynomial_math``, the built-ins elsewhere."""
+    calls = _POLYNOMIAL if target.polynomial_math else {name: f"{name}(x)" for name in FUNCTIONS}
+    wrappers = "".join(f"[ForceInline] float {FUNCTIONS[name]}(float x) {{ return {call}; }}\n"
+                       for name, call in calls.items())
+    return (SOURCE if target.polynomial_math else "") + wrappers

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import slangpy as spy
 
+from . import targets
+
 KINDS = ("cuda", "vulkan", "cpu", "numpy")
 ENV_VAR = "SYMDIFF_DEVICE"
 SOFTWARE_ADAPTERS = ("llvmpipe", "lavapipe", "swiftshader", "softpipe")
@@ -81,6 +83,12 @@ def _adapters(kind: str) -> tuple[str, ...]:
 def is_software(kind: str) -> bool:
     """Whether a Vulkan device here is a CPU rasteriser (lavapipe): slow doubles are wrong."""
     return kind == "vulkan" and all(any(s in a.lower() for s in SOFTWARE_ADAPTERS) for a in _adapters(kind))
+
+
+def target(kind: str) -> targets.Target:
+    """What a device kind here can do (``lowering.targets``); a software Vulkan
+    (lavapipe) gets double-precision transcendentals wrong."""
+    return targets.LAVAPIPE if is_software(kind) else targets.of(kind)
 
 
 def available_devices() -> list[str]:

@@ -34,6 +34,8 @@ import sympy
 
 from ir.graph import DataflowGraph, Tasklet
 
+from . import targets
+
 if TYPE_CHECKING:
     from .plan import Kernel, Step
 
@@ -118,7 +120,7 @@ def _unit_stride(graph: DataflowGraph, t: Tasklet, connector: str, symbol: sympy
     return m.index[-1] == symbol
 
 
-def tiling(graph: DataflowGraph, kernel: "Kernel", device: str) -> Tiling | None:
+def tiling(graph: DataflowGraph, kernel: "Kernel", device: "str | targets.Target") -> Tiling | None:
     """The register-blocked layout of a kernel whose first matmul-shaped step
     has enough outputs, or None (one thread per output, as planned)."""
     if kernel.threads < MIN_TILED_OUTPUTS:
@@ -137,7 +139,7 @@ def tiling(graph: DataflowGraph, kernel: "Kernel", device: str) -> Tiling | None
         syms = [s for s, _, _ in step.parallel]
         tile = [1] * len(kernel.box)
         n_inner = kernel.box[syms.index(inner)]
-        if device == "cpu":
+        if targets.of(device).sequential:
             tile[syms.index(inner)] = -(-n_inner // -(-n_inner // CPU_ROW))  # balanced rows of at most CPU_ROW
             tile[syms.index(outer)] = CPU_ROWS  # clamped below for a shorter axis
         else:

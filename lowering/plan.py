@@ -328,9 +328,12 @@ def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
                 points = step.parallel + (step.loop if m.accumulate is None else ())
                 thread_syms = [s for s, _, _ in points]
                 writers = g.writers(access)
-                # (a row kernel's steps write only their thread's row: one thread runs them in turn)
-                others = [s for s in kernel.steps if s is not step and not isinstance(kernel, RowKernel)
-                          and any(a == access for a, _ in g.writes(s.tasklet.name))]
+                # (a row kernel's steps run in turn in the thread owning the row, so another
+                # step's write keeps the element this thread's own only at the same point:
+                # at a shifted index it is a neighbouring thread's element, issue 18)
+                others = [s for s in kernel.steps if s is not step
+                          and any(a == access and not (isinstance(kernel, RowKernel) and _same_point(step, m, s, w))
+                                  for a, w in g.writes(s.tasklet.name))]
                 # a second write of this tasklet at another index collides with other threads' writes
                 shifted = any(a == access and w.index != m.index for a, w in g.writes(t.name))
                 exclusive = (not uses_connectors(m.index, t) and injective(m.index, thread_syms)

@@ -10,6 +10,7 @@ bases).  Integer (index) arithmetic follows Python/sympy semantics: ``Mod`` and
 """
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 import numpy as np
@@ -18,12 +19,18 @@ from sympy.codegen.cfunctions import expm1, log1p
 from sympy.printing.c import C99CodePrinter
 from sympy.printing.precedence import precedence
 
-from . import cpu_math
+from . import cpu_math, targets
 
 SLANG_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "bool"}
 
-# Helpers the printed expressions may call; emitted once at the top of a module.
-PRELUDE = cpu_math.SOURCE + """\
+# Helpers the printed expressions may call, for every target (``prelude``).
+# maximum/minimum/power/sign follow numpy at the points where Slang's built-ins
+# (or some target's version of them) do not: a NaN argument of maximum or
+# minimum gives NaN (max/min return the other argument, like fmax), and a
+# negative base to an integer power is a real number (pow is exp2(y log2 x)
+# on Vulkan: NaN for x < 0).  Nested selects rather than || and &&: Slang
+# turns those into branches, which stop g++ vectorising the CPU device's loops.
+_HELPERS = """\
 // Floor division and modulo (Python semantics) for index arithmetic.
 int floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 int floormod(int a, int b) { return a - b * floordiv(a, b); }
@@ -33,6 +40,40 @@ double log1p_(double x) { double u = 1.0l + x; return u == 1.0l ? x : log(u) * x
 float expm1_(float x) { float u = exp_f32(x); return u == 1.0f ? x : (u - 1.0f == -1.0f ? -1.0f : (u - 1.0f) * x / log_f32(u)); }
 double expm1_(double x) { double u = exp(x); return u == 1.0l ? x : (u - 1.0l == -1.0l ? -1.0l : (u - 1.0l) * x / log(u)); }
 """
+# numpy's maximum/minimum (NaN if either argument is NaN) and power, per float type
+_PER_TYPE = """\
+T maximum(T a, T b) { return select(b != b, b, select(a <= b, b, a)); }
+T minimum(T a, T b) { return select(b != b, b, select(a >= b, b, a)); }
+T power(T x, T y)
+{
+    T m = select(select(x == ZERO, y < ZERO, false), INF, pow(abs(x), y));  // 0**-1: pow(0, y <= 0) is undefined in SPIR-V
+    bool integral = floor(y) == y;
+    bool odd = select(integral, floor(y * HALF) != y * HALF, false);
+    bool negative = select(x == ZERO, ONE / x < ZERO, x < ZERO);  // -0 too: (-0)**-1 = -inf
+    T r = select(select(negative, odd, false), -m, m);
+    r = select(select(x < ZERO, integral, true), r, NAN);  // a negative base to a fractional power
+    return select(y == ZERO, ONE, select(x == ONE, ONE, r));  // x**0 = 1**y = 1, NaN or not
+}
+"""
+_LITERALS = {"float": {"HALF": "0.5f", "ZERO": "0.0f", "ONE": "1.0f", "NAN": "asfloat(0x7FC00000u)",
+                       "INF": "asfloat(0x7F800000u)"},
+             "double": {"HALF": "0.5l", "ZERO": "0.0l", "ONE": "1.0l", "NAN": "double(asfloat(0x7FC00000u))",
+                        "INF": "double(asfloat(0x7F800000u))"}}
+
+
+def _per_type(scalar: str) -> str:
+    text = _PER_TYPE.replace("T ", f"{scalar} ")
+    for name, value in _LITERALS[scalar].items():
+        text = re.sub(rf"\b{name}\b", value, text)
+    return text
+
+
+def prelude(target: "str | targets.Target") -> str:
+    """The helpers of every module for one target: its maths functions
+    (``cpu_math.source``) and the helpers above."""
+    return (cpu_math.source(targets.of(target)) + _HELPERS + _per_type("float") + _per_type("double")
+            + "int maximum(int a, int b) { return max(a, b); }\nint minimum(int a, int b) { return min(a, b); }\n")
+
 
 # Functions that are exact (or correctly rounded) in lavapipe's double
 # arithmetic; anything else on a double is a transcendental it gets wrong.
@@ -154,7 +195,7 @@ class SlangPrinter(C99CodePrinter):
             return f"sqrt({self._print(base)})"
         if exp == sympy.Rational(-1, 2):
             return f"rsqrt({self._print(base)})"
-        return f"pow({self._print(base)}, {self._print(exp)})"
+        return f"{'pow' if self.scalar == 'int' else 'power'}({self._print(base)}, {self._print(exp)})"
 
     def _print_Mod(self, expr: sympy.Mod) -> str:
         a, b = (self._print(arg) for arg in expr.args)
@@ -170,10 +211,10 @@ class SlangPrinter(C99CodePrinter):
         return f"floor({self._print(arg)})"
 
     def _print_Max(self, expr) -> str:
-        return self._nested("max", expr.args)
+        return self._nested("maximum", expr.args)
 
     def _print_Min(self, expr) -> str:
-        return self._nested("min", expr.args)
+        return self._nested("minimum", expr.args)
 
     def _nested(self, fn: str, args) -> str:
         text = self._print(args[0])
@@ -182,15 +223,16 @@ class SlangPrinter(C99CodePrinter):
         return text
 
     def _print_sign(self, expr) -> str:
+        # x itself where it is neither positive nor negative: +-0, or NaN as np.sign(nan)
         x = self._print(expr.args[0])
-        return f"select({x} > {self.literal(0)}, {self.literal(1)}, " \
-               f"select({x} < {self.literal(0)}, {self.literal(-1)}, {self.literal(0)}))"
+        return f"select({x} > {self.literal(0)}, {self.literal(1)}, select({x} < {self.literal(0)}, {self.literal(-1)}, {x}))"
 
     def _print_Heaviside(self, expr) -> str:
+        # 0 at NaN, as JAX's gradient of maximum there
         x = self._print(expr.args[0])
         at_zero = expr.args[1] if len(expr.args) > 1 else sympy.Rational(1, 2)
         return f"select({x} > {self.literal(0)}, {self.literal(1)}, " \
-               f"select({x} < {self.literal(0)}, {self.literal(0)}, {self._print(at_zero)}))"
+               f"select({x} == {self.literal(0)}, {self._print(at_zero)}, {self.literal(0)}))"
 
     def _print_log1p(self, expr) -> str:
         return f"log1p_({self._print(expr.args[0])})"

@@ -25,7 +25,7 @@ import slangpy as spy
 import ir
 from ir.graph import DTYPES, DataflowGraph
 
-from . import cache, devices
+from . import cache, devices, targets
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
 from .deterministic import check_atomic_free, owner_computes
@@ -209,7 +209,7 @@ class Executable:
                 check_atomic_free(p)
             module = generate(p, self.device)
             dev = devices.get_device(self.device)
-            entries = [PROGRAM] if self.device == "cpu" else [f"{k.name}_main" for k in module.kernels]
+            entries = [PROGRAM] if targets.of(self.device).sequential else [f"{k.name}_main" for k in module.kernels]
             kernels = cache.kernels(self.device, dev, module.source, entries)
             g = p.graph
             shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
@@ -325,7 +325,7 @@ class Executable:
 
     def _dispatches(self, module: Module, kernels: dict[str, spy.ComputeKernel],
                     buffers: dict[str, spy.Buffer]) -> dict[str, _Dispatch]:
-        if self.device == "cpu":  # one entry point runs the whole program there
+        if targets.of(self.device).sequential:  # one entry point runs the whole program there
             launches = {PROGRAM: (kernels[PROGRAM], [1, 1, 1], module.buffers)}
         else:
             launches = {e.name: (kernels[f"{e.name}_main"], e.thread_count, e.buffers)
@@ -339,7 +339,7 @@ class Executable:
         CPU device one per run of consecutive kernels (a whole call is one run),
         elsewhere one per kernel.  bench.profile times kernels alone by cutting
         that list."""
-        if self.device != "cpu":
+        if not targets.of(self.device).sequential:
             return [(inst.dispatches[e.name], {}) for e in inst.module.kernels if e.name in inst.dispatches]
         runs: list[list[KernelEntry]] = []
         for entry in inst.module.kernels:
@@ -381,7 +381,7 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     """
     requested = devices.requested(device)
     kind = devices.resolve(device)
-    if kind == "vulkan" and devices.is_software(kind):
+    if kind != "numpy" and not devices.target(kind).float64_transcendentals:
         bad = unsafe_double_tasklets(graph)
         if bad and requested == "auto":
             kind = "cpu"

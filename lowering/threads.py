@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import targets
+
 GROUP_SIZE = 256
 MAX_GROUPS = 65535  # per dispatch dimension
 ROW_THREADS = GROUP_SIZE * MAX_GROUPS  # most threads in one row of a dispatch
@@ -30,8 +32,9 @@ class Threads:
     per_thread: int = 1
 
     @classmethod
-    def for_device(cls, points: int, device: str) -> "Threads":
-        return cls(points, CPU_POINTS_PER_THREAD if device == "cpu" and points > 1 else 1)
+    def for_device(cls, points: int, device: "str | targets.Target") -> "Threads":
+        """Points per thread on a device kind (``lowering.targets``): many where threads run in sequence."""
+        return cls(points, CPU_POINTS_PER_THREAD if targets.of(device).sequential and points > 1 else 1)
 
     @property
     def count(self) -> int:

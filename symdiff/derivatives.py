@@ -38,8 +38,9 @@ def is_float_symbol(sym: sympy.Symbol) -> bool:
 
 def derivative(expr: sympy.Expr, x: sympy.Symbol) -> sympy.Expr:
     """``d expr / d x`` using registered rules where present, sympy elsewhere."""
-    ruled = {a for a in expr.atoms(Application)
-             if registry.rule_for(a.func) is not None and x in a.free_symbols}
+    ruled = {a for a in expr.atoms(Application, sympy.Pow)
+             if registry.rule_for(a.func) is not None and x in a.free_symbols
+             and not (isinstance(a, sympy.Pow) and a.exp.is_Number)}  # sympy's rule for constant exponents
     if not ruled:
         result = sympy.diff(expr, x)
     else:

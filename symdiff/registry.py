@@ -72,6 +72,27 @@ def _mod(x: sympy.Expr, y: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
     return sympy.S.One, -sympy.floor(x / y)
 
 
+def _extremum(extremum: type, wins: type) -> Partials:
+    """Partials of ``Max`` (``wins`` is ``>``) or ``Min`` (``<``) of any number
+    of arguments: each argument against the extremum of the others."""
+    def partials(*args: sympy.Expr) -> tuple[sympy.Expr, ...]:
+        rests = [extremum(*args[:k], *args[k + 1:]) for k in range(len(args))]
+        return tuple(sympy.Piecewise((1, wins(a, rest)), (sympy.S.Half, sympy.Eq(a, rest)), (0, True))
+                     for a, rest in zip(args, rests))
+    return partials
+
+
+def _abs(x: sympy.Expr) -> tuple[sympy.Expr]:
+    return (sympy.Piecewise((1, x > 0), (0, sympy.Eq(x, 0)), (-1, True)),)
+
+
+def _pow(base: sympy.Expr, exp: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    nonzero = sympy.Piecewise((1, sympy.Eq(base, 0)), (base, True))
+    return exp * base ** (exp - 1), sympy.log(nonzero) * base ** exp
+
+
 _BUILTIN.update({f: _zero for f in (sympy.Heaviside, sympy.sign, sympy.floor, sympy.ceiling, sympy.DiracDelta)})
+_BUILTIN.update({sympy.Max: _extremum(sympy.Max, sympy.StrictGreaterThan),
+                 sympy.Min: _extremum(sympy.Min, sympy.StrictLessThan), sympy.Abs: _abs, sympy.Pow: _pow})
 _BUILTIN[sympy.Mod] = _mod
 _RULES.update(_BUILTIN)

@@ -17,9 +17,9 @@ def _param(name: str):
     return pytest.param(name, marks=marks, id=name)
 
 
-@pytest.fixture(params=[_param(d) for d in ("cpu", "vulkan")])
+@pytest.fixture(params=[_param(d) for d in ("cpu", "vulkan", "cuda")])
 def device(request) -> str:
-    """Each Slang device (Vulkan skipped where no driver exists)."""
+    """Each Slang device (Vulkan and CUDA skipped where no driver exists)."""
     if request.param not in SLANG_DEVICES:
         pytest.skip(f"no {request.param} device here")
     return request.param

@@ -98,7 +98,7 @@ def test_indirect_programs_match_jax(name, device, deterministic):
 
 def _atomic_ops(source: str) -> list[str]:
     """Atomics on results; the index check's flag (an error code, lowering.bounds_check) is not one."""
-    source = source.replace(bounds_check.HELPER, "")
+    source = re.sub(rf"void {bounds_check.HELPER_NAME}\(.*?\n}}", "", source, flags=re.S)
     return re.findall(r"\bInterlocked\w*\(|\batomic_(?:sum|max|min|prod)\(", source)
 
 

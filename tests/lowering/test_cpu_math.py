@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lowering import cpu_math, devices
+from lowering import cpu_math, devices, targets
 
 spy = pytest.importorskip("slangpy")
 
-KERNEL = cpu_math.SOURCE + """
+KERNEL = cpu_math.source(targets.CPU) + """
 [shader("compute")]
 [numthreads(64, 1, 1)]
 void apply(uint3 tid: SV_DispatchThreadID, RWStructuredBuffer<float> x, RWStructuredBuffer<float> y, uniform int n)

@@ -17,9 +17,9 @@ n = sympy.Symbol("n", integer=True)
     (x ** -2, "(1.0f / (x * x))", "(1.0l / (x * x))"),
     (1 / sympy.sqrt(x), "rsqrt(x)", "rsqrt(x)"),
     (sympy.sqrt(x + y), "sqrt(x + y)", None),
-    (x ** 0.7, "pow(x, 0.7f)", "pow(x, 0.7l)"),
-    (sympy.Max(x, y, 0), "max(max(0.0f, x), y)", None),
-    (sympy.Min(x, 2), "min(2.0f, x)", None),
+    (x ** 0.7, "power(x, 0.7f)", "power(x, 0.7l)"),
+    (sympy.Max(x, y, 0), "maximum(maximum(0.0f, x), y)", None),
+    (sympy.Min(x, 2), "minimum(2.0f, x)", None),
     (sympy.Abs(x), "abs(x)", None),
     (log1p(x), "log1p_(x)", None),
     (expm1(x), "expm1_(x)", None),
@@ -37,8 +37,8 @@ def test_conditions_are_selects():
     assert print_expr(sympy.Piecewise((x, x > 0), (y, True))) == "select((x > 0.0f), x, y)"
     assert print_expr(sympy.Piecewise((x, sympy.And(x > 0, y < 1)), (0, True))) == \
         "select(((x > 0.0f) && (y < 1.0f)), x, 0.0f)"
-    assert print_expr(sympy.Heaviside(x)) == "select(x > 0.0f, 1.0f, select(x < 0.0f, 0.0f, 0.5f))"
-    assert print_expr(sympy.sign(x)) == "select(x > 0.0f, 1.0f, select(x < 0.0f, -1.0f, 0.0f))"
+    assert print_expr(sympy.Heaviside(x)) == "select(x > 0.0f, 1.0f, select(x == 0.0f, 0.5f, 0.0f))"  # 0 at NaN
+    assert print_expr(sympy.sign(x)) == "select(x > 0.0f, 1.0f, select(x < 0.0f, -1.0f, x))"  # +-0 or NaN: x
     assert print_expr(sympy.Or(x > 1, y < 0)) == "((x > 1.0f) || (y < 0.0f))"
     b = sympy.Symbol("b")
     assert print_expr(sympy.Not(b)) == "!b"

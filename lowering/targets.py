@@ -1,0 +1,72 @@
+"""What each backend kind can do, stated once: the code generator asks these
+questions in Python and emits only the form the target needs.
+
+Generated Slang never chooses between forms itself (no ``__target_switch``):
+which case of a switch a backend takes follows Slang's capability names, and a
+switch that picked the CPU device's unsynchronised read-modify-write on a GPU
+would give silently wrong sums there.  So every per-target difference in the
+generated code is a field below, and tests check the generated text of every
+kind, present on the machine or not (tests/lowering/test_targets.py).
+
+Facts behind the fields (slangpy 0.43.1, Slang 2026.12; ``shared/notes/slangpy.md``):
+
+* slangpy's CPU device compiles Slang to C++ and runs all threads of a
+  dispatch one after another on one core; it has no float atomics (a compile
+  error), and a plain ``buf[i] += v`` is exact there.
+* Vulkan (lavapipe here, any GPU driver) and CUDA run threads concurrently:
+  colliding updates need atomics.  Both have float atomic add (``InterlockedAdd``
+  on float/double).  Float atomic max/min exist on Vulkan
+  (``VK_EXT_shader_atomic_float2``) but not in CUDA (nvrtc has no float
+  ``atomicMax``), and where they exist they follow IEEE maxNum, dropping a NaN
+  that numpy's ``np.maximum.at`` keeps: so max, min and product updates are a
+  compare-and-swap loop on every concurrent target.
+* lavapipe's double-precision ``exp``/``sin``/``log``/``pow``/``tanh`` return
+  garbage; hardware Vulkan and CUDA compute them correctly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Target:
+    """A backend kind's capabilities, as far as code generation depends on them."""
+
+    name: str  # the slangpy device kind ("cpu", "vulkan", "cuda")
+    # All threads of a dispatch run one after another: plain read-modify-writes
+    # are exact, a thread should loop over many points (call overhead), and one
+    # entry point can run the whole program in a single dispatch.
+    sequential: bool
+    # Atomic add on float and double buffers (``InterlockedAdd``); without it a
+    # colliding sum must be sequential or owner-computes.
+    float_atomic_add: bool
+    # float32 exp/log/sin/cos/tanh as inline polynomials (lowering.cpu_math)
+    # rather than the built-ins, so that g++ vectorises loops calling them.
+    polynomial_math: bool
+    # The double-precision transcendentals (exp, sin, log, pow, tanh) are right.
+    float64_transcendentals: bool = True
+
+    @property
+    def concurrent_updates(self) -> bool:
+        """Threads may update one element at the same time (so colliding
+        updates need atomics or a compare-and-swap loop)."""
+        return not self.sequential
+
+
+CPU = Target("cpu", sequential=True, float_atomic_add=False, polynomial_math=True)
+VULKAN = Target("vulkan", sequential=False, float_atomic_add=True, polynomial_math=False)
+CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False)
+# Vulkan on a CPU rasteriser (Mesa lavapipe): the same code, but not for double transcendentals.
+LAVAPIPE = replace(VULKAN, float64_transcendentals=False)
+
+TARGETS = {t.name: t for t in (CPU, VULKAN, CUDA)}
+
+
+def of(device: "str | Target") -> Target:
+    """The target of a device kind (a ``Target`` is returned as it is)."""
+    if isinstance(device, Target):
+        return device
+    try:
+        return TARGETS[device]
+    except KeyError:
+        raise ValueError(f"no Slang target for device {device!r}: expected one of {sorted(TARGETS)}") from None
