@@ -37,6 +37,13 @@ COMBINE = {"sum": "{a} + {b}", "prod": "{a} * ({b})", "max": "maximum({a}, {b})"
 # dependency it cannot vectorise; lanes combined in a fixed order at the end
 # keep the result deterministic.  (lavapipe vectorises across threads instead.)
 CPU_REDUCTION_LANES = 8
+# float32 sums accumulate in double and round once at the end (the summation
+# order, and why, in docs/design.md "Summation and accuracy"): a float32
+# accumulator loses ~sqrt(n) ulps over a loop of n points, and a gradient such
+# as log-sum-exp's w.r.t. the max (1 - sum(softmax)) needs the sums correctly
+# rounded to cancel as they do in JAX.  Every target adds doubles exactly
+# (Kahan's compensation in float32 is simplified away by lavapipe, measured).
+WIDE_ACCUMULATORS = {("sum", "float"): "double"}
 
 
 PROGRAM = "run_program"  # the CPU device's only entry point
@@ -244,6 +251,7 @@ class _KernelWriter:
             return
         self.accumulators(step)
         self.reduction_loop(step, names)
+        self.finish_accumulators(step, 1)
         self.stores(step, self.outputs(t), names, 1)
 
     def reduction_loop(self, step: Step, names: dict) -> None:
@@ -252,13 +260,13 @@ class _KernelWriter:
         ``CPU_REDUCTION_LANES``), the points past the last whole block into
         the combined result."""
         length = math.prod(extent(r) for r in step.loop)
-        outputs = self.outputs(step.tasklet)
-        boolean = any(self.out_type(step.tasklet, c) == "bool" for c in outputs)
+        accs = {c: self.accumulator(step, c) for c in self.outputs(step.tasklet)}
+        boolean = any(acc_type == "bool" for _, acc_type in accs.values())
         lanes = self.lanes if length >= 2 * self.lanes and not boolean else 1
         start = length - length % lanes if lanes > 1 else 0  # where the single-accumulator loop begins
         if lanes > 1:
-            for c, var in outputs.items():
-                self.emit(f"{self.out_type(step.tasklet, c)} {var}_lanes[{lanes}];", 1)
+            for var, acc_type in accs.values():
+                self.emit(f"{acc_type} {var}_lanes[{lanes}];", 1)
                 self.emit(f"[ForceUnroll] for (int lane = 0; lane < {lanes}; lane++) {var}_lanes[lane] = {var};", 1)
             self.emit(f"for (int block = 0; block < {start}; block += {lanes})", 1)
             self.emit("{", 1)
@@ -269,10 +277,9 @@ class _KernelWriter:
             self.point(step, names, 3, reducing=True, lane="lane")
             self.emit("}", 2)
             self.emit("}", 1)
-            for c, var in outputs.items():
-                acc = next(w.memlet.accumulate for w in step.writes if w.memlet.connector == c)
-                self.emit(f"[ForceUnroll] for (int lane = 0; lane < {lanes}; lane++) "
-                          f"{var} = {COMBINE[acc].format(a=var, b=f'{var}_lanes[lane]')};", 1)
+            for c, (var, _) in accs.items():
+                combined = COMBINE[self.accumulation(step, c)].format(a=var, b=f"{var}_lanes[lane]")
+                self.emit(f"[ForceUnroll] for (int lane = 0; lane < {lanes}; lane++) {var} = {combined};", 1)
         if start == length:
             return
         self.emit(f"for (int r = {start}; r < {length}; r++)", 1)
@@ -297,15 +304,34 @@ class _KernelWriter:
         """The local holding each output connector's value."""
         return {c: f"{identifier(t.name)}_{identifier(c)}" for c in t.body}
 
+    def accumulation(self, step: Step, conn: str) -> str:
+        """The accumulation (``"sum"``, ``"max"``, ...) of a reduction's output."""
+        return next(w.memlet.accumulate for w in step.writes if w.memlet.connector == conn)
+
+    def accumulator(self, step: Step, conn: str) -> tuple[str, str]:
+        """The local a reduction's output accumulates in, and its type: the
+        output's own, or a wider one (``WIDE_ACCUMULATORS``) rounded into the
+        output by ``finish_accumulators``."""
+        var, out_type = self.outputs(step.tasklet)[conn], self.out_type(step.tasklet, conn)
+        wide = WIDE_ACCUMULATORS.get((self.accumulation(step, conn), out_type))
+        return (f"{var}_acc", wide) if wide else (var, out_type)
+
     def accumulators(self, step: Step) -> None:
-        """A reduction's outputs, declared at the thread's scope, set to their identity."""
+        """A reduction's accumulators, declared at the thread's scope, set to their identity."""
         t = step.tasklet
-        accs = {w.memlet.connector: w.memlet.accumulate for w in step.writes}
-        for c, var in self.outputs(t).items():
-            out_type = self.out_type(t, c)
-            identity = SlangPrinter(out_type if out_type != "bool" else precision_of(self.g, t)).literal(
-                {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}[accs[c]])
-            self.emit(f"{out_type} {var} = {identity};", 1)
+        for c in self.outputs(t):
+            var, acc_type = self.accumulator(step, c)
+            identity = SlangPrinter(acc_type if acc_type != "bool" else precision_of(self.g, t)).literal(
+                {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}[self.accumulation(step, c)])
+            self.emit(f"{acc_type} {var} = {identity};", 1)
+
+    def finish_accumulators(self, step: Step, depth: int) -> None:
+        """After a reduction's loop: its outputs from wider accumulators, rounded once."""
+        for c, var in self.outputs(step.tasklet).items():
+            acc, _ = self.accumulator(step, c)
+            if acc != var:
+                out_type = self.out_type(step.tasklet, c)
+                self.emit(f"{out_type} {var} = {out_type}({acc});", depth)
 
     def loop_coordinates(self, step: Step, names: dict, depth: int) -> None:
         """The step's loop symbols from the loop counter ``r`` (unit axes are constants)."""
@@ -341,9 +367,10 @@ class _KernelWriter:
         values = self.body(t, names, precision, out_types, inner)
         for c, var in outputs.items():
             if reducing:
-                acc = next(w.memlet.accumulate for w in step.writes if w.memlet.connector == c)
-                target = f"{var}_lanes[{lane}]" if lane else var
-                self.emit(f"{target} = {COMBINE[acc].format(a=target, b=values[c])};", inner)
+                acc, acc_type = self.accumulator(step, c)
+                target = f"{acc}_lanes[{lane}]" if lane else acc
+                value = values[c] if acc_type == out_types[c] else f"{acc_type}({values[c]})"
+                self.emit(f"{target} = {COMBINE[self.accumulation(step, c)].format(a=target, b=value)};", inner)
             elif conditional:
                 self.emit(f"{var} = {values[c]};", inner)
             else:
@@ -473,6 +500,7 @@ class _RowKernelWriter(_KernelWriter):
         if group.shape:
             self.emit("}", 1)
         for step in reducing:
+            self.finish_accumulators(step, 1)
             self.stores(step, self.outputs(step.tasklet), names[step.tasklet.name], 1)
 
 

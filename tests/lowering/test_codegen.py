@@ -29,7 +29,9 @@ def test_reduction_loop_and_matmul_read_like_loops():
     g, _ = matmul(m=20)  # too few outputs to tile: one thread per output
     src = lowering.compile(g, device="cpu").source
     assert "for (int block = 0; block < 16; block += 8)" in src  # 8 lanes on the CPU device, then the rest
-    assert "matmul_o_lanes[lane] = matmul_o_lanes[lane] + matmul_a*matmul_w;" in src
+    # float32 sums accumulate in double, rounded once after the loop
+    assert "matmul_o_acc_lanes[lane] = matmul_o_acc_lanes[lane] + double(matmul_a*matmul_w);" in src
+    assert "float matmul_o = float(matmul_o_acc);" in src
     assert "for (int r = 16; r < 17; r++)" in src
 
 
