@@ -299,6 +299,22 @@ def drop_empty_tasklets(graph: DataflowGraph) -> dict[str, float]:
     return fills
 
 
+def check_order(graph: DataflowGraph, kernels: list[Kernel]) -> None:
+    """Refuse a kernel order in which a tasklet runs before a writer of a version
+    it reads: every writer must be in an earlier kernel, or earlier in the same
+    one.  Fusion moves tasklets between kernels (``_place``, ``fuse_rows``); a
+    slip there would read a buffer before it is written, silently."""
+    position = {s.tasklet.name: (k, n) for k, kernel in enumerate(kernels) for n, s in enumerate(kernel.steps)}
+    for kernel in kernels:
+        for step in kernel.steps:
+            reader = position[step.tasklet.name]
+            for access, _ in graph.reads(step.tasklet.name):
+                late = [w for w, _ in graph.writers(access) if position[w] >= reader]
+                if late:
+                    raise LoweringError(f"kernel plan out of order: {step.tasklet.name} (kernel "
+                                        f"{kernel.name}) reads {access} before {late[0]} writes it")
+
+
 def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
     """Bind sizes, split multi-output tasklets, fold elementwise producers into reductions, split long
     reductions, group tasklets into kernels and decide buffers, fills and write modes."""
@@ -315,6 +331,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
             _place(g, kernels, kernel_of, g.node(node_id))
     from .rowfusion import RowKernel, fuse_rows  # built on this module's types
     kernels = fuse_rows(g, kernels)
+    check_order(g, kernels)
 
     buffer_reads = {r.access for k in kernels for s in k.steps for r in s.reads if r.producer is None}
     latest_results = {g.latest(c) for c in g.results}

@@ -253,13 +253,20 @@ def _writes(graph: DataflowGraph, kernels: list[Kernel]) -> set[str]:
 Run = tuple[int, list[_Rows]]  # a row kernel: its position in the plan, its forms (most thread axes first)
 
 
+def _runs_after(out: list[Kernel], runs: list[Run], pos: int) -> list[Kernel]:
+    """Every kernel that runs after position ``pos``: those placed there and
+    those merged into a row kernel placed there (a run's members after its
+    first are not in ``out``, yet run at the run's position)."""
+    return out[pos + 1:] + [m for p, forms in runs if p > pos for m in forms[0].members[1:]]
+
+
 def _join(graph: DataflowGraph, out: list[Kernel], runs: list[Run], kernel: Kernel) -> bool:
     """Merge ``kernel`` into the latest row kernel of ``runs`` that takes it
     and that it may run at the position of."""
     reads = {a for s in kernel.steps for a, _ in graph.reads(s.tasklet.name)}
     for n in range(len(runs) - 1, -1, -1):
         pos, forms = runs[n]
-        if reads & _writes(graph, out[pos + 1:]):
+        if reads & _writes(graph, _runs_after(out, runs, pos)):
             return False  # it cannot run before a kernel it reads from
         extended = [f for f in (form.extended(graph, kernel) for form in forms) if f is not None]
         if extended:
