@@ -1,0 +1,204 @@
+"""Run one generated program on one device and judge it against JAX.
+
+The numpy device runs the program with float64 specs and must match JAX
+float64 closely; a Slang device runs float32 specs and may differ from JAX
+float64 by at most ``max(SLACK * |JAX32 - JAX64|, FLOOR * scale)`` per
+compared quantity (the value and each float input's gradient), i.e. relative to
+the error JAX float32 itself makes on the same program.
+
+Outcomes: ``ok``, ``wrong`` (a quantity out of tolerance, or NaN where JAX has
+none), ``refused`` (a deliberate symdiff error type: the program was rejected
+with a message), ``error`` (any other exception: a bug), ``invalid`` (JAX
+itself fails or gives a non-finite float64 reference: a generator problem, not
+counted against symdiff).  ``crash`` is decided by the runner (the process died).
+"""
+from __future__ import annotations
+
+import linecache
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .gen import Program, make_inputs
+
+SLACK = 10.0        # times JAX float32's own error
+FLOOR32 = 2e-5      # relative to the quantity's magnitude (max |ref|, at least 1)
+# lavapipe's float32 asin/acos/log1p/expm1/sinh/asinh... are 1e-4-accurate (the Vulkan spec allows it;
+# /work/findings/bugs.md "lavapipe ... transcendentals"): a wider floor there, still far below a wrong gradient
+FLOOR32_DEVICE = {"vulkan": 1e-3}
+RTOL64 = 1e-6       # numpy device (float64) against JAX float64
+
+JAX_PRELUDE = '''
+def _abs(x):
+    """|x| with abs'(0) = 0, symdiff's documented convention (JAX's is 1)."""
+    return jnp.sign(x) * x
+
+def _bc(x, axes, nd):
+    """x's axes stand for the sd.map domain axes `axes`: broadcastable to the domain."""
+    order = sorted(range(len(axes)), key=lambda t: axes[t])
+    if order != list(range(len(axes))):
+        x = jnp.transpose(x, order)
+    srt = sorted(axes)
+    return jnp.reshape(x, tuple(x.shape[srt.index(d)] if d in srt else 1 for d in range(nd)))
+'''
+
+
+@dataclass
+class Result:
+    seed: int
+    device: str
+    outcome: str
+    detail: str = ""
+    worst: dict = field(default_factory=dict)   # quantity, err, tol
+
+    def as_dict(self) -> dict:
+        return {"seed": self.seed, "device": self.device, "outcome": self.outcome, "detail": self.detail,
+                "worst": self.worst}
+
+
+def refusal_types() -> tuple[type, ...]:
+    """symdiff's deliberate errors: a clear refusal, not a crash inside a dependency."""
+    import ir
+    import lowering
+    import symdiff
+    from ir.tracer.errors import TraceError
+    from lowering.runtime import UnsupportedOnDevice
+    return (TraceError, symdiff.ProgramError, symdiff.DifferentiationError, UnsupportedOnDevice,
+            getattr(ir, "IndexOutOfRange", ()), getattr(lowering, "DeviceUnavailable", ()))
+
+
+def _exec(source: str, filename: str, ns: dict):
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), ns)
+
+
+def build_symdiff(prog: Program, float64: bool):
+    import symdiff as sd
+    ns = {"np": np, "sd": sd, "F": sd.f64 if float64 else sd.f32}
+    _exec(prog.numpy_source(), f"<fuzz seed {prog.seed}>", ns)
+    return ns["prog"]
+
+
+def build_jax(prog: Program, dtype):
+    import jax.numpy as jnp
+    ns = {"jnp": jnp, "DT": dtype}
+    _exec(JAX_PRELUDE + prog.jax_source(), f"<fuzz jax seed {prog.seed}>", ns)
+    return ns["prog_jax"]
+
+
+def cotangent(prog: Program) -> np.ndarray:
+    rng = np.random.default_rng([prog.seed, 99])
+    return rng.standard_normal(prog.floats[prog.second]).astype(np.float32)
+
+
+_REFERENCES: dict = {}   # one worker judging a program on several devices asks JAX once
+
+
+def jax_reference(prog: Program, inputs: dict, dtype) -> dict[str, np.ndarray]:
+    """``{"value": ..., "grad:x": ...}`` from JAX at ``dtype`` (second order:
+    ``value`` is d/d second and the gradients are its vjp with the cotangent)."""
+    key = (prog.jax_source(), prog.seed, prog.edge, prog.second, repr(prog.floats), repr(prog.indices),
+           np.dtype(dtype).name)
+    if key not in _REFERENCES:
+        if len(_REFERENCES) > 8:
+            _REFERENCES.clear()
+        _REFERENCES[key] = _jax_reference(prog, inputs, dtype)
+    return _REFERENCES[key]
+
+
+def _jax_reference(prog: Program, inputs: dict, dtype) -> dict[str, np.ndarray]:
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_disable_most_optimizations", True)   # compile time dominates on tiny programs
+    import jax.numpy as jnp
+    fn = build_jax(prog, dtype)
+    names = list(prog.floats)
+    fl = [jnp.asarray(inputs[n], dtype=dtype) for n in names]
+    ix = [jnp.asarray(inputs[n], dtype=jnp.int32) for n in prog.indices]
+
+    def f(*xs):
+        return fn(*xs, *ix)
+
+    if prog.second is None:
+        v, g = jax.jit(jax.value_and_grad(f, argnums=tuple(range(len(names)))))(*fl)
+    else:
+        inner = jax.grad(f, argnums=names.index(prog.second))
+
+        def second(ct, *xs):
+            v, pull = jax.vjp(inner, *xs)
+            return v, pull(ct)
+        v, g = jax.jit(second)(jnp.asarray(cotangent(prog), dtype=dtype), *fl)
+    out = {"value": np.asarray(v, np.float64)}
+    out.update({f"grad:{n}": np.asarray(x, np.float64) for n, x in zip(names, g)})
+    return out
+
+
+def symdiff_result(prog: Program, inputs: dict, device: str) -> dict[str, np.ndarray]:
+    float64 = device == "numpy"
+    fn = build_symdiff(prog, float64)
+    ftype = np.float64 if float64 else np.float32
+    args = [np.array(inputs[n], dtype=ftype) for n in prog.floats] + [np.array(inputs[n]) for n in prog.indices]
+    names = list(prog.floats)
+    if prog.second is None:
+        v, g = fn.value_and_grad(*args, wrt=names, device=device)
+    else:
+        gp = fn.grad_program(wrt=[prog.second])
+        v, g = gp.vjp(*args, cotangent=cotangent(prog).astype(ftype), wrt=names, device=device)
+    out = {"value": np.asarray(v, np.float64)}
+    out.update({f"grad:{n}": np.asarray(g[n], np.float64) for n in names})
+    return out
+
+
+def _max_abs(x: np.ndarray) -> float:
+    return float(np.max(np.abs(x))) if x.size else 0.0
+
+
+def compare(got: dict, ref64: dict, ref32: dict | None, floor32: float = FLOOR32) -> tuple[bool, dict]:
+    """(all within tolerance, the worst quantity as {quantity, err, tol, ...})."""
+    worst, ok = {"ratio": -1.0}, True
+    for q, ref in ref64.items():
+        g = np.asarray(got[q], np.float64)
+        if g.size != ref.size:
+            return False, {"quantity": q, "err": float("inf"), "tol": 0.0,
+                           "detail": f"shape {g.shape} vs JAX {ref.shape}"}
+        g = g.reshape(ref.shape)
+        if np.any(np.isnan(g)):
+            return False, {"quantity": q, "err": float("nan"), "tol": 0.0, "detail": "NaN where JAX float64 has none"}
+        scale = max(_max_abs(ref), 1.0)
+        err = _max_abs(g - ref)
+        if ref32 is None:
+            tol = RTOL64 * scale
+        else:
+            j32 = np.asarray(ref32[q], np.float64).reshape(ref.shape)
+            jerr = _max_abs(j32 - ref) if np.all(np.isfinite(j32)) else float("inf")
+            tol = max(SLACK * jerr, floor32 * scale)
+        ratio = err / tol if tol > 0 else (0.0 if err == 0 else float("inf"))
+        if not err <= tol:
+            ok = False
+        if ratio > worst["ratio"]:
+            at = np.unravel_index(int(np.argmax(np.abs(g - ref))), ref.shape) if ref.size else ()
+            worst = {"ratio": ratio, "quantity": q, "err": err, "tol": tol, "at": [int(a) for a in at],
+                     "got": float(g[at]) if ref.size else None, "expected": float(ref[at]) if ref.size else None}
+    return ok, worst
+
+
+def check(prog: Program, device: str) -> Result:
+    """Judge one program on one device (exceptions are outcomes, never raised)."""
+    inputs = make_inputs(prog)
+    try:
+        ref64 = jax_reference(prog, inputs, np.float64)
+        ref32 = None if device == "numpy" else jax_reference(prog, inputs, np.float32)
+    except Exception as e:  # the generator made something JAX rejects
+        return Result(prog.seed, device, "invalid", f"JAX: {type(e).__name__}: {e}"[:500])
+    if not all(np.all(np.isfinite(r)) for r in ref64.values()):
+        return Result(prog.seed, device, "invalid", "JAX float64 reference is not finite")
+    try:
+        got = symdiff_result(prog, inputs, device)
+    except refusal_types() as e:
+        return Result(prog.seed, device, "refused", f"{type(e).__name__}: {e}"[:800])
+    except Exception as e:
+        tb = traceback.format_exc(limit=-4)
+        return Result(prog.seed, device, "error", f"{type(e).__name__}: {e}"[:500] + "\n" + tb[-1500:])
+    ok, worst = compare(got, ref64, ref32, FLOOR32_DEVICE.get(device, FLOOR32))
+    return Result(prog.seed, device, "ok" if ok else "wrong", "", worst)
