@@ -43,6 +43,9 @@ AUTO_ORDER = ("cpu", "vulkan")
 
 _lock = threading.Lock()
 _devices: dict[str, spy.Device] = {}
+# fd 1 belongs to the process: two threads probing at once would each restore
+# the other's /dev/null, silencing stdout for good.
+_probe_lock = threading.Lock()
 
 
 class DeviceUnavailable(RuntimeError):
@@ -74,7 +77,7 @@ def _native_stdout_silenced():
 @functools.lru_cache(maxsize=None)
 def _adapters(kind: str) -> tuple[str, ...]:
     try:
-        with _native_stdout_silenced():
+        with _probe_lock, _native_stdout_silenced():
             return tuple(a.name for a in spy.Device.enumerate_adapters(getattr(spy.DeviceType, kind)))
     except Exception:  # a missing driver library raises rather than listing nothing
         return ()

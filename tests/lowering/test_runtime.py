@@ -147,3 +147,30 @@ def test_one_executable_called_from_several_threads_returns_each_callers_result(
     for t in threads:
         t.join()
     assert not wrong, f"{len(wrong)} of 400 calls returned another thread's result"
+
+
+def test_probing_devices_from_several_threads_keeps_stdout():
+    """The CUDA probe points fd 1 at /dev/null for a moment; two threads probing
+    at once restored each other's /dev/null and the process lost its stdout."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import threading, time
+        import slangpy as spy
+        from lowering import devices
+        enumerate_adapters = spy.Device.enumerate_adapters
+        def slow(kind):  # widen the window in which fd 1 is redirected
+            time.sleep(0.05)
+            return enumerate_adapters(kind)
+        spy.Device.enumerate_adapters = slow
+        threads = [threading.Thread(target=devices.available_devices) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print("stdout alive")
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "stdout alive" in run.stdout, run.stderr[-2000:]
