@@ -28,11 +28,10 @@ def _f32(*rows) -> np.ndarray:
 
 
 CASES = [
-    NanCase("maximum", lambda xp, x, y: xp.maximum(x, y),
+    NanCase("maximum", lambda xp, x, y: xp.maximum(x, y) + xp.maximum(x, 0.0),  # and relu
             (_f32(NAN, 1, 2, 0, NAN, -1), _f32(0, NAN, 2, 1, NAN, -3))),
     NanCase("minimum", lambda xp, x, y: xp.minimum(x, y),
             (_f32(NAN, 1, 2, 0, NAN, -1), _f32(0, NAN, 2, 1, NAN, -3))),
-    NanCase("relu", lambda xp, x: xp.maximum(x, 0.0), (_f32(NAN, -1, 2, -3),)),
     NanCase("clip", lambda xp, x: xp.clip(x, -1.0, 1.0), (_f32(NAN, -2, 0.5, 3, -0.25, NAN),)),
     # abs at 0 is left out: JAX gives 1 there, we give 0 (docs/guide.md)
     NanCase("abs", lambda xp, x: xp.abs(x), (_f32(NAN, -2, 3, -0.5),)),
@@ -45,6 +44,13 @@ CASES = [
             (_f32(-2, -2, -2, 0, 0, 2, -0.5, 0, 3, 1, NAN),
              _f32(2, 3, 0.5, 2, 0, 0.5, -1, 1, 0, NAN, 0))),
     NanCase("power_large_integer", lambda xp, x: xp.power(x, 20.0), (_f32(-1.5, 1.25, -0.5),)),
+    # fmax/fmin drop a NaN argument; JAX gives a tie's gradient to the second argument
+    NanCase("fmax", lambda xp, x, y: xp.fmax(x, y) + 2 * xp.fmax(x, 0.0),
+            (_f32(NAN, 1, 2, 0, NAN, -1), _f32(0, NAN, 2, 1, NAN, -3))),
+    NanCase("fmin", lambda xp, x, y: xp.fmin(x, y) + 2 * xp.fmin(0.0, x),
+            (_f32(NAN, 1, 2, 0, NAN, -1), _f32(0, NAN, 2, 1, NAN, -3))),
+    # the real cube root: negative for a negative argument, gradient inf at 0
+    NanCase("cbrt", lambda xp, x: xp.cbrt(x), (_f32(-8, -0.5, 2, 0, 27, NAN, -1e-3, 1e-3),)),
 ]
 
 
