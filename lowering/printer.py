@@ -19,6 +19,8 @@ from sympy.codegen.cfunctions import expm1, log1p
 from sympy.printing.c import C99CodePrinter
 from sympy.printing.precedence import precedence
 
+from ir.scalar_functions import cbrt, fmax, fmin
+
 from . import cpu_math, targets
 
 SLANG_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "bool"}
@@ -44,6 +46,9 @@ double expm1_(double x) { double u = exp(x); return u == 1.0l ? x : (u - 1.0l ==
 _PER_TYPE = """\
 T maximum(T a, T b) { return select(b != b, b, select(a <= b, b, a)); }
 T minimum(T a, T b) { return select(b != b, b, select(a >= b, b, a)); }
+// numpy's fmax/fmin: a NaN argument gives the other one
+T fmax_(T a, T b) { return select(b != b, a, select(a != a, b, select(a <= b, b, a))); }
+T fmin_(T a, T b) { return select(b != b, a, select(a != a, b, select(a >= b, b, a))); }
 T power(T x, T y)
 {
     T m = select(select(x == ZERO, y < ZERO, false), INF, pow(abs(x), y));  // 0**-1: pow(0, y <= 0) is undefined in SPIR-V
@@ -54,11 +59,13 @@ T power(T x, T y)
     r = select(select(x < ZERO, integral, true), r, NAN);  // a negative base to a fractional power
     return select(y == ZERO, ONE, select(x == ONE, ONE, r));  // x**0 = 1**y = 1, NaN or not
 }
+// numpy's cbrt: the real cube root (the odd extension of |x|**(1/3))
+T cbrt_(T x) { T m = power(abs(x), THIRD); return select(x < ZERO, -m, m); }
 """
-_LITERALS = {"float": {"HALF": "0.5f", "ZERO": "0.0f", "ONE": "1.0f", "NAN": "asfloat(0x7FC00000u)",
-                       "INF": "asfloat(0x7F800000u)"},
-             "double": {"HALF": "0.5l", "ZERO": "0.0l", "ONE": "1.0l", "NAN": "double(asfloat(0x7FC00000u))",
-                        "INF": "double(asfloat(0x7F800000u))"}}
+_LITERALS = {"float": {"HALF": "0.5f", "THIRD": "0.33333334f", "ZERO": "0.0f", "ONE": "1.0f",
+                       "NAN": "asfloat(0x7FC00000u)", "INF": "asfloat(0x7F800000u)"},
+             "double": {"HALF": "0.5l", "THIRD": "0.3333333333333333l", "ZERO": "0.0l", "ONE": "1.0l",
+                        "NAN": "double(asfloat(0x7FC00000u))", "INF": "double(asfloat(0x7F800000u))"}}
 
 
 def _per_type(scalar: str) -> str:
@@ -77,7 +84,7 @@ def prelude(target: "str | targets.Target") -> str:
 
 # Functions that are exact (or correctly rounded) in lavapipe's double
 # arithmetic; anything else on a double is a transcendental it gets wrong.
-EXACT_FUNCTIONS = (sympy.Abs, sympy.Max, sympy.Min, sympy.sign, sympy.Heaviside, sympy.Piecewise,
+EXACT_FUNCTIONS = (sympy.Abs, sympy.Max, sympy.Min, fmax, fmin, sympy.sign, sympy.Heaviside, sympy.Piecewise,
                    sympy.floor, sympy.ceiling, sympy.Mod)
 
 
@@ -215,6 +222,15 @@ class SlangPrinter(C99CodePrinter):
 
     def _print_Min(self, expr) -> str:
         return self._nested("minimum", expr.args)
+
+    def _print_fmax(self, expr) -> str:
+        return self._nested("fmax_", expr.args)
+
+    def _print_fmin(self, expr) -> str:
+        return self._nested("fmin_", expr.args)
+
+    def _print_cbrt(self, expr) -> str:
+        return f"cbrt_({self._print(expr.args[0])})"
 
     def _nested(self, fn: str, args) -> str:
         text = self._print(args[0])

@@ -12,6 +12,7 @@ import numpy as np
 import sympy
 from sympy.codegen.cfunctions import exp2, expm1, log1p, log2, log10
 
+from ..scalar_functions import cbrt, fmax, fmin
 from . import context
 from .dispatch import implements
 from .emit import as_arith, as_bool, broadcast_shapes, scalar_expr, tasklet_to_new
@@ -117,7 +118,7 @@ _UNARY_FLOAT = {
     np.sin: sympy.sin, np.cos: sympy.cos, np.tan: sympy.tan, np.tanh: sympy.tanh, np.sinh: sympy.sinh,
     np.cosh: sympy.cosh, np.arcsin: sympy.asin, np.arccos: sympy.acos, np.arctan: sympy.atan,
     np.arcsinh: sympy.asinh, np.arccosh: sympy.acosh, np.arctanh: sympy.atanh, np.log2: log2,
-    np.log10: log10, np.exp2: exp2, np.reciprocal: lambda x: 1 / x, np.cbrt: sympy.cbrt,
+    np.log10: log10, np.exp2: exp2, np.reciprocal: lambda x: 1 / x, np.cbrt: cbrt,
 }
 _UNARY_ARITH = {
     np.negative: lambda x: -x, np.absolute: sympy.Abs, np.fabs: sympy.Abs, np.square: lambda x: x ** 2,
@@ -127,7 +128,7 @@ _BINARY = {
     np.add: (lambda a, b: a + b, "arith"), np.subtract: (lambda a, b: a - b, "arith"),
     np.multiply: (lambda a, b: a * b, "arith"), np.power: (_power, "arith"),
     np.maximum: (sympy.Max, "arith"), np.minimum: (sympy.Min, "arith"),
-    np.fmax: (sympy.Max, "arith"), np.fmin: (sympy.Min, "arith"),
+    np.fmax: (fmax, "arith"), np.fmin: (fmin, "arith"),
     np.floor_divide: (lambda a, b: sympy.floor(a / b), "arith"), np.remainder: (sympy.Mod, "arith"),
     np.true_divide: (lambda a, b: a / b, "float"), np.arctan2: (sympy.atan2, "float"),
     np.hypot: (lambda a, b: sympy.sqrt(a ** 2 + b ** 2), "float"),
