@@ -336,6 +336,8 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
     defaults it reads are captured then, as constants (as under ``jax.jit``);
     changing them later does not change calls with the same specs.  Pass
     values that change as arguments.
+    Trailing parameters with defaults and no spec annotation (``xp=np``, a
+    flag) are not arguments: they keep their defaults, as in ``ir.trace``.
     ``deterministic=True``: no float atomics, bitwise reproducible results
     (slower scatters).  Kernels check every data-dependent index (gathers,
     scatters, computed indices) and a call with one out of range raises
@@ -349,7 +351,11 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
     if fn is None:
         return lambda f: differentiable_program(f, device=device, deterministic=deterministic,
                                                 check_bounds=check_bounds, stencil_gathers=stencil_gathers)
-    params = list(inspect.signature(fn).parameters)
+    parameters = list(inspect.signature(fn).parameters.values())
+    while parameters and parameters[-1].default is not parameters[-1].empty \
+            and not isinstance(parameters[-1].annotation, ArraySpec):
+        parameters.pop()   # trailing defaults without a spec keep their values, as in ir.trace (xp=numpy)
+    params = [p.name for p in parameters]
     hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items()
              if k in params and isinstance(v, ArraySpec)}
 

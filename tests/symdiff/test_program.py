@@ -160,6 +160,22 @@ def test_globals_are_captured_at_the_first_trace_per_specs():
         SCALE = 2.0
 
 
+@pytest.mark.parametrize("device", ["numpy", "cpu", "vulkan"])
+def test_trailing_defaults_keep_their_values_as_in_trace(device):
+    """``xp=np`` and a float default are not arguments (ir.trace keeps them);
+    the program listed them and refused the call as missing arguments."""
+    import jax
+    jax.config.update("jax_enable_x64", True)
+
+    def body(x, xp=np, scale=3.0):
+        return xp.sum(scale * x * x)
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    value, grads = sd.differentiable_program(body).value_and_grad(x, device=device)
+    np.testing.assert_allclose(value, body(x.astype(np.float64)), rtol=1e-6)
+    want = jax.grad(lambda v: body(v, jax.numpy))(x.astype(np.float64))
+    np.testing.assert_allclose(grads["x"], np.asarray(want), rtol=1e-6)
+
+
 def _take(e: sd.f32[10], idx: sd.i32[3]):
     return np.sum(e[idx] ** 2)
 
