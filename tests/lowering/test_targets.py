@@ -27,8 +27,8 @@ import symdiff as sd
 from ir.graph import DataflowGraph
 from lowering import devices, targets
 from lowering.codegen import buffer_name, generate
-from lowering.plan import Plan, plan, uses_connectors
-from lowering_graphs import histogram, strided_sum
+from lowering.plan import LoweringError, Plan, plan, uses_connectors
+from lowering_graphs import G, chain, histogram, i, strided_sum
 from test_cpu_program_entry import fills_between_kernels
 
 
@@ -210,3 +210,24 @@ def test_a_million_colliding_updates_into_16_bins(op, device):
     REFERENCE[op].at(want, idx, w)
     got = lowering.compile(graph, device=device)({"idx": idx, "w": w})["h"]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("target", sorted(targets.TARGETS))
+def test_maths_helpers_are_the_targets_own(target):
+    """The CPU device's polynomials only where the target asks for them (they
+    were chosen by a ``__target_switch`` before)."""
+    graph, _ = chain(64, ops=10)
+    source = generate(plan(graph, {}), target).source
+    assert ("cpu_exp(" in source) == targets.TARGETS[target].polynomial_math
+    assert "float exp_f32(float x)" in source
+
+
+@pytest.mark.parametrize("target", ["vulkan", "cuda"])
+def test_colliding_float64_max_is_refused_where_threads_run_together(target):
+    b = G("hist64", "float64").c("idx", (64,), "argument", "int32").c("w", (64,), "argument").c("h", (4,), "result")
+    b.t("scatter", [(i, 0, 64)], b.s("w", "w"), {"w": ("w", (i,)), "q": ("idx", (i,))},
+        ("h", (b.s("q", "idx"),)), "max", source="hist.py:3")
+    p = plan(b.g, {})
+    with pytest.raises(LoweringError, match=r"scatter \(hist.py:3\).*float64.*max"):
+        generate(p, target)
+    assert "buf[i] = maximum(buf[i], v);" in generate(p, "cpu").source
