@@ -50,7 +50,7 @@ class DifferentiableProgram:
         self.name = name
         self.device = device
         self.deterministic = deterministic
-        self.check_bounds = check_bounds
+        self.check_bounds = check_bounds is not False  # None (the former default) also checks
         self.stencil_gathers = stencil_gathers
         self._graphs: dict[tuple, ir.DataflowGraph] = {}
         self._backward: dict[tuple, ir.DataflowGraph] = {}
