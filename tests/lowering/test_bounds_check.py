@@ -119,3 +119,22 @@ def test_out_of_range_scatter_does_not_corrupt_the_cpu_devices_memory():
     """)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "survived" in run.stdout, run.stderr[-2000:]
+
+
+def _map_rows(emb: sd.f32[10, 64], idx: sd.i32[6]):
+    s = np.zeros(6, dtype=np.float32)
+    for i, j in sd.map[0:6, 0:64]:
+        s[i] += emb[idx[i], j] * emb[idx[i], j]   # a gather inside a reduction loop
+    return np.sum(np.tanh(s))
+
+
+@pytest.mark.parametrize("device", ALL_DEVICES)
+def test_gather_inside_a_reduction_loop_is_checked(device):
+    emb = np.linspace(-1, 1, 640, dtype=np.float32).reshape(10, 64)
+    p = sd.differentiable_program(_map_rows, device=device)
+    ok = np.array([0, 3, 9, 3, 1, 2], np.int32)
+    np.testing.assert_allclose(p(emb, ok), np.sum(np.tanh((emb[ok] ** 2).sum(axis=1))), rtol=1e-5)
+    bad = ok.copy()
+    bad[4] = 10
+    with pytest.raises(sd.IndexOutOfRange, match=r"argument 'idx' holds 10 at idx\[4\]"):
+        p.value_and_grad(emb, bad)
