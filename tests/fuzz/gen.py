@@ -22,6 +22,7 @@ import numpy as np
 MAX_DIM = 6           # extent per axis of generated shapes (kernels stay small: compile time dominates)
 MAX_NDIM = 3
 EDGE_VALUES = (-1.0, 0.0, 0.0, 0.5, 1.0, 2.0)   # ties, zeros and repeats
+LARGE = (33, 257, 1031, 4099)                    # one axis of some statements' shapes in 10% of programs
 
 # ---------------------------------------------------------------- expression nodes
 
@@ -324,12 +325,14 @@ UNARY = [
     "{ns}.sign({0})", "{ns}.cbrt({ns}.abs({0}) + 0.1)", "{ns}.log2({0} * {0} + 1.0)",
     "{ns}.exp2({ns}.tanh({0}))", "{ns}.tan(0.5 * {ns}.tanh({0}))", "(2.0 * {0})", "({0} - 1.5)",
     "{ns}.arctanh(0.9 * {ns}.tanh({0}))", "{ns}.arcsinh({0})", "{ns}.log10({ns}.abs({0}) + 0.5)",
+    "(({0} * {0} + 0.5) ** -1.5)", "{ns}.exp(-{0} * {0})", "({0} / 3.0)",
 ]
 BINARY = [
     "({0} + {1})", "({0} - {1})", "({0} * {1})", "({0} / ({1} * {1} + 0.5))", "{ns}.maximum({0}, {1})",
     "{ns}.minimum({0}, {1})", "{ns}.arctan2({0}, {ns}.abs({1}) + 0.5)", "{ns}.hypot({0}, {ns}.abs({1}) + 0.5)",
     "(({ns}.abs({0}) + 0.5) ** {ns}.tanh({1}))", "{ns}.where({0} > {1}, {0}, {1})",
-    "{ns}.where({0} > 0, {1}, 0.3 * {1})", "({0} + 2.0 * {1})",
+    "{ns}.where({0} > 0, {1}, 0.3 * {1})", "({0} + 2.0 * {1})", "(({0} > 0) * {1})",
+    "{ns}.where(({0} > 0) & ({1} < 0.5), {0}, -{1})",
 ]
 COMPARE = [">", "<", ">=", "<="]
 REDUCE = ["sum", "mean", "max", "min", "prod"]
@@ -354,6 +357,9 @@ class Generator:
         self.indices: dict[str, tuple] = {}
         self.locals: dict[str, tuple] = {}
         self.counter = itertools.count()
+        self.pool = [int(v) for v in self.rng.integers(1, MAX_DIM + 1, size=3)]
+        self.frozen: set[str] = set()   # views and their bases: never updated in place (aliasing)
+        self.large = self.pick(LARGE) if self.p(0.1) else 0
 
     # -- helpers
     def p(self, prob: float) -> bool:
@@ -362,10 +368,17 @@ class Generator:
     def pick(self, seq):
         return seq[int(self.rng.integers(len(seq)))]
 
+    def extent(self) -> int:
+        """Mostly one of the program's few extents, so that shapes meet (dataflow, not islands)."""
+        return self.pick(self.pool) if self.p(0.8) else int(self.rng.integers(1, MAX_DIM + 1))
+
     def rand_shape(self, ndim: int | None = None) -> tuple:
         if ndim is None:
             ndim = self.pick([0, 1, 1, 2, 2, 2, 3])
-        return tuple(int(self.rng.integers(1, MAX_DIM + 1)) for _ in range(ndim))
+        shape = [self.extent() for _ in range(ndim)]
+        if shape and self.large and self.p(0.5):
+            shape[int(self.rng.integers(ndim))] = self.large
+        return tuple(shape)
 
     def new_float(self, shape: tuple) -> Arg:
         name = f"x{len(self.floats)}"
@@ -445,7 +458,7 @@ class Generator:
     def expr(self, shape: tuple, depth: int) -> Node:
         if depth <= 0 or self.p(0.2):
             return self.leaf(shape)
-        kinds = ["unary"] * 4 + ["binary"] * 4 + ["where", "clip", "reduce", "reduce", "view", "view"]
+        kinds = ["unary"] * 4 + ["binary"] * 4 + ["where", "clip", "reduce", "reduce", "view", "view", "concat"]
         if len(shape) <= 3:
             kinds += ["matmul", "matmul"]
         if shape:
@@ -509,7 +522,7 @@ class Generator:
         return Node(f"{{ns}}.{kind}({', '.join(['{0}'] + args)})", [child], shape)
 
     def gen_matmul(self, shape, depth):
-        k = int(self.rng.integers(1, MAX_DIM + 1))
+        k = self.extent()
         if len(shape) == 0:
             a, b = (k,), (k,)
         elif len(shape) == 1:
@@ -524,7 +537,37 @@ class Generator:
         return Node(form, [self.expr(a, depth), self.expr(b, depth)], shape)
 
     def gen_view(self, shape, depth):
-        kind = self.pick(["transpose", "reshape", "slice", "slice", "newaxis"])
+        kind = self.pick(["transpose", "reshape", "slice", "slice", "newaxis", "swapaxes", "moveaxis",
+                          "expand_dims", "squeeze", "broadcast_to", "ravel"])
+        if kind in ("swapaxes", "moveaxis") and len(shape) >= 2:
+            a, b = (int(v) for v in self.rng.choice(len(shape), 2, replace=False))
+            perm = list(range(len(shape)))
+            if kind == "swapaxes":
+                perm[a], perm[b] = perm[b], perm[a]
+            else:   # moveaxis(x, a, b): axis a of x ends at b
+                rest = [k for k in range(len(shape)) if k != a]
+                rest.insert(b, a)
+                perm = rest
+            inner = [0] * len(shape)
+            for k, pk in enumerate(perm):
+                inner[pk] = shape[k]
+            return Node(f"{{ns}}.{kind}({{0}}, {a}, {b})", [self.expr(tuple(inner), depth)], shape, view=True)
+        if kind == "expand_dims" and 1 in shape:
+            at = shape.index(1)
+            return Node(f"{{ns}}.expand_dims({{0}}, {at})", [self.expr(shape[:at] + shape[at + 1:], depth)], shape,
+                        view=True)
+        if kind == "squeeze" and len(shape) < MAX_NDIM:
+            at = int(self.rng.integers(0, len(shape) + 1))
+            return Node(f"{{ns}}.squeeze({{0}}, axis={at})", [self.expr(shape[:at] + (1,) + shape[at:], depth)],
+                        shape, view=True)
+        if kind == "broadcast_to" and shape:
+            inner = self.sub_broadcast(shape)
+            return Node(f"{{ns}}.broadcast_to({{0}}, {shape})", [self.expr(inner, depth)], shape, view=True)
+        if kind == "ravel" and len(shape) == 1:
+            options = [s for s in _divisor_shapes(shape[0]) if len(s) > 1]
+            if options:
+                return Node(self.pick(["{0}.ravel()", "{ns}.ravel({0})"]), [self.expr(self.pick(options), depth)],
+                            shape, view=True)
         if kind == "transpose" and len(shape) >= 2:
             perm = [int(v) for v in self.rng.permutation(len(shape))]
             inner = [0] * len(shape)
@@ -558,7 +601,7 @@ class Generator:
                     i = int(self.rng.integers(0, big))
                     keys.append(str(i - big if self.p(0.3) else i))
                     inner.append(big)
-                big = int(self.rng.integers(d, min(MAX_DIM + 3, 3 * d + 2) + 1))
+                big = int(self.rng.integers(d, max(d, min(MAX_DIM + 3, 3 * d + 2)) + 1))
                 key = self.fit_slice(big, d)
                 if key is None:
                     key, big = ":", d
@@ -569,9 +612,25 @@ class Generator:
             return Node(f"{{0}}[{', '.join(keys)}]", [self.expr(tuple(inner), depth)], shape, view=True)
         return None
 
+    def gen_concat(self, shape, depth):
+        if not shape:
+            return None
+        axis = int(self.rng.integers(len(shape)))
+        if shape[axis] == 2 and self.p(0.5):
+            inner = shape[:axis] + shape[axis + 1:]
+            return Node(f"{{ns}}.stack([{{0}}, {{1}}], axis={axis})", [self.expr(inner, depth),
+                                                                      self.expr(inner, depth)], shape)
+        if shape[axis] < 2:
+            return None
+        cut = int(self.rng.integers(1, shape[axis]))
+        a = shape[:axis] + (cut,) + shape[axis + 1:]
+        b = shape[:axis] + (shape[axis] - cut,) + shape[axis + 1:]
+        return Node(f"{{ns}}.concatenate([{{0}}, {{1}}], axis={axis})", [self.expr(a, depth), self.expr(b, depth)],
+                    shape)
+
     def gen_gather(self, shape, depth):
         axis = int(self.rng.integers(len(shape)))
-        m = int(self.rng.integers(1, MAX_DIM + 1))
+        m = self.extent()
         idx = self.new_index(shape[axis], m)
         inner = shape[:axis] + (m,) + shape[axis + 1:]
         if axis == 0 and self.p(0.5):
@@ -584,7 +643,7 @@ class Generator:
 
     # -- statements
     def owned(self) -> list[str]:
-        return list(self.locals) + list(self.floats)
+        return [n for n in list(self.locals) + list(self.floats) if n not in self.frozen]
 
     def region(self, shape: tuple) -> tuple[str, tuple] | None:
         """A random basic-slice key of an array of ``shape`` and the region's shape."""
@@ -609,6 +668,9 @@ class Generator:
         shape = self.rand_shape()
         e = self.expr(shape, depth)
         var = self.new_local(shape)
+        if e.view and self.p(0.5):   # a real view: it and what it views are never updated afterwards
+            self.frozen |= e.names() | {var}
+            return Assign(var, e)
         return Assign(var, e, copy=e.view)
 
     def stmt_update(self, depth, var=None):
@@ -623,8 +685,22 @@ class Generator:
 
     def stmt_loop(self, depth):
         var = self.pick(self.owned())
-        body = [self.stmt_update(depth, var) for _ in range(int(self.rng.integers(1, 3)))]
+        body = [self.stmt_map_into(depth, var) if self.arrays()[var] and self.p(0.35) else
+                self.stmt_update(depth, var) for _ in range(int(self.rng.integers(1, 3)))]
         return Loop(int(self.rng.integers(2, 4)), body)
+
+    def stmt_map_into(self, depth, var):
+        """An sd.map plain write into part of an existing array (a stencil step when it reads ``var``)."""
+        shape = self.arrays()[var]
+        axes = [int(v) for v in self.rng.permutation(len(shape))]
+        ranges, tdims = [None] * len(shape), []
+        for t, k in enumerate(axes):
+            n = int(self.rng.integers(1, shape[t] + 1))
+            lo = int(self.rng.integers(0, 3))
+            start = int(self.rng.integers(0, shape[t] - n + 1))
+            ranges[k] = (lo, lo + n)
+            tdims.append((k, start - lo))
+        return MapStmt(var, None, ranges, tdims, False, self.map_expr(ranges, depth))
 
     def map_read(self, ranges) -> Node:
         nd = len(ranges)
@@ -639,7 +715,7 @@ class Generator:
             return MGather(a, idx, k, c)
         rank = int(self.rng.integers(1, nd + 1))
         axes = [int(v) for v in self.rng.permutation(nd)[:rank]]
-        if self.p(0.1):
+        if rank < MAX_NDIM and self.p(0.1):
             axes.insert(int(self.rng.integers(0, rank + 1)), None)
         candidates = [n for n, s in self.arrays().items() if len(s) == len(axes)
                       and all(k is None or s[t] >= ranges[k][1] - ranges[k][0] for t, k in enumerate(axes))]
@@ -676,7 +752,7 @@ class Generator:
         ranges = []
         for _ in range(nd):
             lo = int(self.rng.integers(0, 3))
-            ranges.append((lo, lo + int(self.rng.integers(1, MAX_DIM + 1))))
+            ranges.append((lo, lo + self.extent()))
         acc = self.p(0.45)
         if acc:
             named = [k for k in range(nd) if self.p(0.5)]
@@ -693,13 +769,13 @@ class Generator:
             tdims, shape = [(None, 0)], [1]
         shape = tuple(shape)
         body = self.map_expr(ranges, depth)
-        existing = [n for n in self.locals if self.locals[n] == shape]
+        existing = [n for n in self.owned() if n in self.locals and self.locals[n] == shape]
         if existing and self.p(0.3):
             return MapStmt(self.pick(existing), None, ranges, tdims, acc, body)
         return MapStmt(self.new_local(shape), shape, ranges, tdims, acc, body)
 
     def stmt_scatter(self, depth):
-        candidates = [n for n in self.locals if len(self.locals[n]) >= 1]
+        candidates = [n for n in self.owned() if n in self.locals and len(self.locals[n]) >= 1]
         if candidates and self.p(0.3):
             var, create = self.pick(candidates), None
             shape = self.locals[var]
@@ -714,9 +790,9 @@ class Generator:
 
     def program(self) -> Program:
         stmts = []
-        for _ in range(int(self.rng.integers(1, 6))):
+        for _ in range(int(self.rng.integers(1, 7))):
             depth = int(self.rng.integers(1, 4))
-            kind = self.pick(["assign"] * 5 + ["update", "update", "loop", "map", "map", "scatter"])
+            kind = self.pick(["assign"] * 5 + ["update"] * 3 + ["loop", "map", "map", "scatter"])
             if kind in ("update", "loop") and not self.owned():
                 kind = "assign"
             stmts.append(getattr(self, "stmt_" + kind)(depth))

@@ -67,8 +67,9 @@ def run_batch(jobs: list[tuple], timeout_per_job: float = SECONDS_PER_PROGRAM, n
 
 
 def campaign(device: str, seeds: list[int], jobs: int = 1, batch: int = 8, nice: int = 10,
-             log=print) -> dict[int, dict]:
+             log=None) -> dict[int, dict]:
     """Judge the programs of ``seeds`` on ``device``; ``{seed: result}``."""
+    log = log or (lambda msg: print(msg, flush=True))
     work = [[(s, generate(s), device) for s in seeds[k:k + batch]] for k in range(0, len(seeds), batch)]
     results: dict[int, dict] = {}
     counts: collections.Counter = collections.Counter()
