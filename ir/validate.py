@@ -15,6 +15,7 @@ import networkx as nx
 import sympy
 
 from .graph import ACCUMULATIONS, AccessNode, Container, GraphError, Memlet, Tasklet, as_expr
+from .index_analysis import injective_over
 
 if TYPE_CHECKING:
     from .graph import DataflowGraph
@@ -198,15 +199,27 @@ class _TaskletChecker:
                 self.check_single_write(access, m)
 
     def check_single_write(self, access: str, m: Memlet) -> None:
-        """A plain write whose index ignores a domain axis of extent >= 2 writes
-        one element several times: almost always a reduction missing its
-        accumulation, and a race on every parallel backend."""
-        used = set().union(*(as_expr(e).free_symbols for e in m.index)) if m.index else set()
+        """A plain write must hit each element at most once: a collision is
+        almost always a reduction missing its accumulation, runs
+        last-writer-wins on the numpy device and is a race on every parallel
+        backend.  An index that ignores a domain axis of extent >= 2 provably
+        collides; one computed from domain and size symbols only (no gathered
+        connector) must be provably injective over the domain
+        (``index_analysis.injective_over``: ``out[floor(i/2)]`` is refused,
+        ``out[2*i + 1]`` is not).  Data-dependent scatters are the runtime's."""
+        index = [as_expr(e) for e in m.index]
+        used = set().union(*(e.free_symbols for e in index)) if index else set()
         for sym, begin, end in self.t.domain:
             if sym not in used and (as_expr(end) - as_expr(begin) - 2).is_nonnegative:
                 raise self.fail(f"plain write {m} to {access!r} does not use domain symbol {sym} "
                                 f"({sym}={begin}:{end}), so elements are written more than once; "
                                 "use an accumulation")
+        data_dependent = any(s not in self.index_syms and not _is_size_symbol(s) for s in used)
+        if not data_dependent and not injective_over(index, self.t.domain):
+            domain = ", ".join(f"{sym}={begin}:{end}" for sym, begin, end in self.t.domain)
+            raise self.fail(f"plain write {m} to {access!r}: distinct points of the domain ({domain}) "
+                            "cannot be proved to write distinct elements, so an element may be written "
+                            "more than once; use an accumulation, or an index affine in each domain symbol")
 
     def bounded_box(self) -> dict[sympy.Symbol, tuple[sympy.Expr, sympy.Expr]] | None:
         """Inclusive ``{sym: (lo, hi)}`` containing exactly the points that run,

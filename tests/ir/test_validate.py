@@ -1,5 +1,6 @@
 """validate() on hand-built graphs: well-formed ones pass, each broken rule is
 rejected with a message naming the node at fault."""
+import numpy as np
 import pytest
 import sympy
 
@@ -331,6 +332,39 @@ def test_plain_write_ignoring_a_domain_axis():
     g.add_tasklet("rowsum", [(i, 0, 3), (j, 0, 5)], {"o": x}, {"x": (g.access("a"), (i, j))},
                   {"o": (g.new_version("r"), (i,))})
     rejects(g, "tasklet 'rowsum'", "domain symbol j", "accumulation")
+
+
+def _plain_write(index, domain, out_shape=(8,)):
+    g = copy_graph((4,))
+    g.add_container("out", out_shape, "float32", "result")
+    read = tuple(s for s, _, _ in domain)[:1]
+    g.add_tasklet("spread", domain, {"o": x}, {"x": (g.access("a"), read)}, {"o": (g.new_version("out"), index)})
+    return g
+
+
+@pytest.mark.parametrize("index, domain", [
+    ((sympy.floor(i / 2),), [(i, 0, 4)]),                   # i = 0, 1 both write out[0]
+    ((sympy.Mod(i, 2),), [(i, 0, 4)]),
+    ((i + j,), [(i, 0, 4), (j, 0, 2)]),                     # (1, 0) and (0, 1) collide
+    ((2 * i + j,), [(i, 0, 4), (j, 0, 3)]),                 # (0, 2) and (1, 0) collide
+])
+def test_plain_write_that_may_collide_is_refused(index, domain):
+    """It validated and ran last-writer-wins (one of the writes silently lost)."""
+    rejects(_plain_write(index, domain, (16,)), "tasklet 'spread'", "plain write", "out", "accumulation")
+
+
+@pytest.mark.parametrize("index, domain, numpy_positions", [
+    ((2 * i + 1,), [(i, 0, 4)], [1, 3, 5, 7]),
+    ((7 - i,), [(i, 0, 4)], [7, 6, 5, 4]),
+    ((4 * j + i,), [(i, 0, 4), (j, 0, 2)], None),           # mixed radix: distinct
+])
+def test_plain_write_provably_injective_is_accepted(index, domain, numpy_positions):
+    g = _plain_write(index, domain).validate()
+    if numpy_positions is not None:
+        a = np.arange(1, 5, dtype=np.float32)
+        want = np.zeros(8, np.float32)
+        want[numpy_positions] = a
+        np.testing.assert_array_equal(ir.run(g, {"a": a})["out"], want)
 
 
 # -- acyclicity --------------------------------------------------------------------------------
