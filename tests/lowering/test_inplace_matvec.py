@@ -82,6 +82,16 @@ def _several_readers(xp, A, B, x, y):
     return xp.sum(a * (B.T @ x)) + xp.sum(y) + c
 
 
+def _vecmat_twice(xp, A, v0, v1, u0):
+    """Two vector-matrix products into one vector, a matvec of it, then a reduction
+    scaling the result (found by a random program generator with the same bug)."""
+    u0 += 0.58 * (v0 @ A)
+    u0 += 0.52 * (v1 @ A)
+    v0 += 0.62 * (A @ u0)
+    v0 *= xp.sum(v0 * v1) * 0.1
+    return xp.sum(xp.tanh(v0)) + 0.1 * xp.sum(v1 * v1) + xp.sum(xp.cos(u0))
+
+
 def _case(name, body, shapes, **kw) -> Case:
     return Case(name, body, shapes, list(shapes), tol=1e-3, **kw)
 
@@ -96,6 +106,7 @@ CASES = [
     _case("bicg_atax", _bicg_atax, {"A": (M, N), "p": (N,), "r": (M,)}),
     _case("time_steps", _time_steps, {"beta": (), "A": (N, N), "x": (N,), "w": (N,)}),
     _case("rank1_steps", _rank1_steps, {"A": (N, N), "u": (N,), "v": (N,), "x": (N,)}),
+    _case("vecmat_twice", _vecmat_twice, {"A": (5, 7), "v0": (5,), "v1": (5,), "u0": (7,)}),
     _case("several_readers", _several_readers, {"A": (N, N), "B": (N, N), "x": (N,), "y": (N,)}),
 ]
 
