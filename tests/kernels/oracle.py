@@ -142,7 +142,8 @@ def assert_matches(kernel: Kernel, dtype_name: str, value, grads, rtol64: float 
 
 def regenerate(names: list[str] | None = None) -> None:
     """Recompute the stale (or the named) kernels' references with JAX and rewrite the store."""
-    out = dict(_stored())
+    current = {f"{k.name}/{d}/" for k in KERNELS if k.jax is not None for d in DTYPES}
+    out = {k: v for k, v in _stored().items() if k[:k.index("/", k.index("/") + 1) + 1] in current}
     for kernel in KERNELS:
         if kernel.jax is None:
             continue

@@ -933,7 +933,7 @@ class Refusal:
 class Kernel:
     name: str
     body: Callable                         # the numpy program symdiff traces
-    jax: Callable | None                   # jax(jnp, *args): the oracle's twin
+    jax: Callable | None                   # jax(jnp, *args): the oracle's twin (None where refused)
     shapes: dict[str, tuple]               # argument name -> shape (() for a scalar), in order
     make: Callable | None = None           # make(rng) -> {name: array}: conditioned inputs, all index arguments
     refused: Refusal | None = None
@@ -1009,13 +1009,13 @@ KERNELS: list[Kernel] = [
     Kernel("lu", lu, lu_jax, {"A": (4, 4)}, _diagonally_dominant("A", 4)),
     Kernel("cholesky", cholesky, cholesky_jax, {"A": (4, 4)}, _spd(4)),
     Kernel("trisolv", trisolv, trisolv_jax, {"L": (5, 5), "x": (5,), "b": (5,)}, _lower_solve),
-    Kernel("durbin", durbin, durbin_jax, {"r": (5,)}, lambda rng: {"r": rng.uniform(-0.3, 0.3, 5)},
+    Kernel("durbin", durbin, None, {"r": (5,)}, lambda rng: {"r": rng.uniform(-0.3, 0.3, 5)},
            refused=Refusal("UnsupportedOperationError", "numpy.flip")),
     Kernel("durbin_sliced", durbin_sliced, durbin_jax, {"r": (5,)}, lambda rng: {"r": rng.uniform(-0.3, 0.3, 5)}),
     Kernel("gramschmidt", gramschmidt, gramschmidt_jax, {"A": (5, 3)}),
     Kernel("covariance", covariance, covariance_jax, {"data": (6, 4)}),
     Kernel("correlation", correlation, correlation_jax, {"data": (6, 4)}),
-    Kernel("correlation_npbench", correlation_npbench, correlation_jax, {"data": (6, 4)},
+    Kernel("correlation_npbench", correlation_npbench, None, {"data": (6, 4)},
            refused=Refusal("UnsupportedOperationError", "boolean")),
     Kernel("jacobi_1d", jacobi_1d, jacobi_1d_jax, {"A": (8,), "B": (8,)}),
     Kernel("jacobi_2d", jacobi_2d, jacobi_2d_jax, {"A": (5, 5), "B": (5, 5)}),
@@ -1033,7 +1033,7 @@ KERNELS: list[Kernel] = [
     Kernel("go_fast", go_fast, go_fast_jax, {"a": (5, 5)}),
     Kernel("floyd_warshall", floyd_warshall, floyd_warshall_jax, {"path": (5, 5)},
            lambda rng: {"path": rng.uniform(0.1, 2.0, (5, 5))}),
-    Kernel("floyd_warshall_npbench", floyd_warshall_npbench, floyd_warshall_jax, {"path": (5, 5)},
+    Kernel("floyd_warshall_npbench", floyd_warshall_npbench, None, {"path": (5, 5)},
            lambda rng: {"path": rng.uniform(0.1, 2.0, (5, 5))},
            refused=Refusal("UnsupportedOperationError", "outer")),
     Kernel("nussinov", nussinov, nussinov_jax, {"w": (5, 5)}, lambda rng: {"w": rng.uniform(0.1, 1.0, (5, 5))}),
