@@ -5,8 +5,9 @@ differentiated by symdiff w.r.t. every float argument and checked against JAX.
 - every Slang device present in float32: within 10x JAX float32's own error, at least 1e-4.
 - kernels symdiff cannot trace must raise symdiff's own error naming the body's line.
 
-A case that hits a known bug is marked ``xfail(strict=True)`` in the registry with the
-bug's name, so that it fails (XPASS) once the bug is fixed and the mark must go.
+A case that hits a known bug is marked ``xfail(strict=True)`` in the registry (``Kernel.xfail``,
+per device) with the bug's name, so that it fails (XPASS) once the bug is fixed and the mark
+must go.  JAX's results come from ``jax_reference.npz`` (see kernel_oracle.py).
 """
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ import symdiff as sd
 from symdiff.errors import DifferentiationError
 from symdiff.program import ProgramError
 
-from oracle import DTYPES as DTYPES_STORED, assert_matches, reference, rounded_inputs, stored
+from kernel_oracle import DTYPES as DTYPES_STORED, assert_matches, reference, rounded_inputs, stored
 from polybench import KERNELS, Kernel
 
-DEVICES = ("numpy", "cpu", "vulkan")
+DEVICES = ("numpy", "cpu", "vulkan", "cuda")   # Slang devices absent here are skipped
 # Errors a user may get from a program symdiff cannot run: symdiff's own, never numpy's or sympy's.
 SYMDIFF_ERRORS = (ir.TraceError, DifferentiationError, ProgramError, lowering.LoweringError)
 
@@ -98,4 +99,5 @@ def test_refused_with_a_clear_error(kernel):
 def test_stored_references_are_current(kernel):
     """jax_reference.npz holds JAX's results for the kernels as they are written now."""
     stale = [d for d in DTYPES_STORED if stored(kernel, d) is None]
-    assert not stale, f"{kernel.name}: stored JAX reference stale for {stale}; run python tests/kernels/oracle.py"
+    assert not stale, (f"{kernel.name}: stored JAX reference stale for {stale}; "
+                       "run python tests/kernels/kernel_oracle.py")

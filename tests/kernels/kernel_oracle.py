@@ -10,7 +10,7 @@ JAX needs minutes on a 2-core machine to differentiate these unrolled kernels
 ``jax_reference.npz`` next to this file, each under a fingerprint of the JAX twin's
 source (and the helpers it calls), the inputs and the dtype.  A kernel whose
 fingerprint changed is computed live, and ``test_stored_references_are_current``
-fails until ``python tests/kernels/oracle.py`` regenerates the file.
+fails until ``python tests/kernels/kernel_oracle.py`` regenerates the file.
 """
 from __future__ import annotations
 
