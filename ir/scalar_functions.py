@@ -7,9 +7,12 @@ cube root (``np.cbrt(-8) == -2``) where ``sympy.cbrt`` is the principal root
 that evaluates numbers, prints for numpy (``_numpycode``, so the interpreter's
 ``lambdify`` calls numpy's own function) and carries its derivative
 (``fdiff``: JAX's conventions, see each class).  Other printers dispatch on the
-class name (``_print_fmax``...).
+class name (``_print_fmax``...).  ``ieee_float`` is a float constant kept out
+of sympy's constant folding, which is not IEEE arithmetic.
 """
 from __future__ import annotations
+
+import struct
 
 import sympy
 
@@ -75,3 +78,47 @@ class cbrt(sympy.Function):  # noqa: N801
 
     def _numpycode(self, printer) -> str:
         return f"{printer._module_format('numpy.cbrt')}({printer._print(self.args[0])})"
+
+
+class ieee_float(sympy.AtomicExpr):  # noqa: N801 (printers dispatch on the class name)
+    """A float constant sympy must not fold: ``inf``, ``-inf``, NaN, ``-0.0``,
+    and a zero that multiplies or divides.
+
+    sympy's arithmetic is not IEEE's: ``x / 0.0`` folds to ``zoo*x`` (complex
+    infinity, which no printer can write), ``x + nan`` to ``nan`` (losing
+    JAX's gradient 1), ``0.0 * x`` and ``0.0 / x`` to ``0`` (numpy: NaN where
+    ``x`` is inf, NaN or, dividing, 0), and it has no ``-0.0``.  As an opaque
+    atom the constant stays a factor or term as written, its derivative is 0,
+    so the chain rule gives JAX's gradients (``d(x * inf)/dx = inf``), and
+    every printer writes the float it holds, so the arithmetic happens at run
+    time by IEEE rules, as in numpy.  An atom, not a function, so that ``cse``
+    never names it apart from the product it is in (the Slang printer needs
+    to see a zero factor: ``lowering.printer``)."""
+
+    is_number = False   # never evaluated numerically: that is the folding it exists to avoid
+    is_commutative = True
+    __slots__ = ("value",)
+
+    def __new__(cls, value: float) -> "ieee_float":
+        obj = super().__new__(cls)
+        obj.value = float(value)
+        return obj
+
+    def _hashable_content(self) -> tuple:
+        return (struct.pack("<d", self.value),)   # bits: NaN equals NaN, -0.0 differs from 0.0
+
+    def __getnewargs__(self) -> tuple:
+        return (self.value,)
+
+    def _eval_evalf(self, prec):
+        return None
+
+    def _sympystr(self, printer) -> str:
+        return repr(self.value)
+
+    def _numpycode(self, printer) -> str:
+        value = self.value
+        if value != value or value in (float("inf"), float("-inf")):
+            sign = "-" if value < 0 else ""
+            return sign + printer._module_format("numpy.nan" if value != value else "numpy.inf")
+        return f"({value!r})"

@@ -19,7 +19,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 from sympy.printing.c import C99CodePrinter
 from sympy.printing.precedence import precedence
 
-from ir.scalar_functions import cbrt, fmax, fmin
+from ir.scalar_functions import cbrt, fmax, fmin, ieee_float
 
 from . import cpu_math, targets
 
@@ -59,6 +59,9 @@ T power(T x, T y)
     r = select(select(x < ZERO, integral, true), r, NAN);  // a negative base to a fractional power
     return select(y == ZERO, ONE, select(x == ONE, ONE, r));  // x**0 = 1**y = 1, NaN or not
 }
+// 0.0 * r by IEEE rules (written 0.0f * r, it is folded to 0): NaN if r is inf or NaN, else a zero
+// with the sign of the product (sign: a zero factor's sign bit)
+T times_zero(T r, uint sign) { T zero = ONE * asfloat((asuint(float(r)) & 0x80000000u) ^ sign); return select(abs(r) < INF, zero, NAN); }
 // numpy's cbrt: the real cube root (the odd extension of |x|**(1/3))
 T cbrt_(T x) { T m = power(abs(x), THIRD); return select(x < ZERO, -m, m); }
 """
@@ -179,6 +182,9 @@ class SlangPrinter(C99CodePrinter):
     def _print_NaN(self, expr) -> str:
         return self.literal(np.nan)
 
+    def _print_ieee_float(self, expr) -> str:  # ir.scalar_functions.ieee_float: inf, NaN, -0.0, 0
+        return self.literal(expr.value)
+
     def _print_BooleanTrue(self, expr) -> str:
         return "true"
 
@@ -186,6 +192,18 @@ class SlangPrinter(C99CodePrinter):
         return "false"
 
     # -- arithmetic -----------------------------------------------------------
+    def _print_Mul(self, expr: sympy.Mul) -> str:
+        """A literal zero factor (``ieee_float``, the tracer's ``0.0 * x``,
+        ``0.0 / x``) goes through ``times_zero``: the SPIR-V optimizer folds
+        ``x * 0.0f`` and ``0.0f / x`` to 0, where IEEE (numpy) gives NaN for an
+        infinite or NaN ``x`` (or a zero divisor)."""
+        zero = next((a for a in expr.args if isinstance(a, ieee_float) and a.value == 0), None)
+        if zero is None or self.scalar == "int":
+            return super()._print_Mul(expr)
+        rest = sympy.Mul(*(a for a in expr.args if a is not zero))
+        sign = "0x80000000u" if np.signbit(zero.value) else "0u"
+        return f"times_zero({self._print(rest)}, {sign})"
+
     def _print_Pow(self, expr: sympy.Pow) -> str:
         base, exp = expr.base, expr.exp
         if exp.is_Float and float(exp) in (0.5, -0.5) or exp.is_Float and float(exp).is_integer():

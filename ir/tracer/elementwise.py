@@ -6,13 +6,14 @@ expressions instead (no tasklet until the value is stored).
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
 import sympy
 from sympy.codegen.cfunctions import exp2, expm1, log1p, log2, log10
 
-from ..scalar_functions import cbrt, fmax, fmin
+from ..scalar_functions import cbrt, fmax, fmin, ieee_float
 from . import context
 from .dispatch import implements
 from .emit import as_arith, as_bool, broadcast_shapes, scalar_expr, tasklet_to_new
@@ -107,6 +108,56 @@ def _raw(expr, dtype):
     return expr
 
 
+def _zero_value(a: sympy.Expr) -> float | None:
+    """The value of a literal zero (``-0.0`` included), None for anything else."""
+    if isinstance(a, ieee_float):
+        return a.value if a.value == 0 else None
+    return 0.0 if a.is_Number and a.is_zero else None
+
+
+def _opaque_zero(a: sympy.Expr) -> sympy.Expr:
+    return ieee_float(0.0) if a.is_Number and a.is_zero else a
+
+
+def _ieee_zeros(a: sympy.Expr, b: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    """A product's or quotient's literal zero as an opaque ``ieee_float``:
+    sympy folds ``x / 0`` to ``zoo*x`` and ``0 * x`` to ``0`` where numpy's
+    float arithmetic gives inf, -inf or NaN.  Integer arithmetic keeps
+    sympy's zero (numpy's ``0 * n`` is 0 too)."""
+    return (a, b) if a.is_integer and b.is_integer else (_opaque_zero(a), _opaque_zero(b))
+
+
+def _multiply(a, b):
+    a, b = _ieee_zeros(a, b)
+    return a * b
+
+
+def _quotient(a, b):
+    """``a / b`` by IEEE rules.  A literal zero divisor is the product with
+    the signed infinity, the same value for every ``a`` (``0 / 0`` and
+    ``0 * inf`` are NaN) and the same derivative (``1 / 0 == inf``), and the
+    only form the Slang targets keep: a compiler may fold ``x / 0.0`` to
+    anything (SPIR-V leaves it undefined; lavapipe gives 0)."""
+    zero = _zero_value(b)
+    if zero is not None:
+        return _opaque_zero(a) * ieee_float(math.copysign(math.inf, zero))
+    return _opaque_zero(a) / b
+
+
+def _floor_divide(a, b):
+    if a.is_integer and b.is_integer:
+        return sympy.Integer(0) if b.is_zero else sympy.floor(a / b)
+    return sympy.floor(_quotient(a, b))
+
+
+def _remainder(a, b):
+    if a.is_integer and b.is_integer:
+        return sympy.Integer(0) if b.is_zero else sympy.Mod(a, b)
+    if _zero_value(b) is not None:   # numpy: x % 0.0 is NaN for every x; JAX: its derivative in x is 1
+        return a + ieee_float(math.nan)
+    return sympy.Mod(_opaque_zero(a), b)
+
+
 def _power(a, b):
     if isinstance(b, sympy.Float) and b == int(b):
         b = sympy.Integer(int(b))
@@ -118,7 +169,7 @@ _UNARY_FLOAT = {
     np.sin: sympy.sin, np.cos: sympy.cos, np.tan: sympy.tan, np.tanh: sympy.tanh, np.sinh: sympy.sinh,
     np.cosh: sympy.cosh, np.arcsin: sympy.asin, np.arccos: sympy.acos, np.arctan: sympy.atan,
     np.arcsinh: sympy.asinh, np.arccosh: sympy.acosh, np.arctanh: sympy.atanh, np.log2: log2,
-    np.log10: log10, np.exp2: exp2, np.reciprocal: lambda x: 1 / x, np.cbrt: cbrt,
+    np.log10: log10, np.exp2: exp2, np.reciprocal: lambda x: _quotient(sympy.Integer(1), x), np.cbrt: cbrt,
 }
 _UNARY_ARITH = {
     np.negative: lambda x: -x, np.absolute: sympy.Abs, np.fabs: sympy.Abs, np.square: lambda x: x ** 2,
@@ -126,11 +177,11 @@ _UNARY_ARITH = {
 }
 _BINARY = {
     np.add: (lambda a, b: a + b, "arith"), np.subtract: (lambda a, b: a - b, "arith"),
-    np.multiply: (lambda a, b: a * b, "arith"), np.power: (_power, "arith"),
+    np.multiply: (_multiply, "arith"), np.power: (_power, "arith"),
     np.maximum: (sympy.Max, "arith"), np.minimum: (sympy.Min, "arith"),
     np.fmax: (fmax, "arith"), np.fmin: (fmin, "arith"),
-    np.floor_divide: (lambda a, b: sympy.floor(a / b), "arith"), np.remainder: (sympy.Mod, "arith"),
-    np.true_divide: (lambda a, b: a / b, "float"), np.arctan2: (sympy.atan2, "float"),
+    np.floor_divide: (_floor_divide, "arith"), np.remainder: (_remainder, "arith"),
+    np.true_divide: (_quotient, "float"), np.arctan2: (sympy.atan2, "float"),
     np.hypot: (lambda a, b: sympy.sqrt(a ** 2 + b ** 2), "float"),
 }
 _COMPARE = {np.greater: sympy.Gt, np.greater_equal: sympy.Ge, np.less: sympy.Lt, np.less_equal: sympy.Le,

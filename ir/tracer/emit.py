@@ -10,6 +10,7 @@ import sympy
 
 from ..graph import Range, connector_symbol, empty_domain, index_symbol
 from ..index_analysis import Unanalysable, written_elements
+from ..scalar_functions import ieee_float
 from ..validate import static_bounds_violation
 from .context import Trace
 from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError, user_location
@@ -41,6 +42,8 @@ def scalar_expr(value) -> sympy.Expr:
     if isinstance(value, int):
         return sympy.Integer(value)
     if isinstance(value, float):
+        if not np.isfinite(value) or (value == 0 and np.signbit(value)):
+            return ieee_float(value)   # sympy would fold x + nan to nan, and has no inf or -0.0 literal
         return sympy.Float(value)
     raise UnsupportedOperationError("constant", f"cannot use {type(value).__name__} {value!r} in a traced program")
 
@@ -115,6 +118,12 @@ def _coverage(op: str, index: tuple, domain: tuple[Range, ...], shape, tsyms):
 
 
 def add_tasklet(trace: Trace, name: str, domain, body, reads: Reads, writes, condition=sympy.true):
+    for expr in body.values():
+        if sympy.sympify(expr).has(sympy.zoo):
+            raise UnsupportedOperationError(name, f"sympy simplifies this value to complex infinity ({expr}): a "
+                                                  "function of a value that is 0 by construction (such as "
+                                                  "np.log(v - v)); numpy would give inf or NaN here, write that "
+                                                  "constant (np.inf, np.nan) instead")
     t = trace.graph.add_tasklet(name, domain, body, reads, writes, condition=condition, source=user_location())
     problem = static_bounds_violation(trace.graph, t)  # ranges are static: refuse now, at the user's line
     if problem:
