@@ -55,6 +55,10 @@ def _int_index(op: str, i, extent: sympy.Expr, axis: int) -> sympy.Expr:
 
 def _slice(op: str, s: slice, extent: sympy.Expr):
     """``(start, step, length)`` of a basic slice; symbolic extents are not clamped."""
+    if any(isinstance(b, (TracedArray, MapValue)) for b in (s.start, s.stop, s.step)):
+        raise UnsupportedOperationError(op, "slice bounds must be Python ints or size symbols; a "
+                                        "data-dependent range (a bound read from an array) is not traceable: "
+                                        "use an index array (np.take / np.add.at) or np.where with a mask")
     step = 1 if s.step is None else s.step
     if not isinstance(step, (int, np.integer)) or step == 0:
         raise UnsupportedOperationError(op, f"slice step {s.step!r}: steps must be non-zero integers")

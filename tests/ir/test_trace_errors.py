@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ir
-from ir.specs import f32
+from ir.specs import f32, i32
 from ir.tracer import (MissingSpecError, ScalarConversionError, ShapeMismatchError, TracedBranchError,
                        TraceIndexError, UnsupportedAttributeError, UnsupportedOperationError, UntracedWriteError)
 
@@ -111,6 +111,15 @@ def max_of_nothing(x):
     return np.max(x[:0])
 
 
+def slice_bound_from_array(x, rows):
+    return np.sum(x[rows[0]:rows[1]])  # a CSR row: the range is data
+
+
+def slice_bound_in_map(x, rows):
+    for i in ir.map[0:2]: x[i] = np.sum(x[rows[i]:4])  # noqa: E701
+    return x
+
+
 BAD = [
     (branch, [f32[4]], TracedBranchError, "np.where"),
     (float_of, [f32[4]], ScalarConversionError, "float()"),
@@ -134,6 +143,8 @@ BAD = [
     (tolist, [f32[4]], UnsupportedAttributeError, "'tolist' (a traced array has no Python value"),
     (missing_method, [f32[4]], UnsupportedAttributeError, "no attribute 'cumsum'"),
     (max_of_nothing, [f32[4]], UnsupportedOperationError, "zero-size array to reduction operation max"),
+    (slice_bound_from_array, [f32[6], i32[3]], UnsupportedOperationError, "slice bounds must be Python ints"),
+    (slice_bound_in_map, [f32[6], i32[3]], UnsupportedOperationError, "np.take / np.add.at"),
 ]
 
 

@@ -1054,5 +1054,5 @@ KERNELS: list[Kernel] = [
     Kernel("spmv_coo", spmv_coo, spmv_coo_jax, {"rows": (9,), "cols": (9,), "vals": (9,), "x": (6,)}, _sparse,
            indices=("rows", "cols")),
     Kernel("spmv_csr", spmv_csr, None, {"A_row": (7,), "A_col": (9,), "A_val": (9,), "x": (6,)}, _sparse,
-           refused=Refusal("ScalarConversionError", "not traceable"), indices=("A_row", "A_col")),
+           refused=Refusal("UnsupportedOperationError", "slice bounds"), indices=("A_row", "A_col")),
 ]
