@@ -22,7 +22,9 @@ several tasklets point by point:
 A kernel joins a row kernel only when every in-kernel read is of that kind
 (checked per memlet, ``_owned``), its writes cannot collide across rows, and
 no kernel it hops over writes what it reads (the row kernel runs at the
-position of its first member).
+position of its first member; the kernels hopped over include those merged
+into row kernels placed after it, which do not run where they were).
+``plan.check_order`` refuses any plan that still runs a reader before a writer.
 
 Cost rule: the total work and the memory traffic are the ones of the kernels
 it replaces (an intermediate crossing loop groups is stored and reloaded, as
