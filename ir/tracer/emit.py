@@ -14,7 +14,7 @@ from ..scalar_functions import ieee_float
 from ..validate import static_bounds_violation
 from .context import Trace
 from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError, user_location
-from .traced_array import TracedArray
+from .traced_array import TracedArray, placeholders
 
 Reads = dict[str, tuple[str, tuple]]   # connector -> (access node id, container index)
 OUT = "y"                              # output connector of every tasklet the tracer emits
@@ -102,13 +102,26 @@ def _known_zero(trace: Trace, access: str) -> bool:
     return not g.writers(access) and not (node.version == 0 and g.containers[node.container].role == "argument")
 
 
-def _coverage(op: str, index: tuple, domain: tuple[Range, ...], shape, tsyms):
+def _reshaped(view: TracedArray) -> bool:
+    """A view made by reshape/ravel: a container index that mixes the view's
+    dimensions (a split) or divides them (floor/Mod of the flat index, a merge)."""
+    dims = set(placeholders(view.ndim))
+    return any(len(sympy.sympify(e).free_symbols & dims) > 1 or sympy.sympify(e).has(sympy.floor, sympy.Mod)
+               for e in view.index)
+
+
+def _coverage(op: str, target: TracedArray, index: tuple, domain: tuple[Range, ...], shape, tsyms):
     """Which elements of a container of ``shape`` the write ``index`` over ``domain``
     touches: ``(condition over tsyms, covers_everything)``, by
     ``ir.index_analysis.written_elements``; what it cannot invert is refused."""
     try:
         return written_elements(index, domain, shape, tsyms)
     except Unanalysable as err:
+        if _reshaped(target):
+            name = target.container
+            raise UnsupportedOperationError(op, f"writing through a reshaped view of {name} is not supported; "
+                                                f"reshape a copy ({name}.reshape(...).copy()) or write into "
+                                                f"{name} with its own shape") from None
         e = err.component
         detail = {"data-dependent": f"a plain write at a data-dependent index {e} into an array that already "
                                     "has content; accumulate (+=) instead",
@@ -177,7 +190,7 @@ def write(op: str, target: TracedArray, view_index, domain: tuple[Range, ...], e
             dst = cur
         else:
             tsyms = domain_symbols(container.ndim, "t")
-            cond, full = _coverage(op, index, domain, container.shape, tsyms)
+            cond, full = _coverage(op, target, index, domain, container.shape, tsyms)
             dst = g.new_version(name)
             if not full and not _known_zero(trace, cur):
                 _copy(trace, cur, dst, None, sympy.Not(cond))
