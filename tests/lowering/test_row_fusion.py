@@ -8,6 +8,7 @@ import ir
 import lowering
 from ir.specs import f32
 from lowering import rowfusion
+from lowering.codegen import generate
 from lowering.plan import plan
 from lowering.rowfusion import RowKernel
 from lowering_graphs import G, i, j, k, rng
@@ -121,3 +122,24 @@ def test_a_sum_with_a_writer_outside_the_row_kernel_is_read_from_its_buffer(devi
     inputs = {"x": r.standard_normal((n, m)).astype(np.float32), "w": r.standard_normal((long, n)).astype(np.float32)}
     np.testing.assert_allclose(lowering.compile(b.g, device=device)(inputs)["out"], ir.run(b.g, inputs)["out"],
                                rtol=1e-5, atol=1e-5)
+
+
+def row_scaled_sums(x: f32[48, 32], s: f32[48]):
+    return np.sum(x * s[:, None], axis=1)
+
+
+def test_row_loops_sum_in_lanes_and_load_row_values_once(device):
+    """On the CPU device a row loop holding a sum runs in lanes accumulating in
+    double (like any in-thread reduction); ``s[i]``, the same at every point of
+    row i, is loaded once before the loop (codegen.hoist_loop_invariant_reads:
+    with the load inside and a double accumulator g++ vectorised nothing)."""
+    graph = ir.trace(row_scaled_sums)
+    (kernel,) = plan(graph, {}).kernels
+    assert isinstance(kernel, RowKernel)
+    src = generate(plan(graph, {}), "cpu").source
+    assert "double sum_1_y_acc_lanes[8];" in src
+    assert src.count("s_v0[t0]") == 1 and src.index("s_v0[t0]") < src.index("for (int block")
+    r = rng(4)
+    inputs = {"x": r.standard_normal((48, 32)).astype(np.float32), "s": r.standard_normal(48).astype(np.float32)}
+    np.testing.assert_allclose(lowering.compile(graph, device=device)(inputs)["out"], ir.run(graph, inputs)["out"],
+                               rtol=1e-5, atol=1e-6)
