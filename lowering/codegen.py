@@ -43,7 +43,7 @@ CPU_REDUCTION_LANES = 8
 # accumulator loses ~sqrt(n) ulps over a loop of n points, and a gradient such
 # as log-sum-exp's w.r.t. the max (1 - sum(softmax)) needs the sums correctly
 # rounded to cancel as they do in JAX.  Every target adds doubles exactly
-# (Kahan's compensation in float32 is simplified away by lavapipe, measured).
+# (Kahan's compensation in float32 is folded away on Vulkan: measured on lavapipe).
 WIDE_ACCUMULATORS = {("sum", "float"): "double"}
 
 
