@@ -8,6 +8,7 @@ import sympy
 
 from .dispatch import implements
 from .elementwise import constant_operand, result_dtype
+from .elementwise import copy as copy_array
 from .emit import (as_arith, as_bool, broadcast_index, broadcast_shapes, domain_symbols, new_array, read, same,
                    scalar_expr, shape_str, write)
 from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError
@@ -280,10 +281,37 @@ def _reshape_groups(old: list, new: list):
     return groups if i == len(old) and j == len(new) else None
 
 
+def _strides(a: TracedArray) -> list[sympy.Expr] | None:
+    """Each view dimension's step through its container's C-order elements;
+    None where the view's index map is not affine (a merged view)."""
+    shape = a.trace.graph.containers[a.container].shape
+    flat, step = sympy.Integer(0), sympy.Integer(1)
+    for dim, e in reversed(list(zip(shape, a.index))):
+        flat, step = flat + step * sympy.sympify(e), step * dim
+    dims = placeholders(a.ndim)
+    flat = sympy.expand(flat)
+    if not flat.is_polynomial(*dims) or sympy.Poly(flat, *dims).total_degree() > 1:
+        return None
+    return [flat.coeff(p) for p in dims]
+
+
+def _merges_strided_dims(a: TracedArray, groups, old_pos: list[int]) -> bool:
+    """numpy's reshape copies (rather than returning a view) when it merges
+    dimensions that are not contiguous relative to each other, as those of
+    ``A.T`` or ``A[:, :2]``; a write into the result then leaves ``A`` as is."""
+    strides = _strides(a)
+    if strides is None:
+        return False
+    dims = a.sym_shape
+    return any(not same(strides[old_pos[k]], dims[old_pos[k + 1]] * strides[old_pos[k + 1]])
+               for gi, _ in groups for k in gi[:-1])
+
+
 @implements(np.reshape)
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
     """A view whose index map splits (affine) or merges (floor/Mod of the flat
-    index) dimension runs, in C order."""
+    index) dimension runs, in C order; a copy where numpy's is one (merging
+    dimensions that are not contiguous: ``_merges_strided_dims``)."""
     shape = newshape if shape is None else shape
     if order != "C":
         raise UnsupportedOperationError("numpy.reshape", f"order={order!r}: only C order is traceable")
@@ -302,6 +330,8 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
     old_dims = [a.sym_shape[k] for k in old_pos]
     new_dims = [shape[k] for k in new_pos]
     groups = _reshape_groups(old_dims, new_dims) or [(list(range(len(old_dims))), list(range(len(new_dims))))]
+    if _merges_strided_dims(a, groups, old_pos):
+        a = copy_array(a)
     old_ph, new_ph = placeholders(a.ndim), placeholders(len(shape))
     sub = {old_ph[k]: sympy.Integer(0) for k, d in enumerate(a.sym_shape) if same(d, 1)}
     for gi, gj in groups:
