@@ -98,7 +98,7 @@ def apply(op: str, fn: Callable, operands: list, dtype: str, converts: list[Call
             if isinstance(x, TracedArray):
                 args.append(conv(symbols[f"x{k}"], x.dtype_name))
             else:
-                args.append(None if x is None else conv(scalar_expr(x), result_dtype(trace, [x], "arith")))
+                args.append(None if x is None else conv(scalar_expr(x), result_dtype(trace, [x], "same")))
         return fn(*args)
 
     return tasklet_to_new(op, trace, shape, dtype, body, arrays)
