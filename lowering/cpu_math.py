@@ -11,7 +11,9 @@ vectorised libmvec routines are out of reach.  These helpers are branch-free
 range reduction + polynomial (Cephes' float32 minimax coefficients), which
 g++ inlines and vectorises with the rest of the loop.  Targets without
 ``polynomial_math`` (lowering.targets) keep the built-ins: ``source`` gives
-each target only its own definitions of the names in ``FUNCTIONS``.
+each target only its own definitions of the names in ``FUNCTIONS``.  lavapipe
+has ``polynomial_math`` too, for accuracy: its built-in log and tanh were ~100x
+less accurate (the same tests run there).
 
 Accuracy (tests/lowering/test_cpu_math.py): within 2 ulp of the exact result
 (measured at most 1.5), sin and cos for |x| < 2^32; exp overflows to inf and
@@ -87,8 +89,8 @@ SOURCE = """\
     // sin(x + shift pi/2): x - j pi/2 in double with pi/2 in 20-bit parts
     // (j pi/2 exact for |j| < 2^33), j and j mod 4 rounded by the 1.5 * 2^52 trick
     double xd = double(x);
-    double j = (xd * 0.6366197723675814l + 6755399441055744.0l) - 6755399441055744.0l;
-    double j4 = ((j * 0.25l - 0.375l) + 6755399441055744.0l) - 6755399441055744.0l;
+    double j = unfolded(xd * 0.6366197723675814l + 6755399441055744.0l, xd) - 6755399441055744.0l;
+    double j4 = unfolded((j * 0.25l - 0.375l) + 6755399441055744.0l, j) - 6755399441055744.0l;
     int q = (int(j - 4.0l * j4) + shift) & 3;
     float r = float((((xd - j * 1.5707950592041016l) - j * 1.2675900507019833e-06l) - j * 7.443542310303641e-13l)
                     - j * 5.170182981794105e-19l);
@@ -118,8 +120,14 @@ SOURCE = """\
 
 def source(target: Target) -> str:
     """Slang defining each name of ``FUNCTIONS`` for ``target``: the
-    polynomials above where it has ``polynomial_math``, the built-ins elsewhere."""
+    polynomials above where it has ``polynomial_math``, the built-ins elsewhere;
+    and ``unfolded(a, b)``, which is ``a`` (``b`` only where ``a`` is NaN) in a
+    form the target's compiler cannot see through where it
+    ``folds_float_identities`` (so ``unfolded(x + K, x) - K`` rounds x), and
+    plain ``a`` elsewhere (a select there costs the CPU device's loops speed)."""
+    keep = "select(a == a, a, b)" if target.folds_float_identities else "a"
+    barrier = "".join(f"[ForceInline] {t} unfolded({t} a, {t} b) {{ return {keep}; }}\n" for t in ("float", "double"))
     calls = _POLYNOMIAL if target.polynomial_math else {name: f"{name}(x)" for name in FUNCTIONS}
     wrappers = "".join(f"[ForceInline] float {FUNCTIONS[name]}(float x) {{ return {call}; }}\n"
                        for name, call in calls.items())
-    return (SOURCE if target.polynomial_math else "") + wrappers
+    return barrier + (SOURCE if target.polynomial_math else "") + wrappers

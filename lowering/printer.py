@@ -36,9 +36,10 @@ _HELPERS = """\
 // Floor division and modulo (Python semantics) for index arithmetic.
 int floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 int floormod(int a, int b) { return a - b * floordiv(a, b); }
-// log(1 + x) and exp(x) - 1 without cancellation near 0.
-float log1p_(float x) { float u = 1.0f + x; return u == 1.0f ? x : log_f32(u) * x / (u - 1.0f); }
-double log1p_(double x) { double u = 1.0l + x; return u == 1.0l ? x : log(u) * x / (u - 1.0l); }
+// log(1 + x) and exp(x) - 1 without cancellation near 0 (``unfolded``: Slang's
+// SPIR-V optimiser folded (1 + x) - 1 to x, undoing the correction on Vulkan).
+float log1p_(float x) { float u = 1.0f + x; return u == 1.0f ? x : log_f32(u) * x / (unfolded(u, x) - 1.0f); }
+double log1p_(double x) { double u = 1.0l + x; return u == 1.0l ? x : log(u) * x / (unfolded(u, x) - 1.0l); }
 float expm1_(float x) { float u = exp_f32(x); return u == 1.0f ? x : (u - 1.0f == -1.0f ? -1.0f : (u - 1.0f) * x / log_f32(u)); }
 double expm1_(double x) { double u = exp(x); return u == 1.0l ? x : (u - 1.0l == -1.0l ? -1.0l : (u - 1.0l) * x / log(u)); }
 """

@@ -207,7 +207,7 @@ class Executable:
             p = plan(self.graph, sizes)
             if self.deterministic:
                 check_atomic_free(p)
-            module = generate(p, self.device)
+            module = generate(p, devices.target(self.device))  # lavapipe: its own maths helpers
             dev = devices.get_device(self.device)
             entries = [PROGRAM] if targets.of(self.device).sequential else [f"{k.name}_main" for k in module.kernels]
             kernels = cache.kernels(self.device, dev, module.source, entries)
