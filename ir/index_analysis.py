@@ -170,7 +170,63 @@ def written_elements(index: Sequence, domain: Sequence[tuple], shape: Sequence,
     Each component is a constant, or ``a*s + c`` (integer ``a != 0``) in a
     symbol no earlier component solved, giving ``s = (t - c) / a`` (an integer
     in ``s``'s range), or over solved symbols only (an equality: a diagonal).
-    Anything else raises :class:`Unanalysable`."""
+    Failing that, the same analysis of the element's C-order flat position
+    (``_flat_write``: a write through a reshaped view).  Anything else raises
+    :class:`Unanalysable`."""
+    try:
+        return _written_per_component(index, domain, shape, targets)
+    except Unanalysable as err:
+        found = _flat_write(index, domain, shape, targets)
+        if found is None:
+            raise err from None
+        return found
+
+
+def _flat_write(index: Sequence, domain: Sequence[tuple], shape: Sequence,
+                targets: Sequence[sympy.Symbol]) -> tuple[sympy.Boolean, bool] | None:
+    """``written_elements`` by flat positions: the index of a reshaped view
+    (``floor``/``Mod`` of the view's flat index, or affine in several of its
+    dimensions) is affine in the flat position ``sum(stride * index)``
+    (C order), which is an element's identity as long as each component stays
+    in its extent (static bounds checks see to that).  Domain symbols whose
+    coefficients nest as digits of a mixed radix (``6*i + 2*j + k`` over
+    ``j < 3, k < 2``) merge into one, so a run of positions is one range."""
+    flat, stride = sympy.Integer(0), sympy.Integer(1)
+    for e, extent in reversed(list(zip(index, shape))):
+        flat, stride = flat + stride * sympy.sympify(e), stride * sympy.sympify(extent)
+    flat = sympy.expand(flat.rewrite(sympy.floor).replace(lambda e: isinstance(e, sympy.floor), _integer_part_out))
+    if flat.has(sympy.floor, sympy.Mod):
+        return None
+    ranges = {s: (sympy.sympify(b), sympy.sympify(e)) for s, b, e in domain}
+    coeffs = _affine(flat, list(ranges))
+    if coeffs is None or any(not (_zero(ranges[s][0]) and ranges[s][1].is_Integer) for s in coeffs):
+        return None
+    digits = sorted(coeffs, key=lambda s: abs(coeffs[s]))
+    for low, high in zip(digits, digits[1:]):
+        if coeffs[high] != coeffs[low] * ranges[low][1]:
+            return None   # not one run of positions
+    merged = sympy.Dummy("flat_point", integer=True)
+    low = digits[0]
+    count = sympy.Mul(*(ranges[s][1] for s in digits))
+    position = flat.xreplace({s: 0 for s in digits}) + coeffs[low] * merged
+    target = sympy.Dummy("flat_element", integer=True)
+    cond, full = _written_per_component((position,), ((merged, 0, count),), (stride,), (target,))
+    element = sympy.Integer(0)
+    for t, extent in zip(targets, shape):
+        element = element * extent + t
+    return cond.xreplace({target: element}), full
+
+
+def _integer_part_out(e: sympy.floor) -> sympy.Expr:
+    """``floor(a + 3/2)`` as ``floor(a + 1/2) + 1``: one form per floor, so
+    that the floors of a reshaped view's index cancel (sympy writes
+    ``Mod(i + 6, 4)`` as ``Mod(i + 2, 4)`` but keeps ``floor(i/4 + 3/2)``)."""
+    whole = sympy.floor(e.args[0].as_coeff_Add()[0])
+    return sympy.floor(e.args[0] - whole) + whole
+
+
+def _written_per_component(index: Sequence, domain: Sequence[tuple], shape: Sequence,
+                           targets: Sequence[sympy.Symbol]) -> tuple[sympy.Boolean, bool]:
     ranges = {s: (b, e) for s, b, e in domain}
     solved: dict[sympy.Symbol, sympy.Expr] = {}
     conds = []

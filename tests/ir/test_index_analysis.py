@@ -125,6 +125,11 @@ def test_solve_shifts_inverts_unit_shifts():
     ((7 - i, 2), [(i, 0, 5)], (8, 3)),                         # reversed, one column
     ((i, i), [(i, 1, 3)], (4, 4)),                             # a diagonal
     ((j, 3 * i - 2), [(i, 1, 3), (j, 0, 2)], (3, 6)),
+    # through reshaped views of a (3, 4) array, by flat position
+    ((sympy.floor(3 * i / 4), sympy.Mod(3 * i, 4)), [(i, 0, 4)], (3, 4)),         # A.reshape(-1)[::3]
+    ((sympy.floor((i + 6) / 4), sympy.Mod(i + 6, 4)), [(i, 0, 6)], (3, 4)),       # A.reshape(2, 6)[1]
+    ((sympy.floor(i / 4), sympy.Mod(i, 4)), [(i, 0, 12)], (3, 4)),                # A.ravel()
+    ((i, 2 * j + k), [(i, 0, 3), (j, 0, 2), (k, 0, 2)], (3, 4)),                  # A.reshape(3, 2, 2)
 ])
 def test_written_elements_agrees_with_enumeration(index, domain, shape):
     targets = sympy.symbols("t0:2", integer=True)[:len(shape)]
@@ -141,6 +146,13 @@ def test_written_elements_refuses_what_it_cannot_invert(index, reason):
     with pytest.raises(Unanalysable) as err:
         written_elements(index, [(i, 0, 4), (j, 0, 4)], (8,), (sympy.Symbol("t", integer=True),))
     assert err.value.reason == reason
+
+
+def test_written_elements_refuses_positions_that_are_not_one_run():
+    """A.reshape(2, 6)[:, 1:5:2]: flat positions 6*i + 2*j + 1 skip between rows."""
+    with pytest.raises(Unanalysable):
+        written_elements((sympy.floor((6 * i + 2 * j + 1) / 4), sympy.Mod(6 * i + 2 * j + 1, 4)),
+                         [(i, 0, 2), (j, 0, 2)], (3, 4), sympy.symbols("t0:2", integer=True))
 
 
 def test_exact_integer_division_is_exact_where_float_floor_is_not():

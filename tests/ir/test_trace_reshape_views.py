@@ -1,13 +1,15 @@
 """numpy's reshape is a view only where the merged dimensions are contiguous
 relative to each other; elsewhere (``A.T.reshape(-1)``, ``A[:, :2].ravel()``)
 it is a copy, and a write into it leaves ``A`` as is.  The tracer used to make
-every reshape a view, so such a write changed ``A`` (silently wrong values)."""
+every reshape a view, so such a write changed ``A`` (silently wrong values).
+Writes through a view change ``A`` (tests/reshaped_writes.py)."""
 import numpy as np
 import pytest
 
 import ir
 import symdiff as sd
 from ir.specs import f32
+from reshaped_writes import check as check_reshaped_writes
 
 
 def write_into_merged_columns(x):
@@ -45,3 +47,7 @@ def test_reshape_is_a_view_or_a_copy_as_in_numpy(fn):
 def test_gradients_through_a_reshape_copy(fn):
     x = np.linspace(-1, 1, 12).reshape(3, 4)
     sd.gradcheck(lambda x: np.sum(fn(x) ** 2), x)
+
+
+def test_writes_through_reshaped_views_values_like_numpy_gradients_like_jax():
+    check_reshaped_writes(sd, "numpy")
