@@ -13,7 +13,7 @@ from .emit import (as_arith, as_bool, broadcast_index, broadcast_shapes, domain_
                    scalar_expr, shape_str, write)
 from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError
 from .indirect import getitem_indirect, is_index_array
-from .maps import MapValue, map_read, map_write
+from .maps import MapValue, as_map_operand, map_read, map_write
 from .reductions import normalize_axes
 from .traced_array import TracedArray, placeholders
 
@@ -157,8 +157,10 @@ def inplace(arr: TracedArray, ufunc: np.ufunc, other):
     """``a op= b``: numpy updates ``a`` in place (and every view of it sees
     that), except that ``a[0]`` of a 1-d array is a scalar copy, whose updated
     value the enclosing ``a[0] op= b`` stores back.  Inside an sd.map body,
-    ``s[0] += v`` accumulates."""
-    if isinstance(other, MapValue):
+    ``s[0] += v`` accumulates, once per iteration also when ``v`` does not
+    depend on the loop indices (a plain update there would run once)."""
+    if isinstance(other, MapValue) or arr.trace.map_ranges:
+        other = as_map_operand(arr.trace, other)
         if arr.ndim:
             raise UnsupportedOperationError("sd.map", f"an array of shape {arr.shape} is updated inside an "
                                             "sd.map body; update one element (out[i] += v)")
