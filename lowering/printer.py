@@ -62,14 +62,14 @@ T power(T x, T y)
 }
 // 0.0 * r by IEEE rules (written 0.0f * r, it is folded to 0): NaN if r is inf or NaN, else a zero
 // with the sign of the product (sign: a zero factor's sign bit)
-T times_zero(T r, uint sign) { T zero = ONE * asfloat((asuint(float(r)) & 0x80000000u) ^ sign); return select(abs(r) < INF, zero, NAN); }
+T times_zero(T r, uint sign) { T zero = TYPE(asfloat((asuint(float(r)) & 0x80000000u) ^ sign)); return select(abs(r) < INF, zero, NAN); }
 // numpy's cbrt: the real cube root (the odd extension of |x|**(1/3))
 T cbrt_(T x) { T m = power(abs(x), THIRD); return select(x < ZERO, -m, m); }
 """
 _LITERALS = {"float": {"HALF": "0.5f", "THIRD": "0.33333334f", "ZERO": "0.0f", "ONE": "1.0f",
-                       "NAN": "asfloat(0x7FC00000u)", "INF": "asfloat(0x7F800000u)"},
+                       "NAN": "asfloat(0x7FC00000u)", "INF": "asfloat(0x7F800000u)", "TYPE": "float"},
              "double": {"HALF": "0.5l", "THIRD": "0.3333333333333333l", "ZERO": "0.0l", "ONE": "1.0l",
-                        "NAN": "double(asfloat(0x7FC00000u))", "INF": "double(asfloat(0x7F800000u))"}}
+                        "NAN": "double(asfloat(0x7FC00000u))", "INF": "double(asfloat(0x7F800000u))", "TYPE": "double"}}
 
 
 def _per_type(scalar: str) -> str:
