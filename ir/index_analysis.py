@@ -191,12 +191,10 @@ def _flat_write(index: Sequence, domain: Sequence[tuple], shape: Sequence,
     in its extent (static bounds checks see to that).  Domain symbols whose
     coefficients nest as digits of a mixed radix (``6*i + 2*j + k`` over
     ``j < 3, k < 2``) merge into one, so a run of positions is one range."""
-    flat, stride = sympy.Integer(0), sympy.Integer(1)
-    for e, extent in reversed(list(zip(index, shape))):
-        flat, stride = flat + stride * sympy.sympify(e), stride * sympy.sympify(extent)
-    flat = sympy.expand(flat.rewrite(sympy.floor).replace(lambda e: isinstance(e, sympy.floor), _integer_part_out))
-    if flat.has(sympy.floor, sympy.Mod):
+    flat = flat_position(index, shape)
+    if flat is None:
         return None
+    stride = sympy.Mul(*(sympy.sympify(extent) for extent in shape))
     ranges = {s: (sympy.sympify(b), sympy.sympify(e)) for s, b, e in domain}
     coeffs = _affine(flat, list(ranges))
     if coeffs is None or any(not (_zero(ranges[s][0]) and ranges[s][1].is_Integer) for s in coeffs):
@@ -215,6 +213,20 @@ def _flat_write(index: Sequence, domain: Sequence[tuple], shape: Sequence,
     for t, extent in zip(targets, shape):
         element = element * extent + t
     return cond.xreplace({target: element}), full
+
+
+def flat_position(index: Sequence, shape: Sequence) -> sympy.Expr | None:
+    """The C-order flat position ``sum(stride * index)`` of an element, with
+    the ``floor``/``Mod`` pairs of a reshaped view's index cancelled (``4 *
+    floor(3*i/4) + Mod(3*i, 4)`` is ``3*i``); None where some remain.  While
+    each component stays within its extent (the static bounds checks see to
+    that), the flat position identifies the element, so it can stand for the
+    whole index in an injectivity proof."""
+    flat, stride = sympy.Integer(0), sympy.Integer(1)
+    for e, extent in reversed(list(zip(index, shape))):
+        flat, stride = flat + stride * sympy.sympify(e), stride * sympy.sympify(extent)
+    flat = sympy.expand(flat.rewrite(sympy.floor).replace(lambda e: isinstance(e, sympy.floor), _integer_part_out))
+    return None if flat.has(sympy.floor, sympy.Mod) else flat
 
 
 def _integer_part_out(e: sympy.floor) -> sympy.Expr:
@@ -277,9 +289,11 @@ def _affine(e: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> dict | None:
     return coeffs
 
 
-def injective_over(index: Sequence, domain: Sequence[tuple]) -> bool:
+def injective_over(index: Sequence, domain: Sequence[tuple], shape: Sequence | None = None) -> bool:
     """Distinct points of ``domain`` (``(symbol, begin, end)`` ranges) provably
-    hit distinct elements.
+    hit distinct elements.  Given the container's ``shape``, an index the
+    per-component proof cannot read (a reshaped view's ``floor``/``Mod``) is
+    tried once more through its :func:`flat_position`.
 
     Proof by elimination: a component ``sum(a_k * s_k) + c`` whose unknown
     symbols, in order of ``|a_k|``, satisfy ``|a_k| > sum_{j<k} |a_j| * (extent_j - 1)``
@@ -305,7 +319,10 @@ def injective_over(index: Sequence, domain: Sequence[tuple]) -> bool:
             if unknown and _mixed_radix(form, unknown, span):
                 known.update(unknown)
                 progress = True
-    return all(s in known or span[s].is_zero for s in symbols)
+    if all(s in known or span[s].is_zero for s in symbols):
+        return True
+    flat = flat_position(index, shape) if shape is not None else None
+    return flat is not None and injective_over((flat,), domain)
 
 
 def _magnitude(a: sympy.Expr) -> sympy.Expr:

@@ -215,7 +215,7 @@ class _TaskletChecker:
                                 f"({sym}={begin}:{end}), so elements are written more than once; "
                                 "use an accumulation")
         data_dependent = any(s not in self.index_syms and not _is_size_symbol(s) for s in used)
-        if not data_dependent and not injective_over(index, self.t.domain):
+        if not data_dependent and not injective_over(index, self.t.domain, self.graph.containers[m.container].shape):
             domain = ", ".join(f"{sym}={begin}:{end}" for sym, begin, end in self.t.domain)
             raise self.fail(f"plain write {m} to {access!r}: distinct points of the domain ({domain}) "
                             "cannot be proved to write distinct elements, so an element may be written "

@@ -375,10 +375,15 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     refused on lavapipe (its double ``exp``/``sin``/``log``/... are wrong) or,
     under ``"auto"``, routed to the CPU device.
 
+    The graph is validated first (``DataflowGraph.validate``), so a hand-built
+    graph that breaks the IR's rules is refused with the node named instead of
+    running with undefined results.
+
     ``deterministic=True``: no float atomics (``lowering.deterministic``), so
     repeated runs give bitwise identical results; a LoweringError names a
     tasklet that cannot be made atomic-free.
     """
+    graph.validate()  # a hand-built graph may break the IR's rules (e.g. colliding plain writes): refuse it here
     requested = devices.requested(device)
     kind = devices.resolve(device)
     if kind != "numpy" and not devices.target(kind).float64_transcendentals:

@@ -64,6 +64,20 @@ def test_injective_over_domain(index, domain, expected):
     assert injective_over(index, domain) == expected
 
 
+@pytest.mark.parametrize("index, domain, shape, expected", [
+    ((sympy.floor(3 * i / 4), sympy.Mod(3 * i, 4)), [(i, 0, 4)], (3, 4), True),    # reshape(-1)[::3] of a 3x4
+    ((sympy.floor(i / 4), sympy.Mod(i, 4)), [(i, 0, 12)], (3, 4), True),            # ravel of a 3x4
+    ((sympy.floor(i / 8), sympy.Mod(i, 4)), [(i, 0, 12)], (3, 4), False),           # flat 4*floor(i/8) + i%4 repeats
+])
+def test_injective_over_reads_a_reshaped_view_through_its_flat_position(index, domain, shape, expected):
+    """Without the shape the floor/Mod components prove nothing; with it, the
+    flat position decides, and agrees with enumeration."""
+    assert not injective_over(index, domain)
+    assert injective_over(index, domain, shape) == expected
+    hits = elements(index, domain)
+    assert (len(set(hits)) == len(hits)) == expected
+
+
 def test_injective_over_is_sound_on_random_affine_indices():
     """Whenever the proof says injective, no two points of the (small, concrete)
     domain hit one element; and plain unit shifts are always proved."""

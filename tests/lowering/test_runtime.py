@@ -174,3 +174,17 @@ def test_probing_devices_from_several_threads_keeps_stdout():
     """)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "stdout alive" in run.stdout, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("device_name", ["numpy", "cpu"])
+def test_compile_refuses_a_graph_that_breaks_the_ir_rules(device_name):
+    """A hand-built plain write of out[floor(i/2)] over i in [0, 8) collides;
+    compile used to accept it and every device ran it last-writer-wins."""
+    x = sympy.Symbol("x")
+    g = ir.DataflowGraph("colliding")
+    g.add_container("a", (8,), "float32", "argument")
+    g.add_container("out", (4,), "float32", "result")
+    g.add_tasklet("spread", [(i, 0, 8)], {"o": x}, {"x": (g.access("a"), (i,))},
+                  {"o": (g.new_version("out"), (sympy.floor(i / 2),))})
+    with pytest.raises(ir.GraphError, match="spread"):
+        lowering.compile(g, device=device_name)
