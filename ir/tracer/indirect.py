@@ -83,6 +83,10 @@ def add_at(target, indices, values) -> None:
     op = "numpy.add.at"
     if not isinstance(target, TracedArray):
         raise UnsupportedOperationError(op, "the target must be a traced array (np.zeros(...) in the program)")
+    if target.trace.map_ranges:  # traced once, it would add once instead of once per iteration
+        raise UnsupportedOperationError(op, "np.add.at is an array-level update and is not allowed inside an "
+                                        "sd.map body; accumulate one element there (out[idx[i]] += v), or "
+                                        "call np.add.at outside the loop")
     if isinstance(indices, tuple):
         if len(indices) != 1:
             raise UnsupportedOperationError(op, "one index array (along axis 0) is supported")

@@ -64,6 +64,19 @@ def test_gather_and_scatter_inside_map():
     np.testing.assert_allclose(acc, ref, rtol=1e-5)
 
 
+def test_add_at_inside_a_map_body_is_refused_naming_the_line():
+    """Traced once, it added once instead of once per iteration (4x too little,
+    silently, on every device)."""
+    def prog(a, idx):
+        s = np.zeros(6, dtype=np.float32)
+        for i in sd.map[0:4]:
+            np.add.at(s, idx[0], a[0, 0])
+        return s
+
+    with pytest.raises(UnsupportedOperationError, match=r"test_trace_indirect.py:\d+: .*out\[idx\[i\]\] \+= v"):
+        ir.trace(prog, sd.f32[6, 4], sd.i32[2, 3])
+
+
 @pytest.mark.parametrize("fn, message", [
     (lambda a, idx: a[idx.astype(np.float32)], "int32"),
     (lambda a, idx: a[idx, 0], "slices and None only"),
