@@ -22,7 +22,7 @@ from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
 from . import targets
 from .matmul import Tiling, tiling
 from .plan import Kernel, LoweringError, Plan, Step, extent
-from .printer import SLANG_TYPES, SlangPrinter, prelude
+from .printer import SLANG_TYPES, SlangPrinter, is_index_valued, prelude
 from .rowfusion import LoopGroup, RowKernel, reduces
 from .threads import GROUP_SIZE, Threads
 
@@ -460,7 +460,7 @@ class _KernelWriter:
         names = dict(names)
         for sym, expr in temps:
             kind = "bool" if isinstance(expr, sympy.logic.boolalg.Boolean) else \
-                "int" if expr.is_integer else precision
+                "int" if is_index_valued(expr) else precision
             names[sym] = sym.name
             printer_kind = precision if kind == "bool" else kind
             self.emit(f"{kind} {sym.name} = {SlangPrinter(printer_kind, names, precision).doprint(expr)};", depth)
@@ -468,7 +468,7 @@ class _KernelWriter:
         for c, expr in zip(conns, exprs):
             kind = out_types[c]
             if kind == "int":
-                text = SlangPrinter("int", names, precision).doprint(expr) if expr.is_integer else \
+                text = SlangPrinter("int", names, precision).doprint(expr) if is_index_valued(expr) else \
                     f"int({SlangPrinter(precision, names).doprint(expr)})"
             elif kind == "bool":
                 text = SlangPrinter(precision, names).doprint(expr)

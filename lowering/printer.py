@@ -7,6 +7,8 @@ lose precision), whose conditions are branch-free ``select``s, and whose small
 integer powers are multiplications (``pow`` is slow and wrong for negative
 bases).  Integer (index) arithmetic follows Python/sympy semantics: ``Mod`` and
 ``floor`` of a quotient round toward minus infinity, unlike Slang's ``%``/``/``.
+Only index arithmetic (``is_index_valued``) is printed as ``int``: ``floor`` of
+float data is integer-valued to sympy but stays a float ``floor``.
 """
 from __future__ import annotations
 
@@ -233,7 +235,10 @@ class SlangPrinter(C99CodePrinter):
         arg = expr.args[0]
         if self.scalar == "int":
             num, den = sympy.fraction(sympy.together(arg))
-            return f"floordiv({self._print(num)}, {self._print(den)})" if den != 1 else self._print(num)
+            if is_index_valued(num) and is_index_valued(den):
+                return f"floordiv({self._print(num)}, {self._print(den)})" if den != 1 else self._print(num)
+            # floor of a float (np.floor of data): rounded in floating point, not truncated by int()
+            return f"int(floor({SlangPrinter(self.precision, self.names, self.precision)._print(arg)}))"
         return f"floor({self._print(arg)})"
 
     def _print_Max(self, expr) -> str:
@@ -289,9 +294,10 @@ class SlangPrinter(C99CodePrinter):
         op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
         lhs, rhs = expr.lhs, expr.rhs
         printer = self
-        if lhs.is_integer and rhs.is_integer and self.scalar != "int":
+        index = is_index_valued(lhs) and is_index_valued(rhs)
+        if index and self.scalar != "int":
             printer = SlangPrinter("int", self.names, self.precision)
-        elif not (lhs.is_integer and rhs.is_integer) and self.scalar == "int":
+        elif not index and self.scalar == "int":
             printer = SlangPrinter(self.precision, self.names, self.precision)
         return f"({printer._print(lhs)} {op} {printer._print(rhs)})"
 
@@ -307,6 +313,15 @@ class SlangPrinter(C99CodePrinter):
     def _print_ITE(self, expr) -> str:
         c, a, b = expr.args
         return f"select({self._print(c)}, {self._print(a)}, {self._print(b)})"
+
+
+def is_index_valued(expr: sympy.Basic) -> bool:
+    """Whether ``expr`` is integer arithmetic on integer symbols (map indices,
+    int32 data), which the int context computes exactly.  ``floor(x)`` of a
+    float ``x`` is integer-valued too (sympy says ``is_integer``) but is not:
+    as an ``int`` it would be the truncation ``int(x)`` or overflow past 2**31."""
+    expr = sympy.sympify(expr)
+    return bool(expr.is_integer) and all(s.is_integer for s in expr.free_symbols)
 
 
 def print_expr(expr: sympy.Basic, scalar: str = "float", names: Mapping[sympy.Symbol, str] | None = None,
