@@ -21,7 +21,8 @@ producer's inputs are often kept in registers by the kernel that computes
 them for the reverse pass: read by the reduction, they would become buffers;
 ``elementwise_chain``'s value_and_grad on lavapipe went 103 -> 176 ms when
 its sum was folded up to the ``sin`` in the middle of the chain).  The
-producer is then dropped if nothing else reads the version;
+producer is then dropped if nothing else reads the version (the reduction's
+other reads of it count: ``v @ v[::-1]`` reads ``v`` twice);
 otherwise it stays for its other readers and is inlined only when recomputing
 it is cheap: arithmetic on a single input element, so the reduction reads no
 more than before.  Chains fold one producer at a time until none qualifies.
@@ -63,7 +64,9 @@ def _fold_one(graph: DataflowGraph, t: Tasklet) -> bool:
         producer = _producer(graph, access)
         if producer is None:
             continue
-        others = [r for r, _ in graph.readers(access) if r != t.name]
+        # other readers include t itself through another connector (``v @ v[::-1]``):
+        # the version must outlive this fold for that read
+        others = [r for r, o in graph.readers(access) if r != t.name or o.connector != m.connector]
         latest_result = any(graph.latest(c) == access for c in graph.results)
         keep = bool(others) or latest_result
         if keep and not _cheap(graph, producer) or _added_reads(graph, t, m, producer) > 0:

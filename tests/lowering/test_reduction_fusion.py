@@ -108,6 +108,39 @@ def test_matmul_shaped_read_is_not_folded():
     assert "t" in _buffers(b.g)
 
 
+def _reversed_dot(x, y, xp=np):
+    """The fuzzer's seed 40244: ``v`` is read twice by one matmul (``v @ v[::-1]``)
+    and only there (the comparison has no gradient, so the reverse pass does not
+    read ``v``); ``y`` gives the gradients something to carry."""
+    v = x * 2.0
+    return xp.where((v @ v[::-1]) > 0, xp.cosh(y), 0.3 * xp.cosh(y)) + xp.sum(x * x) * y
+
+
+def test_producer_read_twice_by_one_reduction(device):
+    """Folding ``v`` into one of the matmul's two reads of it dropped the
+    producer as unread, and with it the other read: Slang with an undefined
+    identifier.  Values and gradients against JAX in float64."""
+    import jax
+    import jax.numpy as jnp
+    import symdiff as sd
+    jax.config.update("jax_enable_x64", True)
+
+    def f(x: sd.f32[5], y: sd.f32):
+        return _reversed_dot(x, y)
+
+    program = sd.differentiable_program(f)
+    for x in (np.array([0.5, -1.0, 0.25, 2.0, -0.75]), np.array([0.5, 1.0, 0.25, 2.0, 0.75])):  # both branches
+        y = np.float64(0.7)
+        value, grads = program.value_and_grad(x.astype(np.float32), np.float32(y), device=device)
+        want = _reversed_dot(x, y, jnp)
+        want_x, want_y = jax.grad(lambda a, b: _reversed_dot(a, b, jnp), argnums=(0, 1))(x, y)
+        np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(grads["x"], want_x, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(grads["y"], want_y, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(program(x.astype(np.float32), np.float32(y), device=device), want,
+                                   rtol=1e-5, atol=1e-6)  # the forward graph alone
+
+
 def test_cpu_reduction_lanes_in_source():
     """The CPU device sums in lanes (vectorisable); lavapipe keeps one accumulator per thread."""
     graph, _ = square_then("sum", 10_007)
