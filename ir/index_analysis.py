@@ -263,8 +263,13 @@ def _written_per_component(index: Sequence, domain: Sequence[tuple], shape: Sequ
         sol = (t - c) * a if abs(a) == 1 else (t - c) / a
         begin, end = ranges[s]
         if abs(a) != 1:
+            # begin <= (t - c)/a < end, multiplied out: a float evaluation of the
+            # quotient (t0/3 - 5/3 at t0 = 5 is -2e-16) must not decide the range
             conds.append(sympy.Eq(sympy.Mod(t - c, a), 0))
-        conds += [sympy.Le(begin, sol), sympy.Lt(sol, end)]
+            low, high = (a * begin, a * end) if a > 0 else (a * (end - 1), a * (begin - 1))
+            conds += [sympy.Le(low, t - c), sympy.Lt(t - c, high)]
+        else:
+            conds += [sympy.Le(begin, sol), sympy.Lt(sol, end)]
         full = full and a == 1 and _zero(begin + c) and _zero(end + c - extent) and not (free & solved.keys())
         solved[s] = sol
     return sympy.And(*conds), full
