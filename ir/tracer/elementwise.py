@@ -224,6 +224,27 @@ def _is_bool(v) -> bool:
     return v.dtype_name == "bool" if is_traced(v) else isinstance(v, (bool, np.bool_))
 
 
+# numpy's & | ^ ~ on booleans are its bitwise ufuncs: a numpy bool on the left
+# (np.bool_(True) & traced) reaches them rather than the traced operand's __and__.
+_BITWISE = {np.bitwise_and: np.logical_and, np.bitwise_or: np.logical_or, np.bitwise_xor: np.logical_xor,
+            np.invert: np.logical_not}
+
+
+def _bitwise_handler(ufunc: np.ufunc) -> Callable:
+    logical = _ufunc_handler(ufunc, _LOGIC[_BITWISE[ufunc]], "bool", as_bool)
+
+    def handle(*inputs, **kwargs):
+        if not all(_is_bool(x) for x in inputs):
+            raise UnsupportedOperationError(f"numpy.{ufunc.__name__}", "bitwise operations on integers are not "
+                                            "traceable; on booleans & | ^ ~ are the logical operations")
+        return logical(*inputs, **kwargs)
+    return handle
+
+
+for _u in _BITWISE:
+    implements(_u)(_bitwise_handler(_u))
+
+
 @implements(np.where)
 def where(condition, x=None, y=None):
     """``where(c, a, b)`` is a Piecewise; the one-argument form (indices) has a

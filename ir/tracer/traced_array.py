@@ -69,12 +69,12 @@ class Operators:
     def __ge__(self, o): return np.greater_equal(self, o)
     def __eq__(self, o): return np.equal(self, o)
     def __ne__(self, o): return np.not_equal(self, o)
-    def __and__(self, o): return np.logical_and(self, o)
-    def __rand__(self, o): return np.logical_and(o, self)
-    def __or__(self, o): return np.logical_or(self, o)
-    def __ror__(self, o): return np.logical_or(o, self)
-    def __xor__(self, o): return np.logical_xor(self, o)
-    def __invert__(self): return np.logical_not(self)
+    def __and__(self, o): return np.bitwise_and(self, o)
+    def __rand__(self, o): return np.bitwise_and(o, self)
+    def __or__(self, o): return np.bitwise_or(self, o)
+    def __ror__(self, o): return np.bitwise_or(o, self)
+    def __xor__(self, o): return np.bitwise_xor(self, o)
+    def __invert__(self): return np.invert(self)
     __hash__ = object.__hash__
 
     def __bool__(self):
@@ -208,9 +208,9 @@ class TracedArray(Operators):
     def __imatmul__(self, o): return self._inplace(np.matmul, o)
     def __ifloordiv__(self, o): return self._inplace(np.floor_divide, o)
     def __imod__(self, o): return self._inplace(np.remainder, o)
-    def __iand__(self, o): return self._inplace(np.logical_and, o)
-    def __ior__(self, o): return self._inplace(np.logical_or, o)
-    def __ixor__(self, o): return self._inplace(np.logical_xor, o)
+    def __iand__(self, o): return self._inplace(np.bitwise_and, o)
+    def __ior__(self, o): return self._inplace(np.bitwise_or, o)
+    def __ixor__(self, o): return self._inplace(np.bitwise_xor, o)
 
     # -- methods ------------------------------------------------------------------------
     def sum(self, axis=None, dtype=None, keepdims=False):
