@@ -9,7 +9,6 @@ differentiates and compiles nothing.
 """
 from __future__ import annotations
 
-import inspect
 import weakref
 from typing import Any, Callable, Mapping, Sequence
 
@@ -18,6 +17,7 @@ import numpy as np
 import ir
 import lowering
 from ir.specs import ArraySpec, spec_of
+from ir.tracer.trace import array_parameters
 from lowering.devices import requested as requested_device
 from lowering.runtime import host_argument
 
@@ -351,11 +351,7 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
     if fn is None:
         return lambda f: differentiable_program(f, device=device, deterministic=deterministic,
                                                 check_bounds=check_bounds, stencil_gathers=stencil_gathers)
-    parameters = list(inspect.signature(fn).parameters.values())
-    while parameters and parameters[-1].default is not parameters[-1].empty \
-            and not isinstance(parameters[-1].annotation, ArraySpec):
-        parameters.pop()   # trailing defaults without a spec keep their values, as in ir.trace (xp=numpy)
-    params = [p.name for p in parameters]
+    params = array_parameters(fn)
     hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items()
              if k in params and isinstance(v, ArraySpec)}
 

@@ -25,15 +25,30 @@ _cache: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary(
 _cache_lock = threading.Lock()
 
 
-def _resolve_specs(fn: Callable, specs: tuple, named_specs: dict) -> tuple[list[str], tuple[ArraySpec, ...]]:
-    """One spec per parameter: passed positionally, by name, or from the annotation.
-    Trailing parameters with defaults and no spec are not traced: they keep
-    their default values (a module, a flag)."""
+def _parameters(fn: Callable) -> list[inspect.Parameter]:
+    """``fn``'s parameters, with string annotations evaluated where they can be."""
     try:
         signature = inspect.signature(fn, eval_str=True)
     except NameError:
         signature = inspect.signature(fn)
-    params = list(signature.parameters.values())
+    return list(signature.parameters.values())
+
+
+def array_parameters(fn: Callable) -> list[str]:
+    """The parameters that take arrays when no spec is passed for the trailing
+    ones: every parameter but the trailing ones with a default and no spec
+    annotation, which keep their defaults (``xp=numpy``, a flag)."""
+    params = _parameters(fn)
+    while params and params[-1].default is not params[-1].empty and not isinstance(params[-1].annotation, ArraySpec):
+        params.pop()
+    return [p.name for p in params]
+
+
+def _resolve_specs(fn: Callable, specs: tuple, named_specs: dict) -> tuple[list[str], tuple[ArraySpec, ...]]:
+    """One spec per parameter: passed positionally, by name, or from the annotation.
+    Trailing parameters with defaults and no spec are not traced: they keep
+    their default values (a module, a flag)."""
+    params = _parameters(fn)
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
             raise TraceError(f"trace({fn.__name__})", f"parameter {p.name!r}: *args, **kwargs and keyword-only "
