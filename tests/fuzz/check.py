@@ -10,7 +10,9 @@ Outcomes: ``ok``, ``wrong`` (a quantity out of tolerance, or NaN where JAX has
 none), ``refused`` (a deliberate symdiff error type: the program was rejected
 with a message), ``error`` (any other exception: a bug), ``invalid`` (JAX
 itself fails or gives a non-finite float64 reference: a generator problem, not
-counted against symdiff).  ``crash`` is decided by the runner (the process died).
+counted against symdiff).  ``crash`` is decided by the runner (the process died
+after the JAX reference was known; a death inside XLA while computing the
+reference is ``invalid``: the oracle failed, not symdiff).
 """
 from __future__ import annotations
 
@@ -183,8 +185,10 @@ def compare(got: dict, ref64: dict, ref32: dict | None, floor32: float = FLOOR32
     return ok, worst
 
 
-def check(prog: Program, device: str) -> Result:
-    """Judge one program on one device (exceptions are outcomes, never raised)."""
+def check(prog: Program, device: str, on_reference=lambda: None) -> Result:
+    """Judge one program on one device (exceptions are outcomes, never raised).
+    ``on_reference`` is called once JAX's reference is known, so that the runner
+    can tell a process that died inside the oracle from one symdiff killed."""
     inputs = make_inputs(prog)
     try:
         ref64 = jax_reference(prog, inputs, np.float64)
@@ -193,6 +197,7 @@ def check(prog: Program, device: str) -> Result:
         return Result(prog.seed, device, "invalid", f"JAX: {type(e).__name__}: {e}"[:500])
     if not all(np.all(np.isfinite(r)) for r in ref64.values()):
         return Result(prog.seed, device, "invalid", "JAX float64 reference is not finite")
+    on_reference()
     try:
         got = symdiff_result(prog, inputs, device)
     except refusal_types() as e:

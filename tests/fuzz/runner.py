@@ -41,13 +41,17 @@ def run_batch(jobs: list[tuple], timeout_per_job: float = SECONDS_PER_PROGRAM, n
         proc.kill()
         stdout, stderr = proc.communicate()
         hung = True
-    results = {}
+    results, referenced = {}, set()
     for line in stdout.decode(errors="replace").splitlines():
         try:
             r = json.loads(line)
         except ValueError:
             continue
-        results[jobs[r.pop("key")][0]] = r
+        key = jobs[r.pop("key")][0]
+        if r.get("stage") == "reference":
+            referenced.add(key)
+        else:
+            results[key] = r
     if proc.returncode == 0 and len(results) == len(jobs):
         return results
     if len(jobs) == 1:
@@ -56,7 +60,11 @@ def run_batch(jobs: list[tuple], timeout_per_job: float = SECONDS_PER_PROGRAM, n
         tail = stderr.decode(errors="replace")[-1500:]
         prior = results.get(key, {}).get("outcome")
         detail = f"{why} (after outcome {prior!r})" if prior else why
-        return {key: {"seed": prog.seed, "device": device, "outcome": "crash", "detail": f"{detail}\n{tail}",
+        # died before the JAX reference was known: XLA aborted on the oracle, not a symdiff crash
+        outcome = "crash" if key in referenced or hung else "invalid"
+        if outcome == "invalid":
+            detail = f"the JAX oracle's process died: {detail}"
+        return {key: {"seed": prog.seed, "device": device, "outcome": outcome, "detail": f"{detail}\n{tail}",
                       "worst": {}}}
     # the process died: judge everything without a result again, one at a time,
     # and (a crash at exit leaves every result) every job when none is missing

@@ -73,9 +73,20 @@ def test_clean_refusal_is_not_a_bug():
     assert r.outcome == "refused" and "UnsupportedOperationError" in r.detail, r
 
 
+def _aborts_in(ns: str) -> Program:
+    """A program whose numpy (``np``) or JAX (``jnp``) twin kills the process."""
+    return _tiny("({0} + (__import__('os').abort() if '{ns}' == '%s' else 0))" % ns)
+
+
 def test_a_crash_is_charged_to_its_program():
     """A worker that dies takes only the program that killed it with it."""
-    abort = _tiny("({0} + __import__('os').abort())")
-    jobs = [(0, _tiny(), "numpy"), (1, abort, "numpy"), (2, _tiny("{ns}.cos({0})"), "numpy")]
+    jobs = [(0, _tiny(), "numpy"), (1, _aborts_in("np"), "numpy"), (2, _tiny("{ns}.cos({0})"), "numpy")]
     results = run_batch(jobs, timeout_per_job=120)
     assert [results[k]["outcome"] for k in range(3)] == ["ok", "crash", "ok"], results
+
+
+def test_a_death_inside_the_oracle_is_not_charged_to_symdiff():
+    """XLA aborting while compiling the JAX twin says nothing about symdiff."""
+    results = run_batch([(0, _aborts_in("jnp"), "numpy"), (1, _tiny(), "numpy")], timeout_per_job=120)
+    assert results[0]["outcome"] == "invalid" and "oracle" in results[0]["detail"], results[0]
+    assert results[1]["outcome"] == "ok", results[1]
