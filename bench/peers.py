@@ -50,17 +50,18 @@ class NumpyPeer(Peer):
 
 
 class JaxPeer(Peer):
-    """``jax.jit(jax.value_and_grad(f))`` on the CPU in float32, as a JAX user would write it."""
+    """``jax.jit(jax.value_and_grad(f))`` in float32, as a JAX user would write it, on
+    ``device`` (a JAX platform: the CPU unless bench.gpu asks for "gpu")."""
 
     name, package = "jax", "jax"
 
-    def runner(self, workload: Workload, inputs: dict[str, np.ndarray]) -> Runner:
+    def runner(self, workload: Workload, inputs: dict[str, np.ndarray], device: str = "cpu") -> Runner:
         import jax
         import jax.numpy as jnp
 
         body, names = workload.array_body(for_jax=True), list(inputs)
         argnums = tuple(names.index(w) for w in workload.wrt)
-        args = [jax.device_put(v, jax.devices("cpu")[0]) for v in inputs.values()]
+        args = [jax.device_put(v, jax.devices(device)[0]) for v in inputs.values()]
         fwd = jax.jit(lambda *a: body(jnp, *a))
         vg = jax.jit(jax.value_and_grad(lambda *a: body(jnp, *a), argnums=argnums))
 
@@ -86,16 +87,17 @@ def torch_namespace() -> types.SimpleNamespace:
 
 
 class TorchPeer(Peer):
-    """PyTorch eager autograd on the CPU: a forward pass, then ``torch.autograd.grad``."""
+    """PyTorch eager autograd: a forward pass, then ``torch.autograd.grad``, on ``device``
+    (a torch device: the CPU unless bench.gpu asks for "cuda")."""
 
     name, package = "torch", "torch"
 
-    def runner(self, workload: Workload, inputs: dict[str, np.ndarray]) -> Runner:
+    def runner(self, workload: Workload, inputs: dict[str, np.ndarray], device: str = "cpu") -> Runner:
         import torch
 
         tnp = torch_namespace()
         body = workload.array_body(for_jax=False)
-        args = [torch.from_numpy(v.copy()).requires_grad_(n in workload.wrt) for n, v in inputs.items()]
+        args = [torch.from_numpy(v.copy()).to(device).requires_grad_(n in workload.wrt) for n, v in inputs.items()]
         wrt_args = [a for n, a in zip(inputs, args) if n in workload.wrt]
 
         def forward() -> Any:
@@ -108,7 +110,7 @@ class TorchPeer(Peer):
 
         def to_numpy(out: Any) -> Grads:
             value, grads = out
-            return float(value), {w: g.numpy() for w, g in zip(workload.wrt, grads)}
+            return float(value), {w: g.cpu().numpy() for w, g in zip(workload.wrt, grads)}
 
         return Runner(forward, value_and_grad, to_numpy)
 

@@ -93,13 +93,17 @@ def elementwise_chain(xp, x, w):
     return xp.sum(y)
 
 
-def mlp_softmax_xent(xp, x, w1, b1, w2, y):
-    h = xp.maximum(x @ w1 + b1, 0.0)
-    logits = h @ w2
+def softmax_xent(xp, logits, y):
+    """Mean softmax cross-entropy of rows of ``logits`` against (one-hot) rows of ``y``."""
     m = xp.max(logits, axis=1, keepdims=True)
     s = logits - m
     lse = xp.log(xp.sum(xp.exp(s), axis=1, keepdims=True))
     return -xp.mean(xp.sum(y * (s - lse), axis=1))
+
+
+def mlp_softmax_xent(xp, x, w1, b1, w2, y):
+    h = xp.maximum(x @ w1 + b1, 0.0)
+    return softmax_xent(xp, h @ w2, y)
 
 
 def layer_norm(xp, x, g, b):
@@ -112,15 +116,15 @@ def layer_norm(xp, x, g, b):
 STENCIL_STEPS = 10
 
 
-def jacobi_2d(xp, u):
+def jacobi_2d(xp, u, steps=STENCIL_STEPS):
     u = xp.copy(u)
-    for _ in range(STENCIL_STEPS):
+    for _ in range(steps):
         u[1:-1, 1:-1] = 0.2 * (u[1:-1, 1:-1] + u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
     return xp.mean(u * u)
 
 
-def jacobi_2d_functional(xp, u):
-    for _ in range(STENCIL_STEPS):
+def jacobi_2d_functional(xp, u, steps=STENCIL_STEPS):
+    for _ in range(steps):
         u = u.at[1:-1, 1:-1].set(
             0.2 * (u[1:-1, 1:-1] + u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]))
     return xp.mean(u * u)
