@@ -25,6 +25,7 @@ from .plan import Kernel, LoweringError, Plan, Step, extent
 from .printer import SLANG_TYPES, SlangPrinter, is_index_valued, prelude
 from .rowfusion import LoopGroup, RowKernel, reduces
 from .threads import GROUP_SIZE, Threads
+from .workgroups import WORKGROUP, cooperative
 
 
 # Slang type of a buffer element: bools travel as ints (structured buffers of
@@ -60,10 +61,11 @@ class KernelEntry:
     threads: int  # points of the kernel's box (or of its tiles)
     buffers: dict[str, str]  # entry-point parameter -> access node id
     per_thread: int = 1  # consecutive points one dispatched thread runs
+    lanes: int = 1  # dispatched threads per point (a workgroup's, lowering.workgroups)
 
     @property
     def thread_count(self) -> list[int]:
-        return Threads(self.threads, self.per_thread).thread_count
+        return Threads(self.threads * self.lanes, self.per_thread).thread_count
 
 
 @dataclass
@@ -92,7 +94,8 @@ def precision_of(graph: DataflowGraph, tasklet: Tasklet) -> str:
 
 
 class _KernelWriter:
-    def __init__(self, plan: Plan, kernel: Kernel, atomics: set, device: str, guards: IndexGuards):
+    def __init__(self, plan: Plan, kernel: Kernel, atomics: set, device: str, guards: IndexGuards,
+                 shared: set):
         self.g = plan.graph
         self.guards = guards
         self.plan = plan
@@ -109,7 +112,11 @@ class _KernelWriter:
         self.target = targets.of(device)
         self.tiling = tiling(plan.graph, kernel, self.target)
         self.threads = self.tiling.threads if self.tiling else kernel.threads
-        self.mapping = Threads.for_device(self.threads, self.target)
+        # a workgroup per point (lowering.workgroups): its lanes share the point's loops
+        self.workgroup = WORKGROUP if cooperative(plan.graph, kernel, self.target, self.tiling is not None) else 1
+        self.shared = shared  # element types of the groupshared scratch arrays the module needs
+        self.per_lane = False  # emitting a loop body whose points are the current lane's own
+        self.mapping = Threads.for_device(self.threads * self.workgroup, self.target)
         self.lanes = CPU_REDUCTION_LANES if self.target.sequential else 1
         self.indent = 0  # extra depth of the point loop and of the per-output loop of a tiled kernel
 
@@ -133,8 +140,11 @@ class _KernelWriter:
         k, tl = self.kernel, self.tiling
         grid = tl.grid if tl else k.box
         coord = "g" if tl else "t"  # a tiled kernel's thread coordinates count tiles
-        for line in self.mapping.open("lin"):
+        for line in self.mapping.open("lin" if self.workgroup == 1 else "global_thread"):
             self.emit(line, 1)
+        if self.workgroup > 1:  # whole workgroups return together above: barriers stay uniform
+            self.emit(f"int lin = global_thread / {self.workgroup};", 1)
+            self.emit(f"int lane = global_thread % {self.workgroup};", 1)
         self.indent += len(self.mapping.close())
         strides = [math.prod(grid[a + 1:]) for a in range(len(grid))]
         for a, (n, stride) in enumerate(zip(grid, strides)):
@@ -297,6 +307,9 @@ class _KernelWriter:
         each block of consecutive points adds into lane ``k`` of each
         accumulator, the lanes are combined in lane order after the last whole
         block, and the points past it add into the combined accumulators."""
+        if self.workgroup > 1:
+            self.shared_loop(reducing, length, point)
+            return
         accs = [(step, c, *self.accumulator(step, c)) for step in reducing for c in self.outputs(step.tasklet)]
         boolean = any(acc_type == "bool" for *_, acc_type in accs)
         lanes = self.lanes if accs and length >= 2 * self.lanes and not boolean else 1
@@ -322,6 +335,38 @@ class _KernelWriter:
         self.emit("{", 1)
         point(2, None)
         self.emit("}", 1)
+
+    def shared_loop(self, reducing: list[Step], length: int, point: Callable[[int, str | None], None]) -> None:
+        """``lane_loops`` in a workgroup: lane ``l`` runs points ``l``,
+        ``l + WORKGROUP``, ... and each reducing step's accumulators are then
+        combined over the lanes (``combine_lanes``)."""
+        self.emit(f"for (int r = lane; r < {length}; r += {self.workgroup})", 1)
+        self.emit("{", 1)
+        self.per_lane = True
+        point(2, None)
+        self.per_lane = False
+        self.emit("}", 1)
+        for step in reducing:
+            for c in self.outputs(step.tasklet):
+                self.combine_lanes(*self.accumulator(step, c), self.accumulation(step, c))
+
+    def combine_lanes(self, acc: str, acc_type: str, op: str) -> None:
+        """Every lane's ``acc`` combined in a fixed binary tree in groupshared
+        memory (lane l with lane l + width, halving width), the result in every
+        lane's ``acc``.  The last barrier lets the next tree reuse the scratch."""
+        scratch = f"workgroup_{acc_type}"
+        self.shared.add(acc_type)
+        self.emit(f"// {acc}: the lanes' partial results combined in a fixed tree", 1)
+        self.emit(f"{scratch}[lane] = {acc};", 1)
+        self.emit("GroupMemoryBarrierWithGroupSync();", 1)
+        self.emit(f"for (int width = {self.workgroup // 2}; width > 0; width /= 2)", 1)
+        self.emit("{", 1)
+        combined = COMBINE[op].format(a=f"{scratch}[lane]", b=f"{scratch}[lane + width]")
+        self.emit(f"if (lane < width) {scratch}[lane] = {combined};", 2)
+        self.emit("GroupMemoryBarrierWithGroupSync();", 2)
+        self.emit("}", 1)
+        self.emit(f"{acc} = {scratch}[0];", 1)
+        self.emit("GroupMemoryBarrierWithGroupSync();", 1)
 
     def names(self, step: Step, parallel: dict) -> dict[sympy.Symbol, str]:
         """Slang names of a step's symbols: ``parallel`` for its thread
@@ -490,9 +535,12 @@ class _KernelWriter:
             buf = self.buffer(w.access)
             idx = self.flat_index(w.memlet, names)
             ok = self.guards.guard(self, step.tasklet, w.memlet, names, depth, write=True)
-            if ok is not None:  # a data-dependent index out of range drops the write (lowering.bounds_check)
-                self.emit(f"if ({ok})", depth)
-            d = depth + (ok is not None)
+            # a data-dependent index out of range drops the write (lowering.bounds_check);
+            # a value every lane of a workgroup holds alike is stored by lane 0
+            conditions = [c for c in (ok, "lane == 0" if self.workgroup > 1 and not self.per_lane else None) if c]
+            if conditions:
+                self.emit(f"if ({' && '.join(conditions)})", depth)
+            d = depth + bool(conditions)
             if w.mode == "store":
                 self.emit(f"{buf}[{idx}] = {value};", d)
             elif w.mode == "combine":
@@ -510,8 +558,14 @@ class _RowKernelWriter(_KernelWriter):
     for the groups after them."""
 
     def steps(self) -> None:
+        written: set[str] = set()
         for group in self.kernel.groups:
+            if self.workgroup > 1 and any(r.producer is None and r.access in written
+                                          for s in group.steps for r in s.reads):
+                self.emit("// other lanes stored what this loop reads", 1)
+                self.emit("AllMemoryBarrierWithGroupSync();", 1)
             self.group(group)
+            written |= {w.access for s in group.steps for w in s.writes}
 
     def group(self, group: LoopGroup) -> None:
         where = f"one loop over {group.length} points of the row" if group.shape else "once per row"
@@ -653,6 +707,11 @@ def _program(entries: list[KernelEntry], g: DataflowGraph) -> tuple[str, dict[st
     return text, buffers
 
 
+def _scratch(acc_type: str) -> str:
+    """The groupshared array a workgroup combines ``acc_type`` partial results in."""
+    return f"groupshared {acc_type} workgroup_{acc_type}[{WORKGROUP}];"
+
+
 def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
     """The Slang module for a plan on one device kind (a ``lowering.targets``
     name or ``Target``; the kind decides matmul tiles, point loops, the form
@@ -662,6 +721,7 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
     g = plan.graph
     target = targets.of(device)
     atomics: set = set()
+    shared: set = set()
     guards = IndexGuards(g)
     parts, entries = [], []
     for access, identity in plan.fills.items():
@@ -671,16 +731,17 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
             entries.append(entry)
     for kernel in plan.kernels:
         w = (_RowKernelWriter if isinstance(kernel, RowKernel) else _KernelWriter)(plan, kernel, atomics, device,
-                                                                                   guards)
+                                                                                   guards, shared)
         body = w.write()
         described = ", ".join(s.tasklet.name + (f" ({s.tasklet.source})" if s.tasklet.source else "")
                               for s in kernel.steps)
         name = identifier(kernel.name)
-        comment = (f"// kernel {name}: {len(kernel.steps)} tasklet(s), {w.threads} thread(s) "
-                   f"over {list(kernel.box)}" + (f" in tiles of {list(w.tiling.tile)}" if w.tiling else "")
+        comment = (f"// kernel {name}: {len(kernel.steps)} tasklet(s), {w.threads} "
+                   + (f"workgroup(s) of {w.workgroup} threads sharing each loop" if w.workgroup > 1 else "thread(s)")
+                   + f" over {list(kernel.box)}" + (f" in tiles of {list(w.tiling.tile)}" if w.tiling else "")
                    + f"\n//   {described}")
         parts.append(_kernel_text(name, comment, _params(w.buffers, g), body))
-        entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers), w.mapping.per_thread))
+        entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers), w.mapping.per_thread, w.workgroup))
     for n, entry in enumerate(entries):
         entry.index = n
     buffers: dict[str, str] = {}
@@ -689,4 +750,5 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
         parts.append(program)
     header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", prelude(target)]
     header += [_atomic_helper(s, op, target) for s, op in sorted(atomics)] + ([helper(target)] if guards.checks else [])
+    header += [_scratch(t) for t in sorted(shared)]
     return Module("\n\n".join(header + parts) + "\n", entries, buffers, guards.checks)

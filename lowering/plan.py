@@ -30,6 +30,7 @@ from ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Tasklet, conn
 from ir.index_analysis import covers, injective
 from ir.sizes import substitute_sizes
 
+from . import targets
 from .matmul import MIN_TILED_OUTPUTS, matmul_shape
 
 # A reduction longer than this, with fewer parallel points than
@@ -315,9 +316,11 @@ def check_order(graph: DataflowGraph, kernels: list[Kernel]) -> None:
                                         f"{kernel.name}) reads {access} before {late[0]} writes it")
 
 
-def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
+def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Target | None" = None) -> Plan:
     """Bind sizes, split multi-output tasklets, fold elementwise producers into reductions, split long
-    reductions, group tasklets into kernels and decide buffers, fills and write modes."""
+    reductions, group tasklets into kernels and decide buffers, fills and write modes.  ``target``
+    (a ``lowering.targets`` name or ``Target``) only sets how long a row kernel's rows may be;
+    without one the plan suits every target."""
     g = bind(graph, sizes)
     empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
@@ -330,7 +333,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int]) -> Plan:
         if isinstance(g.node(node_id), Tasklet):
             _place(g, kernels, kernel_of, g.node(node_id))
     from .rowfusion import RowKernel, fuse_rows  # built on this module's types
-    kernels = fuse_rows(g, kernels)
+    kernels = fuse_rows(g, kernels, None if target is None else targets.of(target).max_row)
     check_order(g, kernels)
 
     buffer_reads = {r.access for k in kernels for s in k.steps for r in s.reads if r.producer is None}

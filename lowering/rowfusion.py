@@ -28,16 +28,18 @@ into row kernels placed after it, which do not run where they were).
 
 Cost rule: the total work and the memory traffic are the ones of the kernels
 it replaces (an intermediate crossing loop groups is stored and reloaded, as
-it was between kernels, and nothing is recomputed); what a row kernel gives
-up is parallelism along the row and contiguous access across neighbouring
-threads.  On lavapipe, whose SIMD lanes are neighbouring threads, that costs
-more than the dispatches it saves once rows get long: layer norm value_and_grad
-measured (separate kernels -> row kernels) 4096x128 35 -> 16 ms, 1024x256
-13.7 -> 11.6 ms, 256x1024 14 -> 28 ms, 1024x1024 58 -> 126 ms; on the CPU
-device (one thread after another, a row a contiguous loop) rows won at every
-length tried (1024x1024 32 -> 20 ms).  Planning is device-independent, so a
-row is at most ``MAX_ROW`` points long for both.  Matmul-shaped reductions
-keep their register-tiled kernels (``lowering.matmul``).
+it was between kernels, and nothing is recomputed).  On a target whose threads
+run in sequence (the CPU device) a thread owns the row and loops over it: rows
+won at every length tried there (layer norm 1024x1024 32 -> 20 ms), but one
+thread per row gives up the parallelism along the row, which on lavapipe cost
+more than the dispatches saved once rows got long (layer norm value_and_grad,
+separate kernels -> thread rows: 4096x128 35 -> 16 ms, 256x1024 14 -> 28 ms).
+On a target with workgroups (``lowering.workgroups``) a workgroup owns the row
+instead: its threads share each loop (coalesced, every lane busy) and combine
+a reduction in groupshared memory, so rows may be much longer.  The longest
+row is the target's ``max_row`` (``lowering.targets``); ``MAX_ROW`` when the
+plan is made for no particular target.  Matmul-shaped reductions keep their
+register-tiled kernels (``lowering.matmul``).
 """
 from __future__ import annotations
 
@@ -49,11 +51,12 @@ import sympy
 from ir.graph import DataflowGraph, Memlet
 from ir.index_analysis import covers, injective
 
+from . import targets
 from .matmul import matmul_shape
 from .plan import Kernel, Read, Step, extent, uses_connectors
 
-# Longest row (points per thread per loop group): see the module docstring.
-MAX_ROW = 256
+# Longest row of a plan made for no particular target: a thread's (module docstring).
+MAX_ROW = targets.ROW_OF_A_THREAD
 
 
 @dataclass
@@ -92,11 +95,11 @@ def _loop_shape(step: Step) -> tuple[int, ...]:
 
 
 # -- which steps run per row ----------------------------------------------------------------
-def _row_step(graph: DataflowGraph, step: Step, outer: int) -> Step | None:
+def _row_step(graph: DataflowGraph, step: Step, outer: int, max_row: int) -> Step | None:
     """The step with its first ``outer`` thread axes kept and the rest run as a
     loop, or None when it cannot run per row: a reduction must reduce exactly
     its row into elements owned by the row (so rows never collide), a map must
-    write plainly; no row is longer than ``MAX_ROW``."""
+    write plainly; no row is longer than ``max_row``."""
     t = step.tasklet
     writes = [m for _, m in graph.writes(t.name)]
     if not writes or any(uses_connectors(m.index, t) for m in writes):
@@ -113,7 +116,7 @@ def _row_step(graph: DataflowGraph, step: Step, outer: int) -> Step | None:
         if len(step.parallel) < outer or any(m.accumulate is not None for m in writes):
             return None
         row = Step(t, step.parallel[:outer], step.parallel[outer:])
-    return row if math.prod(extent(r) for r in row.loop) <= MAX_ROW else None
+    return row if math.prod(extent(r) for r in row.loop) <= max_row else None
 
 
 def _outer_lengths(kernel: Kernel) -> list[int]:
@@ -210,6 +213,7 @@ class _Rows:
 
     outer: int
     box: tuple[int, ...]
+    max_row: int
     members: list[Kernel] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     groups: list[LoopGroup] = field(default_factory=list)
@@ -220,10 +224,10 @@ class _Rows:
         """A copy with ``kernel``'s steps appended, or None if one cannot run per row here."""
         if kernel.box[:self.outer] != self.box:
             return None
-        steps = [_row_step(graph, s, self.outer) for s in kernel.steps]
+        steps = [_row_step(graph, s, self.outer, self.max_row) for s in kernel.steps]
         if None in steps:
             return None
-        new = _Rows(self.outer, self.box, self.members + [kernel], list(self.steps),
+        new = _Rows(self.outer, self.box, self.max_row, self.members + [kernel], list(self.steps),
                     [LoopGroup(g.shape, list(g.steps)) for g in self.groups],
                     {a: list(ws) for a, ws in self.written.items()}, dict(self.group_of))
         return new if all(new._add(graph, step) for step in steps) else None
@@ -277,12 +281,13 @@ def _join(graph: DataflowGraph, out: list[Kernel], runs: list[Run], kernel: Kern
     return False
 
 
-def fuse_rows(graph: DataflowGraph, kernels: list[Kernel]) -> list[Kernel]:
-    """Merge kernels (in dispatch order) into row kernels where the module
-    docstring's rules allow.  A kernel may hop over others it reads nothing
+def fuse_rows(graph: DataflowGraph, kernels: list[Kernel], max_row: int | None = None) -> list[Kernel]:
+    """Merge kernels (in dispatch order) into row kernels of at most
+    ``max_row`` points a row (default ``MAX_ROW``) where the module docstring's rules allow.  A kernel may hop over others it reads nothing
     from; a run of merged kernels holding no reduction is left as it was
     (nothing would run per row but elementwise work, better spread over
     every point)."""
+    max_row = MAX_ROW if max_row is None else max_row
     out: list[Kernel] = []
     runs: list[Run] = []
     # only a row a reduction runs over can start a row kernel (and building one costs sympy work)
@@ -291,7 +296,7 @@ def fuse_rows(graph: DataflowGraph, kernels: list[Kernel]) -> list[Kernel]:
         if not _join(graph, out, runs, kernel):
             out.append(kernel)
             lengths = [n for n in _outer_lengths(kernel) if kernel.box[:n] in rows]
-            forms = [_Rows(n, kernel.box[:n]).extended(graph, kernel) for n in lengths]
+            forms = [_Rows(n, kernel.box[:n], max_row).extended(graph, kernel) for n in lengths]
             if any(forms):
                 runs.append((len(out) - 1, [f for f in forms if f is not None]))
     for pos, (rows, *_) in reversed(runs):

@@ -204,10 +204,11 @@ class Executable:
         if inst is None:
             start = time.perf_counter()
             before = cache.stats["compiles"]
-            p = plan(self.graph, sizes)
+            target = devices.target(self.device)  # lavapipe: its own maths helpers
+            p = plan(self.graph, sizes, target)
             if self.deterministic:
                 check_atomic_free(p)
-            module = generate(p, devices.target(self.device))  # lavapipe: its own maths helpers
+            module = generate(p, target)
             dev = devices.get_device(self.device)
             entries = [PROGRAM] if targets.of(self.device).sequential else [f"{k.name}_main" for k in module.kernels]
             kernels = cache.kernels(self.device, dev, module.source, entries)

@@ -22,6 +22,10 @@ Facts behind the fields (slangpy 0.43.1, Slang 2026.12; ``shared/notes/slangpy.m
   compare-and-swap loop on every concurrent target.
 * lavapipe's double-precision ``exp``/``sin``/``log``/``pow``/``tanh`` return
   garbage; hardware Vulkan and CUDA compute them correctly.
+* Vulkan and CUDA run a workgroup's threads together with ``groupshared``
+  memory and ``GroupMemoryBarrierWithGroupSync``; lavapipe runs that code too
+  (so CI checks the cooperative kernels of ``lowering.workgroups``).  slangpy's
+  CPU device runs threads one after another: a barrier there cannot work.
 """
 from __future__ import annotations
 
@@ -50,6 +54,16 @@ class Target:
     # optimiser (any level >= 1, any floating-point mode) folds (x + K) - K and
     # (1 + x) - 1 to x, so rounding tricks need lowering.cpu_math's ``unfolded``.
     folds_float_identities: bool = False
+    # A workgroup's threads run together and share memory and barriers: a long
+    # reduction or a row is split over the threads of one workgroup and their
+    # partial results combined in a fixed tree (lowering.workgroups).
+    workgroup_reductions: bool = False
+
+    @property
+    def max_row(self) -> int:
+        """Longest row a row kernel (lowering.rowfusion) may loop over: a
+        thread's own loop on a sequential target, a workgroup's on a GPU."""
+        return ROW_OF_A_WORKGROUP if self.workgroup_reductions else ROW_OF_A_THREAD
 
     @property
     def concurrent_updates(self) -> bool:
@@ -58,15 +72,25 @@ class Target:
         return not self.sequential
 
 
+# Rows: one thread looping over a longer row loses its SIMD neighbours (measured on
+# lavapipe before workgroup rows, lowering.rowfusion); a workgroup's 256 threads
+# each take every 256th point, so a row of 16k is 64 points a thread.
+ROW_OF_A_THREAD = 256
+ROW_OF_A_WORKGROUP = 16384
+
 CPU = Target("cpu", sequential=True, float_atomic_add=False, polynomial_math=True)
 VULKAN = Target("vulkan", sequential=False, float_atomic_add=True, polynomial_math=False,
-                folds_float_identities=True)
-CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False)
+                folds_float_identities=True, workgroup_reductions=True)
+CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False, workgroup_reductions=True)
 # Vulkan on a CPU rasteriser (Mesa lavapipe): the same code, but not for double
 # transcendentals, and float32 exp/log/sin/cos/tanh as polynomials: lavapipe's
 # built-in log (2.2e-5 relative error, 2^-21 absolute near 1, within the
-# Vulkan spec) and tanh (4.9e-5) were ~100x JAX float32's (measured).
-LAVAPIPE = replace(VULKAN, float64_transcendentals=False, polynomial_math=True)
+# Vulkan spec) and tanh (4.9e-5) were ~100x JAX float32's (measured).  And one
+# thread per reduction or row: lavapipe runs the cooperative form correctly
+# (tests/lowering/test_workgroups.py forces it there) but its barriers are
+# costly: value_and_grad on this 2-core machine went 163 -> 664 ms (layer norm
+# 4096x1024), 61 -> 309 ms (row log-sum-exp 4096x1000), 208 -> 330 ms (16M sum).
+LAVAPIPE = replace(VULKAN, float64_transcendentals=False, polynomial_math=True, workgroup_reductions=False)
 
 TARGETS = {t.name: t for t in (CPU, VULKAN, CUDA)}
 

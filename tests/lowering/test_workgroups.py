@@ -1,0 +1,177 @@
+"""Cooperative reductions and rows (lowering.workgroups): a workgroup's lanes share
+a point's loops and combine their partial results in a fixed tree.
+
+Every program is checked against the numpy device (the IR interpreter in
+float64) on each GPU target present (lavapipe here, CUDA where a GPU is), and
+the generated text of every target is read for where the form is chosen: the
+CPU device keeps its per-thread loops.
+"""
+# (no ``from __future__ import annotations``: the programs' shape annotations close over local sizes)
+import numpy as np
+import pytest
+
+from dataclasses import replace
+
+import lowering
+import slang_compiler
+import symdiff as sd
+from lowering import devices, targets
+from lowering.codegen import generate
+from lowering.plan import plan
+from lowering.rowfusion import RowKernel
+
+COOPERATIVE = "workgroup(s) of 256 threads"
+
+
+def program(fn):
+    return sd.differentiable_program(fn)
+
+
+def logsumexp_rows(R: int, C: int):
+    def f(x: sd.f32[R, C]):
+        m = np.max(x, axis=1, keepdims=True)
+        return np.sum(np.log(np.sum(np.exp(x - m), axis=1)) + m[:, 0])
+    return program(f)
+
+
+def layer_norm(R: int, C: int):
+    def f(x: sd.f32[R, C], g: sd.f32[C], b: sd.f32[C]):
+        mu = np.mean(x, axis=1, keepdims=True)
+        v = np.mean((x - mu) ** 2, axis=1, keepdims=True)
+        return np.sum(np.tanh((x - mu) / np.sqrt(v + 1e-5) * g + b))
+    return program(f)
+
+
+def long_sum(n: int):
+    def f(x: sd.f32[n]):
+        return np.sum(np.sin(x) * x)
+    return program(f)
+
+
+def masked_products(R: int, C: int):
+    """prod and min reductions along rows, a conditional (masked) sum, and column sums."""
+    def f(x: sd.f32[R, C]):
+        p = np.prod(1.0 + 0.01 * np.tanh(x), axis=1)
+        lo = np.min(x, axis=1)
+        pos = np.sum(np.where(x > 0.5, x * x, 0.0), axis=1)
+        col = np.sum(x * x, axis=0)
+        return np.sum(p * lo) + np.sum(pos) + np.sum(np.sqrt(col))
+    return program(f)
+
+
+def float64_rows(R: int, C: int):
+    def f(x: sd.f64[R, C]):
+        return np.sum(np.sum(x * x, axis=1) ** 2)
+    return program(f)
+
+
+CASES = {  # name -> (program, argument shapes): lengths not multiples of 256, and shorter than a workgroup
+    "logsumexp 37x1000": (logsumexp_rows(37, 1000), [(37, 1000)]),
+    "logsumexp 5x100": (logsumexp_rows(5, 100), [(5, 100)]),
+    "layer norm 24x700": (layer_norm(24, 700), [(24, 700), (700,), (700,)]),
+    "sum 100003": (long_sum(100_003), [(100_003,)]),
+    "prod/min/masked/columns 30x517": (masked_products(30, 517), [(30, 517)]),
+    "float64 rows 9x300": (float64_rows(9, 300), [(9, 300)]),
+}
+
+
+def inputs(shapes, dtype, seed=0):
+    r = np.random.default_rng(seed)
+    return [r.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def with_workgroups(monkeypatch) -> None:
+    """Run the GPU form on lavapipe too (its own target keeps a thread per
+    reduction for speed, lowering.targets), so that CI checks it."""
+    own = devices.target
+    monkeypatch.setattr(devices, "target", lambda kind: replace(own(kind), workgroup_reductions=True))
+
+
+@pytest.fixture(params=[pytest.param("vulkan", marks=pytest.mark.vulkan), "cuda"])
+def gpu(request, monkeypatch):
+    """Each Vulkan or CUDA device present (lavapipe here, CUDA on a GPU machine), in the GPU form."""
+    if request.param not in lowering.available_devices():
+        pytest.skip(f"no {request.param} device here")
+    with_workgroups(monkeypatch)
+    return request.param
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cooperative_kernels_match_the_interpreter(case, gpu):
+    prog, shapes = CASES[case]
+    float64 = "float64" in case
+    args = inputs(shapes, np.float64 if float64 else np.float32)
+    ref_value, ref_grads = prog.value_and_grad(*[a.astype(np.float64) for a in args], device="numpy")
+    value, grads = prog.value_and_grad(*args, device=gpu)
+    tol = 1e-12 if float64 else 2e-5
+    assert abs(value - ref_value) <= tol * max(abs(ref_value), 1.0), (value, ref_value)
+    for name, ref in ref_grads.items():
+        scale = max(float(np.max(np.abs(ref))), 1.0)
+        np.testing.assert_allclose(grads[name], ref, rtol=0, atol=tol * scale * 10, err_msg=name)
+    assert COOPERATIVE in prog.slang_source(device=gpu)
+    # the fixed tree gives the same bits on every run
+    again = prog.value_and_grad(*args, device=gpu)
+    assert again[0] == value and all(np.array_equal(again[1][n], grads[n]) for n in grads)
+
+
+def _module(case: str, target: str):
+    prog, _ = CASES[case]
+    return generate(plan(prog.backward_graph(), {}, target), target)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_only_targets_with_workgroups_get_cooperative_kernels(case):
+    for target in ("vulkan", "cuda"):
+        assert COOPERATIVE in _module(case, target).source, target
+    cpu = _module(case, "cpu").source
+    assert COOPERATIVE not in cpu and "groupshared" not in cpu and "Barrier" not in cpu
+
+
+def test_rows_run_by_a_workgroup_may_be_longer_than_a_threads():
+    """Softmax rows of 1000 are one row kernel on GPU targets, separate kernels on the CPU device."""
+    prog, _ = CASES["logsumexp 37x1000"]
+    graph = prog.backward_graph()
+    assert any(isinstance(k, RowKernel) for k in plan(graph, {}, "vulkan").kernels)
+    assert not any(isinstance(k, RowKernel) for k in plan(graph, {}, "cpu").kernels)
+    assert targets.CUDA.max_row > targets.CPU.max_row
+
+
+def test_short_loops_and_wide_column_sums_keep_a_thread_per_point():
+    def f(x: sd.f32[4096, 40], y: sd.f32[300, 3000]):
+        return np.sum(np.sum(x, axis=1) ** 2) + np.sum(np.sum(y, axis=0) ** 2)
+    module = generate(plan(program(f).backward_graph(), {}, "cuda"), "cuda")
+    kernels = [part for part in module.source.split("// kernel ")[1:]]
+    short = [k for k in kernels if "over [4096]" in k.splitlines()[0]]
+    columns = [k for k in kernels if "over [3000" in k.splitlines()[0] and "sum" in k.splitlines()[1]]
+    assert short and columns
+    assert not any(COOPERATIVE in k.splitlines()[0] for k in short + columns), [k.splitlines()[0] for k in kernels]
+
+
+def test_lanes_store_a_points_values_once():
+    """Every store outside a loop shared by the lanes is lane 0's."""
+    source = _module("layer norm 24x700", "vulkan").source
+    checked = 0
+    for kernel in source.split("// kernel ")[1:]:
+        if COOPERATIVE not in kernel.splitlines()[0]:
+            continue
+        depth, shared_loop = 0, []
+        lines = kernel.splitlines()
+        for n, line in enumerate(lines):
+            if line.strip().startswith("for (int r = lane;"):
+                shared_loop.append(depth)
+            depth += line.count("{") - line.count("}")
+            if shared_loop and depth <= shared_loop[-1] and "}" in line:
+                shared_loop.pop()
+            if "] = " in line and "_v" in line.split("[")[0] and not shared_loop and "workgroup_" not in line:
+                assert "lane == 0" in lines[n - 1], (n, line)
+                checked += 1
+    assert checked >= 3  # the row statistics and the gradients of g and b at least
+
+
+@pytest.mark.skipif(not slang_compiler.available(), reason="no Slang compiler library in slangpy's wheel")
+@pytest.mark.parametrize("case", ["layer norm 24x700", "prod/min/masked/columns 30x517"])
+def test_cooperative_kernels_compile_to_cuda_source(case):
+    module = _module(case, "cuda")
+    cuda = slang_compiler.compile_source(module.source, "cuda", [f"{k.name}_main" for k in module.kernels])
+    assert any("__syncthreads()" in text for text in cuda.values())
+    assert any("__shared__" in text for text in cuda.values())
