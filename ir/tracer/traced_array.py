@@ -122,7 +122,8 @@ class TracedArray(Operators):
         self._shape = tuple(sympy.sympify(s) for s in shape)
         self._dtype = dtype
         # container index as a function of this view's placeholders (identity for a whole container)
-        self.index = tuple(index) if index is not None else placeholders(len(self._shape))
+        # (sympified: a view map may hold a plain 0, e.g. a broadcast axis, that a later view substitutes into)
+        self.index = tuple(sympy.sympify(e) for e in index) if index is not None else placeholders(len(self._shape))
         self.writable = writable
         # numpy's a[0] on a 1-d array is a scalar copy: in-place ops on it must not write through
         self.scalar_copy = scalar_copy

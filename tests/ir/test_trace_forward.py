@@ -177,6 +177,9 @@ CASES = {
     "broadcast_scalar_array": (lambda a, s: a * s + s, [(3, 4), ()], False),
     "broadcast_to": (lambda a: np.broadcast_to(a, (3, 4, 5)) * 1.0 + np.broadcast_to(a[:, :1], (4, 5)),
                      [(4, 5)], False),
+    # a view of a broadcast axis (its index map held a plain 0: fuzzer seed 100410)
+    "slice_of_broadcast": (lambda a: np.squeeze(np.broadcast_to(np.tanh(a), (2, 3))[0::-1, 2::2], axis=0) * 1.0,
+                           [(2, 1)], False),
     # reductions
     "sum_all": (lambda a: np.sum(a) + a.sum(), [(4, 5)], False),
     "sum_axis0": (lambda a: np.sum(a, axis=0), [(4, 5)], False),
