@@ -319,7 +319,10 @@ def _cell(entry: dict[str, Any]) -> str:
 
 def _mb(entry: dict[str, Any]) -> str:
     n = entry.get("device_bytes")
-    return "-" if n is None else f"{n / 2**20:.3g}"
+    if n is None:
+        return "-"
+    mib = n / 2**20
+    return f"{mib:.0f}" if mib >= 10 else f"{mib:.2g}"
 
 
 def _num(x: float | None, fmt: str) -> str:
