@@ -25,7 +25,7 @@ from .plan import Kernel, LoweringError, Plan, Step, extent
 from .printer import SLANG_TYPES, SlangPrinter, is_index_valued, prelude
 from .rowfusion import LoopGroup, RowKernel, reduces
 from .threads import GROUP_SIZE, Threads
-from .workgroups import WORKGROUP, cooperative
+from .workgroups import WORKGROUP, layout
 
 
 # Slang type of a buffer element: bools travel as ints (structured buffers of
@@ -61,11 +61,11 @@ class KernelEntry:
     threads: int  # points of the kernel's box (or of its tiles)
     buffers: dict[str, str]  # entry-point parameter -> access node id
     per_thread: int = 1  # consecutive points one dispatched thread runs
-    lanes: int = 1  # dispatched threads per point (a workgroup's, lowering.workgroups)
+    workgroup_threads: int = 0  # threads dispatched where workgroups share points' loops (lowering.workgroups)
 
     @property
     def thread_count(self) -> list[int]:
-        return Threads(self.threads * self.lanes, self.per_thread).thread_count
+        return Threads(self.workgroup_threads or self.threads, self.per_thread).thread_count
 
 
 @dataclass
@@ -112,11 +112,13 @@ class _KernelWriter:
         self.target = targets.of(device)
         self.tiling = tiling(plan.graph, kernel, self.target)
         self.threads = self.tiling.threads if self.tiling else kernel.threads
-        # a workgroup per point (lowering.workgroups): its lanes share the point's loops
-        self.workgroup = WORKGROUP if cooperative(plan.graph, kernel, self.target, self.tiling is not None) else 1
+        # lanes of a workgroup sharing each point's loops (lowering.workgroups), or None
+        self.layout = layout(plan.graph, kernel, self.target, self.tiling is not None)
+        self.workgroup = self.layout.lanes if self.layout else 1  # lanes per point
         self.shared = shared  # element types of the groupshared scratch arrays the module needs
         self.per_lane = False  # emitting a loop body whose points are the current lane's own
-        self.mapping = Threads.for_device(self.threads * self.workgroup, self.target)
+        self.mapping = Threads.for_device(self.layout.threads(self.threads) if self.layout else self.threads,
+                                          self.target)
         self.lanes = CPU_REDUCTION_LANES if self.target.sequential else 1
         self.indent = 0  # extra depth of the point loop and of the per-output loop of a tiled kernel
 
@@ -142,9 +144,8 @@ class _KernelWriter:
         coord = "g" if tl else "t"  # a tiled kernel's thread coordinates count tiles
         for line in self.mapping.open("lin" if self.workgroup == 1 else "global_thread"):
             self.emit(line, 1)
-        if self.workgroup > 1:  # whole workgroups return together above: barriers stay uniform
-            self.emit(f"int lin = global_thread / {self.workgroup};", 1)
-            self.emit(f"int lane = global_thread % {self.workgroup};", 1)
+        if self.layout:  # whole workgroups return together above: barriers stay uniform
+            self.cooperative_point()
         self.indent += len(self.mapping.close())
         strides = [math.prod(grid[a + 1:]) for a in range(len(grid))]
         for a, (n, stride) in enumerate(zip(grid, strides)):
@@ -307,7 +308,7 @@ class _KernelWriter:
         each block of consecutive points adds into lane ``k`` of each
         accumulator, the lanes are combined in lane order after the last whole
         block, and the points past it add into the combined accumulators."""
-        if self.workgroup > 1:
+        if self.layout:
             self.shared_loop(reducing, length, point)
             return
         accs = [(step, c, *self.accumulator(step, c)) for step in reducing for c in self.outputs(step.tasklet)]
@@ -336,6 +337,27 @@ class _KernelWriter:
         point(2, None)
         self.emit("}", 1)
 
+    def cooperative_point(self) -> None:
+        """``lin`` (this thread's point) and ``lane`` (its share of the point's
+        loops) from its place in the workgroup: ``layout.points`` neighbouring
+        points, ``layout.lanes`` lanes each.  Threads of a last, partial
+        workgroup past the final point redo it but store nothing (``spare``):
+        they must still reach every barrier."""
+        per = self.layout.points
+        self.emit(f"int group_thread = global_thread % {WORKGROUP};", 1)
+        if per == 1:
+            self.emit(f"int lin = global_thread / {WORKGROUP};", 1)
+            self.emit("int lane = group_thread;", 1)
+            return
+        self.emit(f"int point = global_thread / {WORKGROUP} * {per} + group_thread % {per};", 1)
+        self.emit(f"int lin = min(point, {self.threads - 1});", 1)
+        self.emit(f"int lane = group_thread / {per};", 1)
+
+    def spare(self) -> str | None:
+        """The condition that this thread's point is its own (see ``cooperative_point``)."""
+        return f"point < {self.threads}" if self.layout and self.layout.points > 1 and \
+            self.threads % self.layout.points else None
+
     def shared_loop(self, reducing: list[Step], length: int, point: Callable[[int, str | None], None]) -> None:
         """``lane_loops`` in a workgroup: lane ``l`` runs points ``l``,
         ``l + WORKGROUP``, ... and each reducing step's accumulators are then
@@ -355,17 +377,19 @@ class _KernelWriter:
         memory (lane l with lane l + width, halving width), the result in every
         lane's ``acc``.  The last barrier lets the next tree reuse the scratch."""
         scratch = f"workgroup_{acc_type}"
+        per = self.layout.points  # a point's lanes sit ``per`` apart in the workgroup
         self.shared.add(acc_type)
         self.emit(f"// {acc}: the lanes' partial results combined in a fixed tree", 1)
-        self.emit(f"{scratch}[lane] = {acc};", 1)
+        self.emit(f"{scratch}[group_thread] = {acc};", 1)
         self.emit("GroupMemoryBarrierWithGroupSync();", 1)
         self.emit(f"for (int width = {self.workgroup // 2}; width > 0; width /= 2)", 1)
         self.emit("{", 1)
-        combined = COMBINE[op].format(a=f"{scratch}[lane]", b=f"{scratch}[lane + width]")
-        self.emit(f"if (lane < width) {scratch}[lane] = {combined};", 2)
+        partner = f"{scratch}[group_thread + width{f' * {per}' if per > 1 else ''}]"
+        combined = COMBINE[op].format(a=f"{scratch}[group_thread]", b=partner)
+        self.emit(f"if (lane < width) {scratch}[group_thread] = {combined};", 2)
         self.emit("GroupMemoryBarrierWithGroupSync();", 2)
         self.emit("}", 1)
-        self.emit(f"{acc} = {scratch}[0];", 1)
+        self.emit(f"{acc} = {scratch}[{f'group_thread % {per}' if per > 1 else '0'}];", 1)
         self.emit("GroupMemoryBarrierWithGroupSync();", 1)
 
     def names(self, step: Step, parallel: dict) -> dict[sympy.Symbol, str]:
@@ -537,7 +561,8 @@ class _KernelWriter:
             ok = self.guards.guard(self, step.tasklet, w.memlet, names, depth, write=True)
             # a data-dependent index out of range drops the write (lowering.bounds_check);
             # a value every lane of a workgroup holds alike is stored by lane 0
-            conditions = [c for c in (ok, "lane == 0" if self.workgroup > 1 and not self.per_lane else None) if c]
+            own = "lane == 0" if self.layout and not self.per_lane else None
+            conditions = [c for c in (ok, own, self.spare()) if c]
             if conditions:
                 self.emit(f"if ({' && '.join(conditions)})", depth)
             d = depth + bool(conditions)
@@ -560,7 +585,7 @@ class _RowKernelWriter(_KernelWriter):
     def steps(self) -> None:
         written: set[str] = set()
         for group in self.kernel.groups:
-            if self.workgroup > 1 and any(r.producer is None and r.access in written
+            if self.layout and any(r.producer is None and r.access in written
                                           for s in group.steps for r in s.reads):
                 self.emit("// other lanes stored what this loop reads", 1)
                 self.emit("AllMemoryBarrierWithGroupSync();", 1)
@@ -737,11 +762,13 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
                               for s in kernel.steps)
         name = identifier(kernel.name)
         comment = (f"// kernel {name}: {len(kernel.steps)} tasklet(s), {w.threads} "
-                   + (f"workgroup(s) of {w.workgroup} threads sharing each loop" if w.workgroup > 1 else "thread(s)")
+                   + (f"point(s), {w.layout.points} a workgroup of {WORKGROUP} threads, {w.workgroup} sharing "
+                      "each point's loops" if w.layout else "thread(s)")
                    + f" over {list(kernel.box)}" + (f" in tiles of {list(w.tiling.tile)}" if w.tiling else "")
                    + f"\n//   {described}")
         parts.append(_kernel_text(name, comment, _params(w.buffers, g), body))
-        entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers), w.mapping.per_thread, w.workgroup))
+        entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers), w.mapping.per_thread,
+                                   w.layout.threads(w.threads) if w.layout else 0))
     for n, entry in enumerate(entries):
         entry.index = n
     buffers: dict[str, str] = {}

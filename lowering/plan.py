@@ -40,6 +40,14 @@ SPLIT_REDUCTION_MIN = 4096
 SPLIT_PARALLEL_LIMIT = 4096
 SPLIT_TARGET_THREADS = 8192
 SPLIT_MIN_CHUNK = 256
+# Where workgroups share each chunk's loop (lowering.workgroups), about as many
+# workgroups as a large GPU holds at once (an H100: 132 SMs x 8 of 256 threads):
+# 1024 chunks of a single sum, each a workgroup's; 32768 points (chunks x
+# outputs) of a reduction with many outputs, 32 a workgroup; and chunks long
+# enough to give every lane 16 elements or more.
+SPLIT_TARGET_WORKGROUPS = 1024
+SPLIT_TARGET_WORKGROUP_POINTS = 32768
+SPLIT_MIN_WORKGROUP_CHUNK = 4096
 
 
 class LoweringError(RuntimeError):
@@ -119,9 +127,11 @@ def split_multi_output_tasklets(graph: DataflowGraph) -> None:
 
 
 # -- two-stage reductions ------------------------------------------------------------
-def split_large_reductions(graph: DataflowGraph) -> None:
+def split_large_reductions(graph: DataflowGraph, target: "targets.Target | None" = None) -> None:
     """Rewrite long reductions with few outputs into partial sums per chunk
-    (many threads) followed by a short reduction over the chunks."""
+    (many threads, or on a ``target`` with workgroups many workgroups)
+    followed by a short reduction over the chunks."""
+    workgroups = target is not None and target.workgroup_reductions
     for t in list(graph.tasklets()):
         writes = graph.writes(t.name)
         if not writes or any(m.accumulate is None or uses_connectors(m.index, t) for _, m in writes):
@@ -137,7 +147,12 @@ def split_large_reductions(graph: DataflowGraph) -> None:
             continue
         if points >= MIN_TILED_OUTPUTS and matmul_shape(graph, t) is not None:
             continue  # register tiles over its outputs beat partial sums (lowering.matmul)
-        chunks = max(2, min(SPLIT_TARGET_THREADS // max(points, 1), length // SPLIT_MIN_CHUNK))
+        if workgroups:
+            most = SPLIT_TARGET_WORKGROUPS if points == 1 else SPLIT_TARGET_WORKGROUP_POINTS
+            least = SPLIT_MIN_WORKGROUP_CHUNK
+        else:
+            most, least = SPLIT_TARGET_THREADS, SPLIT_MIN_CHUNK
+        chunks = max(2, min(most // max(points, 1), length // least))
         chunk_len = -(-length // chunks)
         # a chunk length dividing the reduction (fewer, longer chunks) needs no bound check per element
         chunk_len = next((n for n in range(chunk_len, 2 * chunk_len) if length % n == 0), chunk_len)
@@ -163,20 +178,22 @@ def _split(graph: DataflowGraph, t: Tasklet, par_ranges, red_ranges, chunks: int
     for access, m in graph.writes(t.name):
         dtype = graph.containers[m.container].dtype
         partial = graph.unique_name(f"{t.name}_{m.connector}_partial")
-        graph.add_container(partial, par_shape + (chunks,), dtype, "transient", two_stage=True)
-        writes_1[m.connector] = (graph.access(partial, 0), par_index + (c,), m.accumulate)
+        # chunk-major: neighbouring outputs of one chunk are neighbouring points and elements
+        # (a column sum's columns stay contiguous for workgroups across points, lowering.workgroups)
+        graph.add_container(partial, (chunks,) + par_shape, dtype, "transient", two_stage=True)
+        writes_1[m.connector] = (graph.access(partial, 0), (c,) + par_index, m.accumulate)
         stage_2.append((access, m, partial))
     bound = sympy.StrictLessThan(flat, length) if chunks * chunk_len != length else sympy.true
     cond = sympy.And(t.condition.xreplace(subs), bound)
     graph.remove_tasklet(t.name)
-    graph.add_tasklet(f"{t.name}_stage1", tuple(par_ranges) + ((c, 0, chunks), (r, 0, chunk_len)),
+    graph.add_tasklet(f"{t.name}_stage1", ((c, 0, chunks),) + tuple(par_ranges) + ((r, 0, chunk_len),),
                       {k: v.xreplace(subs) for k, v in t.body.items()}, reads, writes_1, condition=cond,
                       source=t.source, backward=t.backward, origin=t.meta["origin"],
                       folded=t.meta.get("folded", ()))
     for access, m, partial in stage_2:
         v = connector_symbol("v", graph.containers[partial].dtype)
         graph.add_tasklet(f"{t.name}_stage2", tuple(par_ranges) + ((c, 0, chunks),), {m.connector: v},
-                          {"v": (graph.access(partial, 0), par_index + (c,))},
+                          {"v": (graph.access(partial, 0), (c,) + par_index)},
                           {m.connector: (access, m.index, m.accumulate)}, source=t.source,
                           backward=t.backward, origin=t.meta["origin"])
 
@@ -225,6 +242,7 @@ class Plan:
     kernels: list[Kernel]
     stored: set[str]  # access nodes that need a buffer
     fills: dict[str, float]  # access node -> identity value to fill before each call
+    overwritten: set[str] = field(default_factory=set)  # versions whose sole writer stores every element
 
 
 def _same_point(producer: Step, w: Memlet, consumer: Step, r: Memlet) -> bool:
@@ -253,13 +271,26 @@ def _forwardable(graph: DataflowGraph, access: str, kernel: Kernel, consumer: St
     return name if _same_point(step, w, consumer, r) else None
 
 
+def _distinct_elements(a: Memlet, b: Memlet) -> bool:
+    """Whether two writes of one version provably touch different elements:
+    both at constant indices, and not the same (the per-tap sums of a
+    convolution's kernel gradient, ``dk[0]``, ``dk[1]``, ...)."""
+    constant = all(sympy.sympify(e).is_Integer for e in a.index + b.index)
+    return constant and tuple(map(int, a.index)) != tuple(map(int, b.index))
+
+
+def _shares_written_elements(graph: DataflowGraph, t: Tasklet, other: Tasklet) -> bool:
+    """Whether ``t`` and ``other`` may write one element of a version."""
+    theirs = graph.writes(other.name)
+    return any(a == b and not _distinct_elements(m, w) for a, m in graph.writes(t.name) for b, w in theirs)
+
+
 def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int], t: Tasklet) -> None:
     par = parallel_symbols(graph, t)
     parallel = tuple(rng for rng in t.domain if rng[0] in par)
     loop = tuple(rng for rng in t.domain if rng[0] not in par)
     box = tuple(extent(rng) for rng in parallel)
     reads = graph.reads(t.name)
-    written = {a for a, _ in graph.writes(t.name)}
     for k, kernel in enumerate(kernels):
         if kernel.box != box:
             continue
@@ -276,7 +307,7 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
                 break
             step.reads.append(Read(m.connector, access, m, producer))
         # a second accumulating writer of a version would collide with the first
-        if ok and not any(a in written for s in kernel.steps for a, _ in graph.writes(s.tasklet.name)):
+        if ok and not any(_shares_written_elements(graph, t, s.tasklet) for s in kernel.steps):
             kernel.steps.append(step)
             kernel_of[t.name] = k
             return
@@ -326,7 +357,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     split_multi_output_tasklets(g)
     from .reduce_fusion import fold_producers  # built on this module's index analysis
     fold_producers(g)
-    split_large_reductions(g)
+    split_large_reductions(g, None if target is None else targets.of(target))
     kernels: list[Kernel] = []
     kernel_of: dict[str, int] = {}
     for node_id in g.topological_order():
@@ -340,6 +371,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     latest_results = {g.latest(c) for c in g.results}
     stored: set[str] = set(buffer_reads | latest_results)
     fills: dict[str, float] = {a: v for a, v in empty_fills.items() if a in stored}
+    overwritten: set[str] = set()
     for kernel in kernels:
         for step in kernel.steps:
             t = step.tasklet
@@ -353,13 +385,15 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
                 # at a shifted index it is a neighbouring thread's element, issue 18)
                 others = [s for s in kernel.steps if s is not step
                           and any(a == access and not (isinstance(kernel, RowKernel) and _same_point(step, m, s, w))
-                                  for a, w in g.writes(s.tasklet.name))]
+                                  and not _distinct_elements(m, w) for a, w in g.writes(s.tasklet.name))]
                 # a second write of this tasklet at another index collides with other threads' writes
                 shifted = any(a == access and w.index != m.index for a, w in g.writes(t.name))
                 exclusive = (not uses_connectors(m.index, t) and injective(m.index, thread_syms)
                              and not others and not shifted)
                 sole = (len(writers) == 1 and exclusive and t.condition is sympy.true
                         and covers(m.index, points, g.containers[m.container].shape))
+                if sole:
+                    overwritten.add(access)
                 if m.accumulate is None or sole:
                     mode = "store"
                 else:
@@ -367,4 +401,4 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
                 step.writes.append(Write(access, m, mode))
                 if not sole and access in stored:
                     fills[access] = ACCUMULATION_IDENTITY[m.accumulate]
-    return Plan(g, kernels, stored, fills)
+    return Plan(g, kernels, stored, fills, overwritten)

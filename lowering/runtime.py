@@ -6,6 +6,12 @@ buffer), so a repeated call with the same shapes compiles nothing and
 allocates nothing: it uploads the inputs, records fills and dispatches into
 one command encoder, submits once and reads the results back.
 
+A call returning device arrays hands the caller the buffers its kernels wrote
+the results into (no copy), and a spare buffer of the same size takes each
+one's place for the next call: a result array the caller drops goes back to
+the executable's spares (``weakref.finalize``), so a loop that keeps only the
+latest results allocates nothing after its first calls.
+
 Those buffers are the executable's per-call state, so calls of one executable
 are serialised by a lock (calls from several Python threads would otherwise
 overwrite each other's inputs and read each other's results); different
@@ -16,6 +22,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -168,6 +175,7 @@ class Executable:
         self._instances: dict[tuple, _Instance] = {}
         self._bound: dict[tuple, dict[str, int]] = {}  # argument shapes and sizes -> bound sizes
         self._last: _Instance | None = None
+        self._spares: dict[int, list[spy.Buffer]] = {}  # bytes -> buffers of dropped result arrays
         self._stats = {"kernels": 0, "dispatches": 0, "bytes_moved": 0, "compile_time": 0.0,
                        "compiles": 0, "buffers_allocated": 0, "calls": 0}
         # One call at a time: instances (their buffers) are reused by every call.
@@ -229,8 +237,9 @@ class Executable:
             self._stats["compiles"] += cache.stats["compiles"] - before
             self._stats["compile_time"] += time.perf_counter() - start
             latest = {r: g.latest(r) for r in g.results}
+            handed = {a for a in latest.values() if a in buffers}  # bound per call: handed over (_hand_over)
             inst = self._instances[key] = _Instance(p, module, kernels, buffers, shapes, latest,
-                                                    self._dispatches(module, kernels, buffers))
+                                                    self._dispatches(module, kernels, buffers, handed))
         self._last = inst
         self._stats["kernels"] = len(inst.plan.kernels)
         return inst
@@ -297,7 +306,10 @@ class Executable:
         if return_device_arrays:
             for r, access in inst.latest.items():
                 dtype = g.containers[r].dtype
-                copy = _new_buffer(dev, dtype, math.prod(inst.shapes[access]))
+                if access in inst.buffers:
+                    results[r] = self._hand_over(inst, enc, access, dtype)
+                    continue
+                copy = _new_buffer(dev, dtype, math.prod(inst.shapes[access]))  # an argument returned as is
                 enc.copy_buffer(copy, 0, bindings[access], 0, copy.size)
                 results[r] = DeviceArray(copy, inst.shapes[access], dtype, self.device)
         dev.submit_command_buffer(enc.finish())
@@ -314,6 +326,24 @@ class Executable:
         self._stats["bytes_moved"] = moved
         return results
 
+    def _hand_over(self, inst: _Instance, enc: spy.CommandEncoder, access: str, dtype: str) -> DeviceArray:
+        """The buffer this call's kernels wrote result version ``access`` into,
+        as the caller's array; a spare buffer replaces it for the next call,
+        cleared (in this call's encoder, which does not use it) unless every
+        call fills or overwrites that version anyway."""
+        buffer = inst.buffers[access]
+        spares = self._spares.setdefault(buffer.size, [])
+        spare = spares.pop() if spares else None
+        if spare is None:
+            spare = _new_buffer(devices.get_device(self.device), dtype, math.prod(inst.shapes[access]))
+            self._stats["buffers_allocated"] += 1
+        if access not in inst.plan.overwritten and access not in inst.plan.fills:
+            enc.clear_buffer(spare)
+        inst.buffers[access] = spare
+        array = DeviceArray(buffer, inst.shapes[access], dtype, self.device)
+        weakref.finalize(array, spares.append, buffer)
+        return array
+
     def _bind_sizes(self, inputs: Mapping, sizes: Mapping[str, int] | None) -> dict[str, int]:
         """``ir.bind_sizes``, remembered per argument shapes: it runs sympy per
         dimension, which costs more than a small kernel."""
@@ -325,14 +355,17 @@ class Executable:
         return bound
 
     def _dispatches(self, module: Module, kernels: dict[str, spy.ComputeKernel],
-                    buffers: dict[str, spy.Buffer]) -> dict[str, _Dispatch]:
+                    buffers: dict[str, spy.Buffer], handed: set[str]) -> dict[str, _Dispatch]:
+        """Each kernel's launch, its buffers bound once, but for arguments and
+        the ``handed`` result versions, which are bound per call."""
         if targets.of(self.device).sequential:  # one entry point runs the whole program there
             launches = {PROGRAM: (kernels[PROGRAM], [1, 1, 1], module.buffers)}
         else:
             launches = {e.name: (kernels[f"{e.name}_main"], e.thread_count, e.buffers)
                         for e in module.kernels if e.threads}
-        return {name: _Dispatch(kernel, thread_count, {n: buffers[a] for n, a in names.items() if a in buffers},
-                                {n: a for n, a in names.items() if a not in buffers})
+        fixed = set(buffers) - handed
+        return {name: _Dispatch(kernel, thread_count, {n: buffers[a] for n, a in names.items() if a in fixed},
+                                {n: a for n, a in names.items() if a not in fixed})
                 for name, (kernel, thread_count, names) in launches.items()}
 
     def _launches(self, inst: _Instance) -> list[tuple[_Dispatch, dict]]:

@@ -4,12 +4,18 @@ A planned reduction loops inside its thread (``lowering.plan``): right for the
 CPU device, whose threads run one after another, but on a GPU a 16M sum's
 chunks were 8192 threads each summing 2048 elements in sequence, and a row
 kernel gave one thread a whole softmax row (H100 profile, issue 11).  On a
-target with ``workgroup_reductions`` such a kernel instead gives each of its
-points a whole workgroup of ``WORKGROUP`` threads (codegen's cooperative form):
+target with ``workgroup_reductions`` such a kernel instead shares each
+point's loops between several threads of a workgroup of ``WORKGROUP`` (codegen's
+cooperative form), in one of two layouts:
 
-* every loop over the point's reduction or row is shared: lane ``l`` takes the
-  points ``l, l + WORKGROUP, ...``, so neighbouring lanes read neighbouring
-  elements where the loop runs along memory;
+* **along the loop**: a workgroup per point, lane ``l`` of 256 taking the loop's
+  points ``l, l + 256, ...``: neighbouring lanes read neighbouring elements
+  where the loop runs along memory (a row sum, a softmax row, a long sum's chunk);
+* **across points**: 32 neighbouring points per workgroup, 8 lanes each: where
+  the loop strides through memory but neighbouring points are neighbouring
+  elements (a column sum, a layer norm's gain gradient), the 32 threads of a
+  lane read 32 neighbouring elements, and 8 lanes give each point 8x the
+  parallelism one thread had;
 * each lane's partial result is combined in groupshared memory in a fixed
   binary tree (the same order on every run and every device: deterministic,
   and at least as accurate as one long sequential sum), then every lane holds
@@ -17,15 +23,16 @@ points a whole workgroup of ``WORKGROUP`` threads (codegen's cooperative form):
 * values of the point itself (a one-point step, a reduction's result) are
   computed by every lane alike and stored by lane 0 only.
 
-A kernel is run this way only where that wins: its loop is long enough to feed
-the lanes, and either its loop reads memory contiguously or it has so few
-points that one thread per point would leave the GPU idle.  A column sum over
-many columns keeps one thread per column (neighbouring threads already read
-neighbouring elements there).
+A kernel is run this way only where its loop is long enough to feed the lanes;
+along the loop where the loop reads memory contiguously or there are so few
+points that one thread per point would leave the GPU idle, else across points
+where neighbouring points read neighbouring elements (not for row kernels);
+otherwise it keeps one thread per point.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import sympy
 
@@ -36,23 +43,46 @@ from .plan import Kernel, Step, extent
 from .rowfusion import RowKernel
 from .threads import GROUP_SIZE
 
-WORKGROUP = GROUP_SIZE  # threads sharing one point's loops
+WORKGROUP = GROUP_SIZE  # threads of a workgroup
 MIN_LOOP = 64           # a shorter loop gives too few points a lane to pay for the tree
 FEW_POINTS = 2048       # fewer points than this leave most of a GPU idle at one thread each
+ACROSS_POINTS = 32      # points per workgroup across points (a warp's worth of neighbouring elements)
 
 
-def cooperative(graph: DataflowGraph, kernel: Kernel, target: targets.Target, tiled: bool) -> bool:
-    """Whether ``kernel`` runs one workgroup per point on ``target`` (module docstring)."""
+@dataclass(frozen=True)
+class Layout:
+    """How a workgroup's ``WORKGROUP`` threads cover a kernel's points:
+    ``points`` neighbouring points, ``lanes`` threads sharing each one's loops."""
+
+    points: int
+    lanes: int
+
+    def threads(self, points: int) -> int:
+        """Threads dispatched for ``points`` points: whole workgroups."""
+        return -(-points // self.points) * WORKGROUP
+
+
+ALONG_THE_LOOP = Layout(1, WORKGROUP)
+ACROSS = Layout(ACROSS_POINTS, WORKGROUP // ACROSS_POINTS)
+
+
+def layout(graph: DataflowGraph, kernel: Kernel, target: targets.Target, tiled: bool) -> Layout | None:
+    """How ``kernel``'s points share workgroups on ``target``, or None: a
+    thread per point (module docstring)."""
     if not target.workgroup_reductions or tiled:
-        return False
+        return None
     looping = [s for s in kernel.steps if s.loop]
     if not looping or any(_boolean_accumulator(graph, s) for s in looping):
-        return False
+        return None
     lengths = [g.length for g in kernel.groups if g.shape] if isinstance(kernel, RowKernel) else \
         [math.prod(extent(r) for r in s.loop) for s in looping]
     if max(lengths, default=0) < MIN_LOOP:
-        return False
-    return kernel.threads < FEW_POINTS or all(_contiguous(graph, s) for s in looping)
+        return None
+    if kernel.threads < FEW_POINTS or all(_contiguous(graph, s, _inner_loop(s)) for s in looping):
+        return ALONG_THE_LOOP
+    if not isinstance(kernel, RowKernel) and all(_contiguous(graph, s, _inner_point(s)) for s in kernel.steps):
+        return ACROSS
+    return None
 
 
 def _boolean_accumulator(graph: DataflowGraph, step: Step) -> bool:
@@ -61,13 +91,20 @@ def _boolean_accumulator(graph: DataflowGraph, step: Step) -> bool:
                for _, m in graph.writes(step.tasklet.name))
 
 
-def _contiguous(graph: DataflowGraph, step: Step) -> bool:
-    """Whether every buffer read that moves along the step's loop moves by one
-    element per step of its innermost axis (so lanes read neighbouring elements)."""
-    axes = [r for r in step.loop if extent(r) != 1]
-    if not axes:
+def _inner_loop(step: Step):
+    axes = [r[0] for r in step.loop if extent(r) != 1]
+    return axes[-1] if axes else None
+
+
+def _inner_point(step: Step):
+    return step.parallel[-1][0] if step.parallel else None
+
+
+def _contiguous(graph: DataflowGraph, step: Step, inner) -> bool:
+    """Whether every buffer read that moves with the symbol ``inner`` moves by
+    one element per step of it (so threads stepping it read neighbouring elements)."""
+    if inner is None:
         return True
-    inner = axes[-1][0]
     at = {s: b for s, b, _ in step.parallel + step.loop}
     conns = set(step.tasklet.inputs.values())
     for r in step.reads:

@@ -20,7 +20,9 @@ from lowering.codegen import generate
 from lowering.plan import plan
 from lowering.rowfusion import RowKernel
 
-COOPERATIVE = "workgroup(s) of 256 threads"
+COOPERATIVE = "a workgroup of 256 threads"
+ALONG = "1 a workgroup of 256 threads"      # a workgroup per point, sharing the point's loop
+ACROSS = "32 a workgroup of 256 threads"    # 32 neighbouring points a workgroup, 8 lanes each
 
 
 def program(fn):
@@ -59,6 +61,13 @@ def masked_products(R: int, C: int):
     return program(f)
 
 
+def column_reductions(R: int, C: int):
+    """Sums and maxima down long columns of many columns: workgroups across points."""
+    def f(x: sd.f32[R, C]):
+        return np.sum(np.sqrt(np.sum(x * x, axis=0) + 1.0)) + np.sum(np.max(x, axis=0) * np.arange(C) / C)
+    return program(f)
+
+
 def float64_rows(R: int, C: int):
     def f(x: sd.f64[R, C]):
         return np.sum(np.sum(x * x, axis=1) ** 2)
@@ -72,6 +81,7 @@ CASES = {  # name -> (program, argument shapes): lengths not multiples of 256, a
     "sum 100003": (long_sum(100_003), [(100_003,)]),
     "prod/min/masked/columns 30x517": (masked_products(30, 517), [(30, 517)]),
     "float64 rows 9x300": (float64_rows(9, 300), [(9, 300)]),
+    "columns 70x2100": (column_reductions(70, 2100), [(70, 2100)]),  # 2100 = 65 workgroups of 32 + 20
 }
 
 
@@ -136,15 +146,26 @@ def test_rows_run_by_a_workgroup_may_be_longer_than_a_threads():
     assert targets.CUDA.max_row > targets.CPU.max_row
 
 
-def test_short_loops_and_wide_column_sums_keep_a_thread_per_point():
-    def f(x: sd.f32[4096, 40], y: sd.f32[300, 3000]):
-        return np.sum(np.sum(x, axis=1) ** 2) + np.sum(np.sum(y, axis=0) ** 2)
-    module = generate(plan(program(f).backward_graph(), {}, "cuda"), "cuda")
-    kernels = [part for part in module.source.split("// kernel ")[1:]]
-    short = [k for k in kernels if "over [4096]" in k.splitlines()[0]]
-    columns = [k for k in kernels if "over [3000" in k.splitlines()[0] and "sum" in k.splitlines()[1]]
-    assert short and columns
-    assert not any(COOPERATIVE in k.splitlines()[0] for k in short + columns), [k.splitlines()[0] for k in kernels]
+def _heads(fn) -> list[str]:
+    """The first comment line of each kernel of ``fn``'s forward pass on CUDA."""
+    module = generate(plan(program(fn).graph, {}, "cuda"), "cuda")
+    return [part.splitlines()[0] for part in module.source.split("// kernel ")[1:]]
+
+
+def test_each_reduction_gets_the_layout_that_suits_its_memory_order():
+    """Short loops keep a thread per point; long rows get a workgroup each;
+    long columns of many columns get 32 columns a workgroup."""
+    def short(x: sd.f32[4096, 40]):
+        return np.sum(np.sum(x, axis=1) ** 2)
+
+    def rows(z: sd.f32[3000, 300]):
+        return np.sum(np.sum(z, axis=1) ** 2)
+
+    def columns(y: sd.f32[300, 3000]):
+        return np.sum(np.sum(y, axis=0) ** 2)
+    for fn, box, form in ((short, "[4096]", "4096 thread(s)"), (rows, "[3000]", ALONG), (columns, "[3000]", ACROSS)):
+        heads = [h for h in _heads(fn) if f"over {box}" in h]
+        assert heads and all(form in h for h in heads), (fn.__name__, heads)
 
 
 def test_lanes_store_a_points_values_once():
