@@ -8,7 +8,9 @@ that evaluates numbers, prints for numpy (``_numpycode``, so the interpreter's
 ``lambdify`` calls numpy's own function) and carries its derivative
 (``fdiff``: JAX's conventions, see each class).  Other printers dispatch on the
 class name (``_print_fmax``...).  ``ieee_float`` is a float constant kept out
-of sympy's constant folding, which is not IEEE arithmetic.
+of sympy's constant folding, which is not IEEE arithmetic.  ``compare`` builds
+a comparison of two computed values that sympy keeps as written (see
+``comparison``).
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ class fmax(sympy.Function):  # noqa: N801 (numpy's name; printers dispatch on it
         return None
 
     def fdiff(self, argindex: int = 1):
-        a_wins = sympy.Ne(self.args[1], self)
+        a_wins = compare(sympy.Ne, self.args[1], self)
         return sympy.Piecewise((1, a_wins), (0, True)) if argindex == 1 else \
             sympy.Piecewise((0, a_wins), (1, True))
 
@@ -78,6 +80,85 @@ class cbrt(sympy.Function):  # noqa: N801
 
     def _numpycode(self, printer) -> str:
         return f"{printer._module_format('numpy.cbrt')}({printer._print(self.args[0])})"
+
+
+class comparison(sympy.logic.boolalg.BooleanFunction):  # noqa: N801 (printers dispatch on it)
+    """``a OP b`` of two computed values, as numpy compares them.
+
+    Not a sympy relational: ``Piecewise`` puts each relational condition in
+    sympy's canonical form whenever it is built, and ``xreplace``/``subs``/
+    ``diff`` rebuild it, but that canonical form is not idempotent for some
+    pairs of expressions (sympy 1.14: ``b - a*c < acos(-e*tanh(d))`` and
+    ``acos(-e*tanh(d)) > -a*c + b`` turn into each other), so building the
+    Piecewise recursed until Python gave up.  sympy leaves a function of its
+    own as written.  It folds only numbers, by IEEE rules (a NaN compares
+    unequal, so ``x == x`` is not folded to True); printers write the
+    relational (``relation``), numpy's ``lambdify`` calls numpy's ufunc."""
+
+    nargs = 2
+    relation: type[sympy.core.relational.Relational]
+    _numpy: str
+
+    @classmethod
+    def eval(cls, a, b):
+        if not (a.is_number and b.is_number):
+            return None
+        if sympy.nan in (a, b):
+            return sympy.true if cls.relation is sympy.Ne else sympy.false
+        try:
+            folded = cls.relation(a, b)
+        except TypeError:  # complex infinity and the like: keep it for run time
+            return None
+        return folded if isinstance(folded, sympy.logic.boolalg.BooleanAtom) else None
+
+    def as_relational(self) -> sympy.core.relational.Relational:
+        """The same comparison as a sympy relational, unevaluated (for printers)."""
+        return self.relation(*self.args, evaluate=False)
+
+    def _numpycode(self, printer) -> str:
+        return f"{printer._module_format(self._numpy)}({', '.join(printer._print(a) for a in self.args)})"
+
+    def _sympystr(self, printer) -> str:
+        return printer._print(self.as_relational())
+
+
+class less(comparison):  # noqa: N801
+    relation, _numpy = sympy.Lt, "numpy.less"
+
+
+class less_equal(comparison):  # noqa: N801
+    relation, _numpy = sympy.Le, "numpy.less_equal"
+
+
+class greater(comparison):  # noqa: N801
+    relation, _numpy = sympy.Gt, "numpy.greater"
+
+
+class greater_equal(comparison):  # noqa: N801
+    relation, _numpy = sympy.Ge, "numpy.greater_equal"
+
+
+class equal(comparison):  # noqa: N801
+    relation, _numpy = sympy.Eq, "numpy.equal"
+
+
+class not_equal(comparison):  # noqa: N801
+    relation, _numpy = sympy.Ne, "numpy.not_equal"
+
+
+COMPARISONS: dict[type, type[comparison]] = {c.relation: c for c in (less, less_equal, greater, greater_equal,
+                                                                      equal, not_equal)}
+
+
+def compare(relation: type, a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
+    """``relation(a, b)`` (``sympy.Lt``...) as a condition sympy keeps stable:
+    a relational where one side is a number (its canonical form is reached in
+    one step: the number goes right, a sign may flip), a ``comparison``
+    where both sides are computed values."""
+    a, b = sympy.sympify(a), sympy.sympify(b)
+    if a.is_number or b.is_number:
+        return relation(a, b)
+    return COMPARISONS[relation](a, b)
 
 
 class ieee_float(sympy.AtomicExpr):  # noqa: N801 (printers dispatch on the class name)

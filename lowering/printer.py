@@ -301,6 +301,9 @@ class SlangPrinter(C99CodePrinter):
             printer = SlangPrinter(self.precision, self.names, self.precision)
         return f"({printer._print(lhs)} {op} {printer._print(rhs)})"
 
+    def _print_comparison(self, expr) -> str:  # ir.scalar_functions.comparison: a relational sympy keeps as written
+        return self._print_Relational(expr.as_relational())
+
     def _print_And(self, expr) -> str:
         return "(" + " && ".join(self._print(a) for a in expr.args) + ")"
 

@@ -21,6 +21,7 @@ import sympy
 
 from ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, connector_symbol, index_symbol
 from ir.index_analysis import injective
+from ir.scalar_functions import compare
 
 from .activity import Activity, Pair, analyse, latest_versions
 from .derivatives import guarded_product, shared_subexpressions, tasklet_partials
@@ -230,7 +231,7 @@ class _ReversePass:
             body.reads.update({rm.connector: (ra, rm.index) for ra, rm in g.reads(writer)})
             if acc in ("max", "min"):
                 stored = body.read(g, "result", access, wm.index)
-                exprs = {"count": sympy.Piecewise((1, sympy.Eq(value, stored)), (0, True))}
+                exprs = {"count": sympy.Piecewise((1, compare(sympy.Eq, value, stored)), (0, True))}
             else:
                 is_zero = sympy.Eq(value, 0)
                 exprs = {"zeros": sympy.Piecewise((1, is_zero), (0, True)),
@@ -266,7 +267,7 @@ class _ReversePass:
             # JAX's form: g [x == max] / count.  A NaN maximum equals no element,
             # so count is 0 and every element's gradient is NaN, as in JAX.
             count = body.read(g, "count", aux["count"], wm.index)
-            return contribution * sympy.Piecewise((1, sympy.Eq(value, stored_value)), (0, True)) / count, True
+            return contribution * sympy.Piecewise((1, compare(sympy.Eq, value, stored_value)), (0, True)) / count, True
         zeros = body.read(g, "zeros", aux["zeros"], wm.index)
         nonzero = body.read(g, "nonzero", aux["nonzero"], wm.index)
         return sympy.Piecewise((contribution * nonzero / value, sympy.Eq(zeros, 0)),

@@ -17,6 +17,8 @@ from typing import Callable, Sequence
 
 import sympy
 
+from ir.scalar_functions import compare
+
 Partials = Callable[..., Sequence[sympy.Expr]]
 
 _RULES: dict[type, Partials] = {}
@@ -77,7 +79,8 @@ def _extremum(extremum: type, wins: type) -> Partials:
     of arguments: each argument against the extremum of the others."""
     def partials(*args: sympy.Expr) -> tuple[sympy.Expr, ...]:
         rests = [extremum(*args[:k], *args[k + 1:]) for k in range(len(args))]
-        return tuple(sympy.Piecewise((1, wins(a, rest)), (sympy.S.Half, sympy.Eq(a, rest)), (0, True))
+        return tuple(sympy.Piecewise((1, compare(wins, a, rest)), (sympy.S.Half, compare(sympy.Eq, a, rest)),
+                                     (0, True))
                      for a, rest in zip(args, rests))
     return partials
 

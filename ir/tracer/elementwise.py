@@ -6,6 +6,7 @@ expressions instead (no tasklet until the value is stored).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -13,7 +14,7 @@ import numpy as np
 import sympy
 from sympy.codegen.cfunctions import exp2, expm1, log1p, log2, log10
 
-from ..scalar_functions import cbrt, fmax, fmin, ieee_float
+from ..scalar_functions import cbrt, compare, fmax, fmin, ieee_float
 from . import context
 from .dispatch import implements
 from .emit import as_arith, as_bool, broadcast_shapes, scalar_expr, tasklet_to_new
@@ -184,8 +185,9 @@ _BINARY = {
     np.true_divide: (_quotient, "float"), np.arctan2: (sympy.atan2, "float"),
     np.hypot: (lambda a, b: sympy.sqrt(a ** 2 + b ** 2), "float"),
 }
-_COMPARE = {np.greater: sympy.Gt, np.greater_equal: sympy.Ge, np.less: sympy.Lt, np.less_equal: sympy.Le,
-            np.equal: sympy.Eq, np.not_equal: sympy.Ne}
+_COMPARE = {u: functools.partial(compare, rel) for u, rel in (
+    (np.greater, sympy.Gt), (np.greater_equal, sympy.Ge), (np.less, sympy.Lt), (np.less_equal, sympy.Le),
+    (np.equal, sympy.Eq), (np.not_equal, sympy.Ne))}
 _LOGIC = {np.logical_and: sympy.And, np.logical_or: sympy.Or, np.logical_xor: sympy.Xor,
           np.logical_not: sympy.Not}
 
