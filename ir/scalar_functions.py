@@ -10,13 +10,14 @@ that evaluates numbers, prints for numpy (``_numpycode``, so the interpreter's
 class name (``_print_fmax``...).  ``ieee_float`` is a float constant kept out
 of sympy's constant folding, which is not IEEE arithmetic.  ``compare`` builds
 a comparison of two computed values that sympy keeps as written (see
-``comparison``).
+``ordering``).
 """
 from __future__ import annotations
 
 import struct
 
 import sympy
+from sympy.logic.boolalg import BooleanAtom
 
 
 def _all_integer(args) -> bool:
@@ -82,83 +83,57 @@ class cbrt(sympy.Function):  # noqa: N801
         return f"{printer._module_format('numpy.cbrt')}({printer._print(self.args[0])})"
 
 
-class comparison(sympy.logic.boolalg.BooleanFunction):  # noqa: N801 (printers dispatch on it)
-    """``a OP b`` of two computed values, as numpy compares them.
+class ordering(sympy.Function):  # noqa: N801 (printers dispatch on it)
+    """How ``a`` compares with ``b``: -1, 0 or 1, NaN where they are unordered
+    (a NaN argument), so that ``relation(ordering(a, b), 0)`` is exactly
+    ``relation(a, b)`` by IEEE rules (``compare`` builds it).
 
-    Not a sympy relational: ``Piecewise`` puts each relational condition in
-    sympy's canonical form whenever it is built, and ``xreplace``/``subs``/
-    ``diff`` rebuild it, but that canonical form is not idempotent for some
-    pairs of expressions (sympy 1.14: ``b - a*c < acos(-e*tanh(d))`` and
-    ``acos(-e*tanh(d)) > -a*c + b`` turn into each other), so building the
-    Piecewise recursed until Python gave up.  sympy leaves a function of its
-    own as written.  It folds only numbers, by IEEE rules (a NaN compares
-    unequal, so ``x == x`` is not folded to True); printers write the
-    relational (``relation``), numpy's ``lambdify`` calls numpy's ufunc."""
+    Why not ``relation(a, b)`` itself: ``Piecewise`` puts each relational
+    condition in sympy's canonical form whenever it is built (``xreplace``,
+    ``subs`` and ``diff`` rebuild it), and that canonical form is not
+    idempotent for some pairs of computed values (sympy 1.14: ``b - a*c <
+    acos(-e*tanh(d))`` and ``acos(-e*tanh(d)) > -a*c + b`` turn into each
+    other), so building the Piecewise recursed until Python gave up.  Against
+    0, with a function sympy cannot see into on the left, the canonical form
+    is the relational as written.  It also keeps sympy from moving terms
+    between the sides (``x + 1 < y`` as ``x < y - 1``), which rounds
+    differently.  Printers write ``relation(ordering(a, b), 0)`` as ``a OP b``;
+    alone (a common subexpression) it is the select chain its definition says.
+    Piecewise constant: derivative 0."""
 
     nargs = 2
-    relation: type[sympy.core.relational.Relational]
-    _numpy: str
 
     @classmethod
     def eval(cls, a, b):
-        if not (a.is_number and b.is_number):
+        if not (a.is_number and b.is_number) or sympy.nan in (a, b):
             return None
-        if sympy.nan in (a, b):
-            return sympy.true if cls.relation is sympy.Ne else sympy.false
         try:
-            folded = cls.relation(a, b)
-        except TypeError:  # complex infinity and the like: keep it for run time
+            less, greater = sympy.Lt(a, b), sympy.Gt(a, b)
+        except TypeError:  # complex infinity and the like: left to run time
             return None
-        return folded if isinstance(folded, sympy.logic.boolalg.BooleanAtom) else None
+        if not isinstance(less, BooleanAtom) or not isinstance(greater, BooleanAtom):
+            return None
+        return sympy.Integer(-1 if less else 1 if greater else 0)
 
-    def as_relational(self) -> sympy.core.relational.Relational:
-        """The same comparison as a sympy relational, unevaluated (for printers)."""
-        return self.relation(*self.args, evaluate=False)
+    def fdiff(self, argindex: int = 1):
+        return sympy.S.Zero
 
     def _numpycode(self, printer) -> str:
-        return f"{printer._module_format(self._numpy)}({', '.join(printer._print(a) for a in self.args)})"
-
-    def _sympystr(self, printer) -> str:
-        return printer._print(self.as_relational())
-
-
-class less(comparison):  # noqa: N801
-    relation, _numpy = sympy.Lt, "numpy.less"
-
-
-class less_equal(comparison):  # noqa: N801
-    relation, _numpy = sympy.Le, "numpy.less_equal"
-
-
-class greater(comparison):  # noqa: N801
-    relation, _numpy = sympy.Gt, "numpy.greater"
-
-
-class greater_equal(comparison):  # noqa: N801
-    relation, _numpy = sympy.Ge, "numpy.greater_equal"
-
-
-class equal(comparison):  # noqa: N801
-    relation, _numpy = sympy.Eq, "numpy.equal"
-
-
-class not_equal(comparison):  # noqa: N801
-    relation, _numpy = sympy.Ne, "numpy.not_equal"
-
-
-COMPARISONS: dict[type, type[comparison]] = {c.relation: c for c in (less, less_equal, greater, greater_equal,
-                                                                      equal, not_equal)}
+        a, b = (printer._print(x) for x in self.args)
+        np_ = printer._module_format
+        return (f"{np_('numpy.select')}([{np_('numpy.less')}({a}, {b}), {np_('numpy.greater')}({a}, {b}), "
+                f"{np_('numpy.equal')}({a}, {b})], [-1.0, 1.0, 0.0], {np_('numpy.nan')})")
 
 
 def compare(relation: type, a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
-    """``relation(a, b)`` (``sympy.Lt``...) as a condition sympy keeps stable:
-    a relational where one side is a number (its canonical form is reached in
-    one step: the number goes right, a sign may flip), a ``comparison``
-    where both sides are computed values."""
+    """``relation(a, b)`` (``sympy.Lt``...) in a form sympy keeps as written:
+    the relational itself where one side is a number (its canonical form is
+    reached in one step: the number goes right, a sign may flip), else
+    ``relation(ordering(a, b), 0)``."""
     a, b = sympy.sympify(a), sympy.sympify(b)
     if a.is_number or b.is_number:
         return relation(a, b)
-    return COMPARISONS[relation](a, b)
+    return relation(ordering(a, b), 0)
 
 
 class ieee_float(sympy.AtomicExpr):  # noqa: N801 (printers dispatch on the class name)

@@ -21,7 +21,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 from sympy.printing.c import C99CodePrinter
 from sympy.printing.precedence import precedence
 
-from ir.scalar_functions import cbrt, fmax, fmin, ieee_float
+from ir.scalar_functions import cbrt, fmax, fmin, ieee_float, ordering
 
 from . import cpu_math, targets
 
@@ -91,7 +91,7 @@ def prelude(target: "str | targets.Target") -> str:
 # Functions that are exact (or correctly rounded) in lavapipe's double
 # arithmetic; anything else on a double is a transcendental it gets wrong.
 EXACT_FUNCTIONS = (sympy.Abs, sympy.Max, sympy.Min, fmax, fmin, sympy.sign, sympy.Heaviside, sympy.Piecewise,
-                   sympy.floor, sympy.ceiling, sympy.Mod)
+                   sympy.floor, sympy.ceiling, sympy.Mod, ordering)
 
 
 class SlangPrinter(C99CodePrinter):
@@ -293,6 +293,8 @@ class SlangPrinter(C99CodePrinter):
     def _print_Relational(self, expr) -> str:
         op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
         lhs, rhs = expr.lhs, expr.rhs
+        if isinstance(lhs, ordering) and rhs == 0:   # ir.scalar_functions.compare: relation(ordering(a, b), 0)
+            lhs, rhs = lhs.args
         printer = self
         index = is_index_valued(lhs) and is_index_valued(rhs)
         if index and self.scalar != "int":
@@ -301,8 +303,12 @@ class SlangPrinter(C99CodePrinter):
             printer = SlangPrinter(self.precision, self.names, self.precision)
         return f"({printer._print(lhs)} {op} {printer._print(rhs)})"
 
-    def _print_comparison(self, expr) -> str:  # ir.scalar_functions.comparison: a relational sympy keeps as written
-        return self._print_Relational(expr.as_relational())
+    def _print_ordering(self, expr) -> str:  # ir.scalar_functions.ordering alone (a common subexpression)
+        printer = self if self.scalar != "int" else SlangPrinter(self.precision, self.names, self.precision)
+        a, b = (printer._print(x) for x in expr.args)
+        lit = printer.literal
+        return (f"select({a} < {b}, {lit(-1)}, select({a} > {b}, {lit(1)}, "
+                f"select({a} == {b}, {lit(0)}, {lit(np.nan)})))")
 
     def _print_And(self, expr) -> str:
         return "(" + " && ".join(self._print(a) for a in expr.args) + ")"
