@@ -95,9 +95,9 @@ class ordering(sympy.Function):  # noqa: N801 (printers dispatch on it)
     acos(-e*tanh(d))`` and ``acos(-e*tanh(d)) > -a*c + b`` turn into each
     other), so building the Piecewise recursed until Python gave up.  Against
     0, with a function sympy cannot see into on the left, the canonical form
-    is the relational as written.  It also keeps sympy from moving terms
-    between the sides (``x + 1 < y`` as ``x < y - 1``), which rounds
-    differently.  Printers write ``relation(ordering(a, b), 0)`` as ``a OP b``;
+    is the relational as written.  It also keeps sympy from dividing the
+    sides by a coefficient (``x + 1 < 3*y`` as ``y > x/3 + 1/3``), which
+    rounds differently.  Printers write ``relation(ordering(a, b), 0)`` as ``a OP b``;
     alone (a common subexpression) it is the select chain its definition says.
     Piecewise constant: derivative 0."""
 
