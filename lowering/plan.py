@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import networkx as nx
 import sympy
 
 from ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Tasklet, connector_symbol
@@ -316,6 +317,24 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
     kernel_of[t.name] = len(kernels) - 1
 
 
+def placement_order(graph: DataflowGraph) -> list[str]:
+    """Tasklets in a dependency order that, among those ready, takes one-point
+    tasklets (no thread axes) first, then the graph's order.  A reverse pass's
+    seeds (the gradient of a mean: one point) depend on nothing big, but come
+    after the forward pass in the graph; placed after a large elementwise
+    kernel, the backward steps reading them could not join that kernel
+    (``_place``: they would read a version written by a later kernel), and the
+    large pass over the data ran twice (softplus + logsumexp on 64M elements)."""
+    order = {n: k for k, n in enumerate(graph.nx.nodes)}
+
+    def key(n: str):
+        node = graph.node(n)
+        if not isinstance(node, Tasklet):
+            return (0, order[n])
+        return (0 if all(r[0] not in parallel_symbols(graph, node) for r in node.domain) else 1, order[n])
+    return [n for n in nx.lexicographical_topological_sort(graph.nx, key=key) if isinstance(graph.node(n), Tasklet)]
+
+
 def drop_empty_tasklets(graph: DataflowGraph) -> dict[str, float]:
     """Remove the tasklets whose domain is empty (a hand-built ``k = 0:0``; the
     tracer emits none): they run no point, and a 0-extent domain has no thread
@@ -356,13 +375,12 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
     from .reduce_fusion import fold_producers  # built on this module's index analysis
-    fold_producers(g)
+    fold_producers(g, target is not None and targets.of(target).recompute_transcendentals)
     split_large_reductions(g, None if target is None else targets.of(target))
     kernels: list[Kernel] = []
     kernel_of: dict[str, int] = {}
-    for node_id in g.topological_order():
-        if isinstance(g.node(node_id), Tasklet):
-            _place(g, kernels, kernel_of, g.node(node_id))
+    for name in placement_order(g):
+        _place(g, kernels, kernel_of, g.node(name))
     from .rowfusion import RowKernel, fuse_rows  # built on this module's types
     kernels = fuse_rows(g, kernels, None if target is None else targets.of(target).max_row)
     check_order(g, kernels)

@@ -26,6 +26,12 @@ other reads of it count: ``v @ v[::-1]`` reads ``v`` twice);
 otherwise it stays for its other readers and is inlined only when recomputing
 it is cheap: arithmetic on a single input element, so the reduction reads no
 more than before.  Chains fold one producer at a time until none qualifies.
+
+On a target where recomputing beats memory traffic (``recompute_transcendentals``:
+GPUs) a producer is cheap with transcendentals too, up to ``RECOMPUTE_OPS``
+operations, and reads of one element for the whole domain (a row maximum,
+a scalar) do not count as added reads: a GPU keeps them in cache.  So
+``sum(exp(x - max(x)))`` and ``mean(log1p(exp(x)))`` read ``x`` alone.
 """
 from __future__ import annotations
 
@@ -37,13 +43,14 @@ from ir.index_analysis import covers, injective
 from .plan import parallel_symbols, uses_connectors
 
 _CHEAP_OPS = (sympy.Add, sympy.Mul, sympy.Pow, sympy.Symbol, sympy.Number)  # with integer powers only
+RECOMPUTE_OPS = 24  # most operations of a producer recomputed where recomputing wins (GPUs)
 
 
-def fold_producers(graph: DataflowGraph) -> None:
+def fold_producers(graph: DataflowGraph, recompute_transcendentals: bool = False) -> None:
     """Fold qualifying elementwise producers into every in-thread reduction of a
     bound graph (see the module docstring), removing producers left unread."""
     for name in [t.name for t in graph.tasklets()]:
-        while name in graph.nx and _fold_one(graph, graph.node(name)):
+        while name in graph.nx and _fold_one(graph, graph.node(name), recompute_transcendentals):
             pass
 
 
@@ -53,7 +60,7 @@ def _is_reduction(graph: DataflowGraph, t: Tasklet) -> bool:
             and len(parallel_symbols(graph, t)) < len(t.domain))
 
 
-def _fold_one(graph: DataflowGraph, t: Tasklet) -> bool:
+def _fold_one(graph: DataflowGraph, t: Tasklet, gpu: bool) -> bool:
     """Fold one producer into reduction ``t``; whether one was folded."""
     if not _is_reduction(graph, t):
         return False
@@ -69,7 +76,7 @@ def _fold_one(graph: DataflowGraph, t: Tasklet) -> bool:
         others = [r for r, o in graph.readers(access) if r != t.name or o.connector != m.connector]
         latest_result = any(graph.latest(c) == access for c in graph.results)
         keep = bool(others) or latest_result
-        if keep and not _cheap(graph, producer) or _added_reads(graph, t, m, producer) > 0:
+        if keep and not _cheap(graph, producer, gpu) or _added_reads(graph, t, m, producer, gpu) > 0:
             continue
         _inline(graph, t, m.connector, producer)
         if not keep:
@@ -100,17 +107,24 @@ def _producer(graph: DataflowGraph, access: str) -> Tasklet | None:
     return p
 
 
-def _added_reads(graph: DataflowGraph, t: Tasklet, read: Memlet, p: Tasklet) -> int:
-    """How many more distinct elements ``t`` reads once ``p`` replaces its ``read``."""
+def _added_reads(graph: DataflowGraph, t: Tasklet, read: Memlet, p: Tasklet, gpu: bool) -> int:
+    """How many more distinct elements ``t`` reads once ``p`` replaces its ``read``
+    (with ``gpu``, not counting elements read at every point alike)."""
     (_, w), = graph.writes(p.name)
     at = _point(p, w, read)
     def element(a: str, index) -> tuple:
         return a, tuple(sympy.expand(sympy.sympify(i).xreplace(at)) for i in index)
 
+    def counted(elements: set) -> set:
+        return {e for e in elements if not gpu or _varies(e[1])}
     before = {element(a, m.index) for a, m in graph.reads(t.name)}
     after = {element(a, m.index) for a, m in graph.reads(t.name) if m.connector != read.connector}
     after |= {element(a, m.index) for a, m in graph.reads(p.name)}
-    return len(after) - len(before)
+    return len(counted(after)) - len(counted(before))
+
+
+def _varies(index) -> bool:
+    return any(sympy.sympify(i).free_symbols for i in index)
 
 
 def _point(p: Tasklet, w: Memlet, read: Memlet) -> dict:
@@ -125,10 +139,13 @@ def _point(p: Tasklet, w: Memlet, read: Memlet) -> dict:
     return at
 
 
-def _cheap(graph: DataflowGraph, p: Tasklet) -> bool:
-    """Recomputing ``p`` costs a few flops and no extra memory traffic."""
+def _cheap(graph: DataflowGraph, p: Tasklet, gpu: bool) -> bool:
+    """Recomputing ``p`` costs a few flops and no extra memory traffic (on a
+    ``gpu``, a few dozen flops of any kind and elements read at every point alike)."""
     elements = {(a, m.index) for a, m in graph.reads(p.name)}
     body = next(iter(p.body.values()))
+    if gpu:
+        return len({e for e in elements if _varies(e[1])}) <= 1 and sympy.count_ops(body) <= RECOMPUTE_OPS
     return len(elements) <= 1 and all(isinstance(e, _CHEAP_OPS) and not (e.is_Pow and not e.exp.is_Integer)
                                       for e in sympy.preorder_traversal(body))
 

@@ -58,6 +58,11 @@ class Target:
     # reduction or a row is split over the threads of one workgroup and their
     # partial results combined in a fixed tree (lowering.workgroups).
     workgroup_reductions: bool = False
+    # Recomputing an elementwise value with transcendentals (exp, log1p, tanh)
+    # costs less than storing it and reading it back: a GPU does tens of flops
+    # in the time one element crosses memory; a CPU's vectorised exp does not
+    # (lowering.reduce_fusion folds only arithmetic producers there).
+    recompute_transcendentals: bool = False
 
     @property
     def max_row(self) -> int:
@@ -80,8 +85,9 @@ ROW_OF_A_WORKGROUP = 16384
 
 CPU = Target("cpu", sequential=True, float_atomic_add=False, polynomial_math=True)
 VULKAN = Target("vulkan", sequential=False, float_atomic_add=True, polynomial_math=False,
-                folds_float_identities=True, workgroup_reductions=True)
-CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False, workgroup_reductions=True)
+                folds_float_identities=True, workgroup_reductions=True, recompute_transcendentals=True)
+CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False, workgroup_reductions=True,
+              recompute_transcendentals=True)
 # Vulkan on a CPU rasteriser (Mesa lavapipe): the same code, but not for double
 # transcendentals, and float32 exp/log/sin/cos/tanh as polynomials: lavapipe's
 # built-in log (2.2e-5 relative error, 2^-21 absolute near 1, within the
@@ -90,7 +96,8 @@ CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=F
 # (tests/lowering/test_workgroups.py forces it there) but its barriers are
 # costly: value_and_grad on this 2-core machine went 163 -> 664 ms (layer norm
 # 4096x1024), 61 -> 309 ms (row log-sum-exp 4096x1000), 208 -> 330 ms (16M sum).
-LAVAPIPE = replace(VULKAN, float64_transcendentals=False, polynomial_math=True, workgroup_reductions=False)
+LAVAPIPE = replace(VULKAN, float64_transcendentals=False, polynomial_math=True, workgroup_reductions=False,
+                   recompute_transcendentals=False)
 
 TARGETS = {t.name: t for t in (CPU, VULKAN, CUDA)}
 

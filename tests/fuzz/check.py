@@ -16,9 +16,10 @@ reference is ``invalid``: the oracle failed, not symdiff).
 """
 from __future__ import annotations
 
+import contextlib
 import linecache
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -30,6 +31,10 @@ FLOOR32 = 2e-5      # relative to the quantity's magnitude (max |ref|, at least 
 # /work/findings/bugs.md "lavapipe ... transcendentals"): a wider floor there, still far below a wrong gradient
 FLOOR32_DEVICE = {"vulkan": 1e-3}
 RTOL64 = 1e-6       # numpy device (float64) against JAX float64
+# "vulkan+gpu-form": lavapipe running the code a hardware GPU gets (workgroup
+# reductions, recomputed transcendentals: lowering.targets), which lavapipe's own
+# target does not choose for speed; so campaigns here check the GPU kernels' logic.
+GPU_FORM = "+gpu-form"
 
 JAX_PRELUDE = '''
 def _abs(x):
@@ -136,7 +141,26 @@ def _jax_reference(prog: Program, inputs: dict, dtype) -> dict[str, np.ndarray]:
     return out
 
 
+@contextlib.contextmanager
+def gpu_form():
+    """Every device's target with a GPU's performance choices, for the duration;
+    and workgroups for loops and point counts as small as the generator's
+    (a GPU takes them from 64 elements and 2048 points: lowering.workgroups)."""
+    from lowering import devices, workgroups
+    own, thresholds = devices.target, (workgroups.MIN_LOOP, workgroups.FEW_POINTS)
+    devices.target = lambda kind: replace(own(kind), workgroup_reductions=True, recompute_transcendentals=True)
+    workgroups.MIN_LOOP, workgroups.FEW_POINTS = 2, 4
+    try:
+        yield
+    finally:
+        devices.target = own
+        workgroups.MIN_LOOP, workgroups.FEW_POINTS = thresholds
+
+
 def symdiff_result(prog: Program, inputs: dict, device: str) -> dict[str, np.ndarray]:
+    if device.endswith(GPU_FORM):
+        with gpu_form():
+            return symdiff_result(prog, inputs, device[:-len(GPU_FORM)])
     float64 = device == "numpy"
     fn = build_symdiff(prog, float64)
     ftype = np.float64 if float64 else np.float32
@@ -205,5 +229,5 @@ def check(prog: Program, device: str, on_reference=lambda: None) -> Result:
     except Exception as e:
         tb = traceback.format_exc(limit=-4)
         return Result(prog.seed, device, "error", f"{type(e).__name__}: {e}"[:500] + "\n" + tb[-1500:])
-    ok, worst = compare(got, ref64, ref32, FLOOR32_DEVICE.get(device, FLOOR32))
+    ok, worst = compare(got, ref64, ref32, FLOOR32_DEVICE.get(device.removesuffix(GPU_FORM), FLOOR32))
     return Result(prog.seed, device, "ok" if ok else "wrong", "", worst)

@@ -92,9 +92,11 @@ def inputs(shapes, dtype, seed=0):
 
 def with_workgroups(monkeypatch) -> None:
     """Run the GPU form on lavapipe too (its own target keeps a thread per
-    reduction for speed, lowering.targets), so that CI checks it."""
+    reduction and stores transcendental values, for speed: lowering.targets),
+    so that CI checks it."""
     own = devices.target
-    monkeypatch.setattr(devices, "target", lambda kind: replace(own(kind), workgroup_reductions=True))
+    monkeypatch.setattr(devices, "target", lambda kind: replace(own(kind), workgroup_reductions=True,
+                                                                  recompute_transcendentals=True))
 
 
 @pytest.fixture(params=[pytest.param("vulkan", marks=pytest.mark.vulkan), "cuda"])
