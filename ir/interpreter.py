@@ -16,6 +16,7 @@ from .graph import (ACCUMULATION_IDENTITY, DTYPES, FLOAT_DTYPES, DataflowGraph, 
                     Memlet, Tasklet)
 from .index_analysis import FLOOR_DIVIDE, exact_integer_division, unit_shifts
 from .sizes import bind_sizes, substitute_sizes
+from .scalar_functions import logical_not
 
 _UFUNC = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 
@@ -28,7 +29,7 @@ def _without_ite(expr: sympy.Basic) -> sympy.Basic:
         return expr
     return expr.replace(lambda e: isinstance(e, sympy.ITE),
                         lambda e: sympy.Or(sympy.And(e.args[0], e.args[1]),
-                                           sympy.And(sympy.Not(e.args[0]), e.args[2])))
+                                           sympy.And(logical_not(e.args[0]), e.args[2])))
 
 
 @functools.lru_cache(maxsize=4096)

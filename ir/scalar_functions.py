@@ -136,6 +136,31 @@ def compare(relation: type, a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
     return relation(ordering(a, b), 0)
 
 
+def logical_not(condition: sympy.Basic) -> sympy.Basic:
+    """numpy's ``~`` of a boolean expression.  sympy's ``Not`` turns a
+    comparison into its complement (``~(x < y)`` as ``x >= y``), which is
+    False where an operand is NaN, while numpy's is True there: so a negated
+    comparison also holds where an operand is NaN (``v != v``, through
+    ``compare``), and ``~`` goes through And/Or/Xor by De Morgan's rules to the
+    comparisons inside."""
+    condition = sympy.sympify(condition)
+    if isinstance(condition, sympy.And):
+        return sympy.Or(*(logical_not(c) for c in condition.args))
+    if isinstance(condition, sympy.Or):
+        return sympy.And(*(logical_not(c) for c in condition.args))
+    if isinstance(condition, sympy.Not):
+        return condition.args[0]
+    if isinstance(condition, sympy.Xor):
+        first, *rest = condition.args
+        return sympy.Xor(logical_not(first), *rest)
+    if isinstance(condition, sympy.core.relational.Relational):
+        lhs, rhs = condition.lhs, condition.rhs
+        operands = lhs.args if isinstance(lhs, ordering) and rhs == 0 else (lhs, rhs)
+        nan = [compare(sympy.Ne, v, v) for v in operands if not v.is_number and not v.is_integer]
+        return sympy.Or(sympy.Not(condition), *nan)
+    return sympy.Not(condition)
+
+
 class ieee_float(sympy.AtomicExpr):  # noqa: N801 (printers dispatch on the class name)
     """A float constant sympy must not fold: ``inf``, ``-inf``, NaN, ``-0.0``,
     and a zero that multiplies or divides.

@@ -14,7 +14,7 @@ import numpy as np
 import sympy
 from sympy.codegen.cfunctions import exp2, expm1, log1p, log2, log10
 
-from ..scalar_functions import cbrt, compare, fmax, fmin, ieee_float
+from ..scalar_functions import cbrt, compare, fmax, fmin, ieee_float, logical_not
 from . import context
 from .dispatch import implements
 from .emit import as_arith, as_bool, broadcast_shapes, scalar_expr, tasklet_to_new
@@ -189,7 +189,7 @@ _COMPARE = {u: functools.partial(compare, rel) for u, rel in (
     (np.greater, sympy.Gt), (np.greater_equal, sympy.Ge), (np.less, sympy.Lt), (np.less_equal, sympy.Le),
     (np.equal, sympy.Eq), (np.not_equal, sympy.Ne))}
 _LOGIC = {np.logical_and: sympy.And, np.logical_or: sympy.Or, np.logical_xor: sympy.Xor,
-          np.logical_not: sympy.Not}
+          np.logical_not: logical_not}
 
 
 def _ufunc_handler(ufunc: np.ufunc, fn: Callable, rule: str, convert: Callable = as_arith) -> Callable:
