@@ -76,12 +76,20 @@ def _mod(x: sympy.Expr, y: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
 
 def _extremum(extremum: type, wins: type) -> Partials:
     """Partials of ``Max`` (``wins`` is ``>``) or ``Min`` (``<``) of any number
-    of arguments: each argument against the extremum of the others."""
+    of arguments: each argument against the extremum of the others, the
+    arguments tied for it sharing 1 equally (1/2 each for two, as JAX's
+    maximum).  sympy flattens nested maxima (``Max(a, Max(b, c))`` is
+    ``Max(a, b, c)``), and half to each of three tied arguments made
+    ``d/dt max(t, max(t, t))`` 1.5 (fuzzer seed 401840)."""
     def partials(*args: sympy.Expr) -> tuple[sympy.Expr, ...]:
-        rests = [extremum(*args[:k], *args[k + 1:]) for k in range(len(args))]
-        return tuple(sympy.Piecewise((1, compare(wins, a, rest)), (sympy.S.Half, compare(sympy.Eq, a, rest)),
-                                     (0, True))
-                     for a, rest in zip(args, rests))
+        out = []
+        for k, a in enumerate(args):
+            others = args[:k] + args[k + 1:]
+            tied = sum((sympy.Piecewise((1, compare(sympy.Eq, a, o)), (0, True)) for o in others), sympy.S.Zero)
+            share = sympy.S.Half if len(others) == 1 else 1 / (1 + tied)
+            out.append(sympy.Piecewise((1, compare(wins, a, extremum(*others))),
+                                       (share, compare(sympy.Eq, a, extremum(*others))), (0, True)))
+        return tuple(out)
     return partials
 
 

@@ -1,0 +1,31 @@
+"""Nested maxima and minima that sympy flattens share a tie's derivative so
+that it sums to 1: ``max(t, max(2t - t, min(t, 1.0 t)))`` is ``t``, whose
+derivative is 1 (it was 1.5: half to each of three tied arguments; fuzzer seed
+401840).  Checked against central finite differences of the same program on the
+numpy device (the function is smooth: all arguments are t)."""
+# (no ``from __future__ import annotations``: the programs' shape annotations close over local sizes)
+import numpy as np
+import pytest
+
+import symdiff as sd
+
+
+def nested(t: sd.f64[4]):
+    out = np.zeros((4,))
+    for i in sd.map[0:4]:
+        out[i] = np.maximum(t[i], np.maximum(2.0 * t[i] - t[i], np.minimum(t[i], t[i] * 1.0))) \
+            + 3.0 * np.minimum(t[i] * t[i], np.minimum(t[i] ** 2, np.maximum(t[i] * t[i], t[i] * t[i])))
+    return np.sum(out)
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+def test_a_three_way_tie_shares_one(device):
+    if device not in sd.available_devices():
+        pytest.skip(f"no {device} device here")
+    prog = sd.differentiable_program(nested)
+    t = np.array([0.5, -1.0, 2.0, 0.0])
+    _, grads = prog.value_and_grad(t, device=device)
+    h = 1e-6
+    fd = np.array([(prog(t + h * e, device="numpy") - prog(t - h * e, device="numpy")) / (2 * h) for e in np.eye(4)])
+    np.testing.assert_allclose(grads["t"], fd, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(grads["t"], 1.0 + 6.0 * t, rtol=1e-12)  # d/dt (t + 3 t^2)
