@@ -21,7 +21,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 from sympy.printing.c import C99CodePrinter
 from sympy.printing.precedence import precedence
 
-from ir.scalar_functions import cbrt, fmax, fmin, ieee_float, ordering
+from ir.scalar_functions import cbrt, fmax, fmin, ieee_float, maximum, minimum, ordering
 
 from . import cpu_math, targets
 
@@ -90,8 +90,8 @@ def prelude(target: "str | targets.Target") -> str:
 
 # Functions that are exact (or correctly rounded) in lavapipe's double
 # arithmetic; anything else on a double is a transcendental it gets wrong.
-EXACT_FUNCTIONS = (sympy.Abs, sympy.Max, sympy.Min, fmax, fmin, sympy.sign, sympy.Heaviside, sympy.Piecewise,
-                   sympy.floor, sympy.ceiling, sympy.Mod, ordering)
+EXACT_FUNCTIONS = (sympy.Abs, sympy.Max, sympy.Min, maximum, minimum, fmax, fmin, sympy.sign, sympy.Heaviside,
+                   sympy.Piecewise, sympy.floor, sympy.ceiling, sympy.Mod, ordering)
 
 
 class SlangPrinter(C99CodePrinter):
@@ -245,6 +245,12 @@ class SlangPrinter(C99CodePrinter):
         return self._nested("maximum", expr.args)
 
     def _print_Min(self, expr) -> str:
+        return self._nested("minimum", expr.args)
+
+    def _print_maximum(self, expr) -> str:
+        return self._nested("maximum", expr.args)
+
+    def _print_minimum(self, expr) -> str:
         return self._nested("minimum", expr.args)
 
     def _print_fmax(self, expr) -> str:

@@ -21,7 +21,7 @@ from typing import Mapping
 import sympy
 from sympy.core.function import Application
 
-from ir.scalar_functions import ordering
+from ir.scalar_functions import maximum, minimum, ordering
 
 from . import registry
 from .errors import DifferentiationError
@@ -29,7 +29,8 @@ from .errors import DifferentiationError
 # functions whose value stays finite for finite arguments; anything else in a
 # partial (exp, log, 1/x, sqrt, ...) may be inf/nan where the cotangent is 0
 _BOUNDED = (sympy.sin, sympy.cos, sympy.tanh, sympy.atan, sympy.erf, sympy.Heaviside, sympy.sign,
-            sympy.Abs, sympy.Piecewise, sympy.Max, sympy.Min, sympy.floor, sympy.ceiling, ordering)
+            sympy.Abs, sympy.Piecewise, sympy.Max, sympy.Min, maximum, minimum, sympy.floor, sympy.ceiling,
+            ordering)
 _SIMPLIFY_MAX_OPS = 40
 
 

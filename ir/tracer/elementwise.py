@@ -14,7 +14,7 @@ import numpy as np
 import sympy
 from sympy.codegen.cfunctions import exp2, expm1, log1p, log2, log10
 
-from ..scalar_functions import cbrt, compare, fmax, fmin, ieee_float, logical_not
+from ..scalar_functions import cbrt, compare, fmax, fmin, ieee_float, logical_not, maximum, minimum
 from . import context
 from .dispatch import implements
 from .emit import as_arith, as_bool, broadcast_shapes, scalar_expr, tasklet_to_new
@@ -191,7 +191,7 @@ _UNARY_ARITH = {
 _BINARY = {
     np.add: (lambda a, b: a + b, "arith"), np.subtract: (lambda a, b: a - b, "arith"),
     np.multiply: (_multiply, "arith"), np.power: (_power, "arith"),
-    np.maximum: (sympy.Max, "arith"), np.minimum: (sympy.Min, "arith"),
+    np.maximum: (maximum, "arith"), np.minimum: (minimum, "arith"),
     np.fmax: (fmax, "arith"), np.fmin: (fmin, "arith"),
     np.floor_divide: (_floor_divide, "arith"), np.remainder: (_remainder, "arith"),
     np.true_divide: (_quotient, "float"), np.arctan2: (sympy.atan2, "float"),
