@@ -24,7 +24,17 @@ def _all_integer(args) -> bool:
     return all(a.is_integer for a in args)
 
 
-class fmax(sympy.Function):  # noqa: N801 (numpy's name; printers dispatch on it)
+class _NumpyBinary(sympy.Function):
+    """A function of two values that numpy has as ``_numpy``: the interpreter calls it."""
+
+    nargs = 2
+    _numpy = ""
+
+    def _numpycode(self, printer) -> str:
+        return f"{printer._module_format(self._numpy)}({', '.join(printer._print(a) for a in self.args)})"
+
+
+class fmax(_NumpyBinary):  # noqa: N801 (numpy's name; printers dispatch on it)
     """``np.fmax(a, b)``: the larger argument, the other one where one is NaN.
 
     Gradient as JAX's ``jnp.fmax = where((a > b) | isnan(b), a, b)``: all to
@@ -33,7 +43,6 @@ class fmax(sympy.Function):  # noqa: N801 (numpy's name; printers dispatch on it
     comparisons (``nan != nan``), which every printer can evaluate; sympy
     cannot state ``isnan`` (it folds ``Ne(b, b)`` to False)."""
 
-    nargs = 2
     _extremum = sympy.Max
     _numpy = "numpy.fmax"
 
@@ -50,9 +59,6 @@ class fmax(sympy.Function):  # noqa: N801 (numpy's name; printers dispatch on it
         return sympy.Piecewise((1, a_wins), (0, True)) if argindex == 1 else \
             sympy.Piecewise((0, a_wins), (1, True))
 
-    def _numpycode(self, printer) -> str:
-        return f"{printer._module_format(self._numpy)}({', '.join(printer._print(a) for a in self.args)})"
-
 
 class fmin(fmax):  # noqa: N801
     """``np.fmin(a, b)``: as ``fmax`` with the smaller argument; JAX's mask is
@@ -62,7 +68,7 @@ class fmin(fmax):  # noqa: N801
     _numpy = "numpy.fmin"
 
 
-class maximum(sympy.Function):  # noqa: N801 (numpy's name; printers dispatch on it)
+class maximum(_NumpyBinary):  # noqa: N801 (numpy's name; printers dispatch on it)
     """``np.maximum(a, b)``, NaN where either is NaN, kept binary: sympy's
     ``Max`` flattens nested maxima (``Max(a, Max(b, c))`` is ``Max(a, b, c)``),
     which loses how a program's own nesting splits a tie's derivative.  As
@@ -70,7 +76,6 @@ class maximum(sympy.Function):  # noqa: N801 (numpy's name; printers dispatch on
     ``maximum(a, maximum(b, c))`` gives 1/2, 1/4, 1/4 (fuzzer seed 401840).
     Integers and numbers fold to ``Max``; ``maximum(x, x)`` is ``x``."""
 
-    nargs = 2
     _extremum = sympy.Max
     _wins = sympy.Gt
     _numpy = "numpy.maximum"
@@ -88,9 +93,6 @@ class maximum(sympy.Function):  # noqa: N801 (numpy's name; printers dispatch on
     def fdiff(self, argindex: int = 1):
         a, b = self.args if argindex == 1 else self.args[::-1]
         return sympy.Piecewise((1, compare(self._wins, a, b)), (sympy.S.Half, compare(sympy.Eq, a, b)), (0, True))
-
-    def _numpycode(self, printer) -> str:
-        return f"{printer._module_format(self._numpy)}({', '.join(printer._print(a) for a in self.args)})"
 
 
 class minimum(maximum):  # noqa: N801

@@ -114,7 +114,6 @@ class _KernelWriter:
         self.threads = self.tiling.threads if self.tiling else kernel.threads
         # lanes of a workgroup sharing each point's loops (lowering.workgroups), or None
         self.layout = layout(plan.graph, kernel, self.target, self.tiling is not None)
-        self.workgroup = self.layout.lanes if self.layout else 1  # lanes per point
         self.shared = shared  # element types of the groupshared scratch arrays the module needs
         self.per_lane = False  # emitting a loop body whose points are the current lane's own
         self.mapping = Threads.for_device(self.layout.threads(self.threads) if self.layout else self.threads,
@@ -142,7 +141,7 @@ class _KernelWriter:
         k, tl = self.kernel, self.tiling
         grid = tl.grid if tl else k.box
         coord = "g" if tl else "t"  # a tiled kernel's thread coordinates count tiles
-        for line in self.mapping.open("lin" if self.workgroup == 1 else "global_thread"):
+        for line in self.mapping.open("global_thread" if self.layout else "lin"):
             self.emit(line, 1)
         if self.layout:  # whole workgroups return together above: barriers stay uniform
             self.cooperative_point()
@@ -362,7 +361,7 @@ class _KernelWriter:
         """``lane_loops`` in a workgroup: lane ``l`` runs points ``l``,
         ``l + WORKGROUP``, ... and each reducing step's accumulators are then
         combined over the lanes (``combine_lanes``)."""
-        self.emit(f"for (int r = lane; r < {length}; r += {self.workgroup})", 1)
+        self.emit(f"for (int r = lane; r < {length}; r += {self.layout.lanes})", 1)
         self.emit("{", 1)
         self.per_lane = True
         point(2, None)
@@ -382,7 +381,7 @@ class _KernelWriter:
         self.emit(f"// {acc}: the lanes' partial results combined in a fixed tree", 1)
         self.emit(f"{scratch}[group_thread] = {acc};", 1)
         self.emit("GroupMemoryBarrierWithGroupSync();", 1)
-        self.emit(f"for (int width = {self.workgroup // 2}; width > 0; width /= 2)", 1)
+        self.emit(f"for (int width = {self.layout.lanes // 2}; width > 0; width /= 2)", 1)
         self.emit("{", 1)
         partner = f"{scratch}[group_thread + width{f' * {per}' if per > 1 else ''}]"
         combined = COMBINE[op].format(a=f"{scratch}[group_thread]", b=partner)
@@ -762,7 +761,7 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
                               for s in kernel.steps)
         name = identifier(kernel.name)
         comment = (f"// kernel {name}: {len(kernel.steps)} tasklet(s), {w.threads} "
-                   + (f"point(s), {w.layout.points} a workgroup of {WORKGROUP} threads, {w.workgroup} sharing "
+                   + (f"point(s), {w.layout.points} a workgroup of {WORKGROUP} threads, {w.layout.lanes} sharing "
                       "each point's loops" if w.layout else "thread(s)")
                    + f" over {list(kernel.box)}" + (f" in tiles of {list(w.tiling.tile)}" if w.tiling else "")
                    + f"\n//   {described}")

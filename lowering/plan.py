@@ -369,20 +369,22 @@ def check_order(graph: DataflowGraph, kernels: list[Kernel]) -> None:
 def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Target | None" = None) -> Plan:
     """Bind sizes, split multi-output tasklets, fold elementwise producers into reductions, split long
     reductions, group tasklets into kernels and decide buffers, fills and write modes.  ``target``
-    (a ``lowering.targets`` name or ``Target``) only sets how long a row kernel's rows may be;
-    without one the plan suits every target."""
+    (a ``lowering.targets`` name or ``Target``) sets which producers are recomputed, how long
+    reductions are split and how long a row kernel's rows may be; without one the plan suits
+    every target."""
+    target = None if target is None else targets.of(target)
     g = bind(graph, sizes)
     empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
     from .reduce_fusion import fold_producers  # built on this module's index analysis
-    fold_producers(g, target is not None and targets.of(target).recompute_transcendentals)
-    split_large_reductions(g, None if target is None else targets.of(target))
+    fold_producers(g, target is not None and target.recompute_transcendentals)
+    split_large_reductions(g, target)
     kernels: list[Kernel] = []
     kernel_of: dict[str, int] = {}
     for name in placement_order(g):
         _place(g, kernels, kernel_of, g.node(name))
     from .rowfusion import RowKernel, fuse_rows  # built on this module's types
-    kernels = fuse_rows(g, kernels, None if target is None else targets.of(target).max_row)
+    kernels = fuse_rows(g, kernels, None if target is None else target.max_row)
     check_order(g, kernels)
 
     buffer_reads = {r.access for k in kernels for s in k.steps for r in s.reads if r.producer is None}

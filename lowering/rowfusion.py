@@ -283,7 +283,8 @@ def _join(graph: DataflowGraph, out: list[Kernel], runs: list[Run], kernel: Kern
 
 def fuse_rows(graph: DataflowGraph, kernels: list[Kernel], max_row: int | None = None) -> list[Kernel]:
     """Merge kernels (in dispatch order) into row kernels of at most
-    ``max_row`` points a row (default ``MAX_ROW``) where the module docstring's rules allow.  A kernel may hop over others it reads nothing
+    ``max_row`` points a row (default ``MAX_ROW``) where the module
+    docstring's rules allow.  A kernel may hop over others it reads nothing
     from; a run of merged kernels holding no reduction is left as it was
     (nothing would run per row but elementwise work, better spread over
     every point)."""

@@ -227,7 +227,7 @@ class Executable:
                 check_atomic_free(p)
             module = generate(p, target)
             dev = devices.get_device(self.device)
-            entries = [PROGRAM] if targets.of(self.device).sequential else [f"{k.name}_main" for k in module.kernels]
+            entries = [PROGRAM] if target.sequential else [f"{k.name}_main" for k in module.kernels]
             kernels = cache.kernels(self.device, dev, module.source, entries)
             g = p.graph
             shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
@@ -322,14 +322,15 @@ class Executable:
                 enc.copy_buffer(copy, 0, bindings[access], 0, copy.size)
                 results[r] = DeviceArray(copy, inst.shapes[access], dtype, self.device)
         read = [] if return_device_arrays else list(inst.latest.items())
-        if check_bounds and FLAG in inst.buffers:
+        flagged = check_bounds and FLAG in inst.buffers
+        if flagged:
             read.append((FLAG, FLAG))
         host = self._read(dev, enc, inst, [bindings[a] for _, a in read])
         for (r, access), raw in zip(read, host):
             if r != FLAG:
                 results[r] = _host_array(raw, g.containers[r].dtype, inst.shapes[access])
                 moved += results[r].nbytes
-        if check_bounds and FLAG in inst.buffers:
+        if flagged:
             flag = host[-1].view(np.int32)
             if flag[0]:
                 host = {a: np.asarray(v) for a, v in inputs.items()}
