@@ -175,9 +175,10 @@ _UNARY_FLOAT = {
 def _absolute(x: sympy.Expr) -> sympy.Expr:
     """``|x|`` whose derivative is 0 at 0 (symdiff's convention, as ``sign``) also
     where sympy proves the sign of ``x`` and drops the ``Abs``: ``Abs(Max(a,
-    b**2))`` is ``Max(a, b**2)`` to sympy, and at a tie at 0 the maximum's own
-    derivative (half to each side) leaked through (fuzzer seed 400695).  The
-    select keeps the value (-0.0 becomes 0.0, NaN stays NaN)."""
+    0))`` (``np.abs(np.clip(a, 0, 1))``) is ``Max(a, 0)`` to sympy, and at a tie
+    at 0 the maximum's own derivative (half to each side) leaked through
+    (fuzzer seed 400695, before np.maximum became ``maximum``).  The select
+    keeps the value (-0.0 becomes 0.0, NaN stays NaN)."""
     out = sympy.Abs(x)
     if isinstance(out, sympy.Abs) or out.is_number:
         return out

@@ -17,7 +17,8 @@ def program(a: sd.f64[4], b: sd.f64[4]):
     # one sd.map body is one sympy expression: there sympy sees Max(atan2(a, 1.5), b**2) >= 0
     out = np.zeros((4,))
     for i in sd.map[0:4]:
-        out[i] = np.hypot(2.0, np.abs(np.maximum(np.arctan2(a[i], 1.5), np.square(b[i]))) + 0.5) + np.abs(np.exp(a[i]) - 1.0)
+        out[i] = np.hypot(2.0, np.abs(np.maximum(np.arctan2(a[i], 1.5), np.square(b[i]))) + 0.5) + np.abs(np.exp(a[i]) - 1.0) \
+            + np.abs(np.clip(a[i], 0.0, 1.0))
     return np.sum(out)
 
 
@@ -25,7 +26,7 @@ def twin(a, b):
     def absolute(x):
         return jnp.sign(x) * x
     return jnp.sum(jnp.hypot(2.0, absolute(jnp.maximum(jnp.arctan2(a, 1.5), b * b)) + 0.5)
-                   + absolute(jnp.exp(a) - 1.0))
+                   + absolute(jnp.exp(a) - 1.0) + absolute(jnp.clip(a, 0.0, 1.0)))
 
 
 @pytest.mark.parametrize("device", ["numpy", "cpu"])
