@@ -327,7 +327,8 @@ def seal_gradients(graph: ir.DataflowGraph, output: str, wrt: Sequence[str]) -> 
 
 
 def differentiable_program(fn: Callable | None = None, *, device: str | None = None, deterministic: bool = False,
-                           check_bounds: bool = True, stencil_gathers: bool = True):
+                           check_bounds: bool = True, stencil_gathers: bool = True,
+                           strict_broadcasting: bool = False):
     """Decorate a numpy-style function (or index-level code with ``sd.map``).
 
     Arguments annotated with ``sd.f32[...]``-style specs fix their dtype and
@@ -347,16 +348,20 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
     int32's range (``lowering.ArgumentError`` otherwise).
     ``stencil_gathers=False`` keeps stencil reverse passes as scatter-adds
     (atomics), to measure what the gathers save.
+    ``strict_broadcasting=True``: an elementwise op between arrays of different
+    ranks is a trace error unless the broadcast is written (``x[None, :]``,
+    ``np.broadcast_to``); scalars still broadcast.
     """
     if fn is None:
         return lambda f: differentiable_program(f, device=device, deterministic=deterministic,
-                                                check_bounds=check_bounds, stencil_gathers=stencil_gathers)
+                                                check_bounds=check_bounds, stencil_gathers=stencil_gathers,
+                                                strict_broadcasting=strict_broadcasting)
     params = array_parameters(fn)
     hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items()
              if k in params and isinstance(v, ArraySpec)}
 
     def build(specs: tuple[ArraySpec, ...]) -> ir.DataflowGraph:
-        return ir.trace(fn, *specs)
+        return ir.trace(fn, *specs, strict_broadcasting=strict_broadcasting)
 
     program = DifferentiableProgram(build, params, hints, fn.__name__, device, deterministic, check_bounds,
                                     stencil_gathers)

@@ -10,9 +10,10 @@ from . import creation, elementwise, indexing, indirect, linalg, reductions  # n
 from .errors import (MissingSpecError, ScalarConversionError, ShapeMismatchError, TracedBranchError, TraceError,
                      TraceIndexError, UnsupportedAttributeError, UnsupportedOperationError, UntracedWriteError)
 from .maps import map  # noqa: A004
+from .strict import ImplicitBroadcastError
 from .trace import trace
 from .traced_array import TracedArray
 
 __all__ = ["trace", "map", "TracedArray", "TraceError", "MissingSpecError", "ScalarConversionError",
            "ShapeMismatchError", "TracedBranchError", "TraceIndexError", "UnsupportedAttributeError",
-           "UnsupportedOperationError", "UntracedWriteError"]
+           "UnsupportedOperationError", "UntracedWriteError", "ImplicitBroadcastError"]

@@ -19,9 +19,10 @@ _local = threading.local()
 class Trace:
     """The graph being built plus the bookkeeping the tracer needs while building it."""
 
-    def __init__(self, graph: DataflowGraph, float_dtype: str):
+    def __init__(self, graph: DataflowGraph, float_dtype: str, strict_broadcasting: bool = False):
         self.graph = graph
         self.float_dtype = float_dtype        # dtype of float constants and np.zeros(...) without dtype
+        self.strict_broadcasting = strict_broadcasting  # see ir.tracer.strict
         self.map_ranges: list[Range] = []     # domains of the sd.map loops currently iterating
         self._counter = itertools.count()
         self.hidden_error: TraceError | None = None  # see Operators._conversion_error

@@ -20,6 +20,7 @@ from .dispatch import implements
 from .emit import as_arith, as_bool, broadcast_shapes, scalar_expr, tasklet_to_new
 from .errors import UnsupportedOperationError
 from .maps import MapValue, as_map_operand
+from .strict import check_ranks
 from .traced_array import TracedArray
 
 _RANK = {"bool": 0, "int32": 1, "float32": 2, "float64": 3}
@@ -91,6 +92,8 @@ def apply(op: str, fn: Callable, operands: list, dtype: str, converts: list[Call
         expr = fn(*(None if v is None else conv(v.expr, v.dtype_name) for v, conv in zip(values, converts)))
         return MapValue(trace, expr, dtype, reads)
     arrays = {f"x{k}": x for k, x in enumerate(operands) if isinstance(x, TracedArray)}
+    if trace.strict_broadcasting:
+        check_ranks(op, [a.sym_shape for a in arrays.values()])
     shape = broadcast_shapes(op, *(a.sym_shape for a in arrays.values()))
 
     def body(_, symbols):

@@ -68,4 +68,4 @@ def dot(a, b, out=None):
 
 @implements(np.outer)
 def outer(a, b, out=None):
-    return np.multiply(np.reshape(a, (-1, 1)), np.reshape(b, (-1,)))
+    return np.multiply(np.reshape(a, (-1, 1)), np.reshape(b, (1, -1)))  # equal ranks: strict broadcasting

@@ -72,26 +72,31 @@ def _resolve_specs(fn: Callable, specs: tuple, named_specs: dict) -> tuple[list[
     return names, tuple(resolved)
 
 
-def trace(fn: Callable, *specs: ArraySpec, **named_specs: ArraySpec) -> DataflowGraph:
+def trace(fn: Callable, *specs: ArraySpec, strict_broadcasting: bool = False,
+          **named_specs: ArraySpec) -> DataflowGraph:
     """The dataflow graph of ``fn`` for arguments of the given specs.
 
     Parameters without a spec use their ``ArraySpec`` annotation.  The result
     is cached per ``fn`` and specs and shared: copy it before mutating.
+    ``strict_broadcasting``: elementwise ops between arrays of different
+    ranks are errors unless the broadcast is written (``ir.tracer.strict``).
     """
     names, resolved = _resolve_specs(fn, specs, named_specs)
+    key = (resolved, strict_broadcasting)
     with _cache_lock:
-        cached = _cache.get(fn, {}).get(resolved)
+        cached = _cache.get(fn, {}).get(key)
     if cached is not None:
         return cached
-    graph = _trace(fn, names, resolved)
+    graph = _trace(fn, names, resolved, strict_broadcasting)
     with _cache_lock:
-        return _cache.setdefault(fn, {}).setdefault(resolved, graph)
+        return _cache.setdefault(fn, {}).setdefault(key, graph)
 
 
-def _trace(fn: Callable, names: list[str], specs: tuple[ArraySpec, ...]) -> DataflowGraph:
+def _trace(fn: Callable, names: list[str], specs: tuple[ArraySpec, ...],
+           strict_broadcasting: bool = False) -> DataflowGraph:
     float_dtype = "float64" if any(s.dtype == "float64" for s in specs) else "float32"
     graph = DataflowGraph(fn.__name__)
-    tr = context.Trace(graph, float_dtype)
+    tr = context.Trace(graph, float_dtype, strict_broadcasting)
     args = []
     for name, spec in zip(names, specs):
         graph.add_container(name, spec.shape, spec.dtype, role="argument")
