@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import sympy
 
@@ -26,11 +26,13 @@ from ir.scalar_functions import compare
 from .activity import Activity, Pair, analyse, latest_versions
 from .derivatives import guarded_product, shared_subexpressions, tasklet_partials
 from .errors import DifferentiationError
+from .push import PushLayout, check_modes, push_layouts
 from .transpose import gather_stencils
 
 
 def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
-                      outputs: Sequence[str], stencil_gathers: bool = True) -> dict[str, str]:
+                      outputs: Sequence[str], stencil_gathers: bool = True,
+                      accumulate: Mapping[str, str] | None = None) -> dict[str, str]:
     """Add the reverse pass of ``outputs`` w.r.t. ``inputs``; return
     ``{input: gradient_container}``.
 
@@ -54,6 +56,11 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
     ``stencil_gathers``: turn shifted scatter-adds into gathers
     (``symdiff.transpose``); off only to measure what that saves.
 
+    ``accumulate``: ``{input: "sum" | "push"}`` (default ``"sum"``).  A pushed
+    input broadcast against a batch gets one gradient per batch element:
+    ``grad_<input>`` has the batch axes in front of the input's shape
+    (``symdiff.push``).
+
     Both meta dicts are merged across calls, so a second (higher-order) pass
     keeps the first pass's seeds; ``graph.meta["backward_passes"]`` lists
     every call's inputs, outputs, seeds and gradients.
@@ -61,15 +68,19 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
     inputs = list(dict.fromkeys(inputs))
     outputs = list(dict.fromkeys(outputs))
     _check_request(graph, inputs, outputs)
+    check_modes(accumulate or {}, inputs)
     input_nodes = {x: graph.access(x, 0) for x in inputs}
     latest = latest_versions(graph)
     output_nodes = {o: latest[o] for o in outputs if o in latest}
     activity = analyse(graph, input_nodes.values(), output_nodes.values())
+    pushed = push_layouts(graph, activity, input_nodes, accumulate or {})
 
     gradients = {}
     for x in inputs:
         c = graph.containers[x]
-        gradients[x] = graph.add_container(graph.unique_name(f"grad_{x}"), c.shape, c.dtype, "result").name
+        batch = pushed[input_nodes[x]].batch if input_nodes[x] in pushed else ()
+        gradients[x] = graph.add_container(graph.unique_name(f"grad_{x}"), batch + c.shape, c.dtype,
+                                           "result").name
         graph.access(gradients[x], 0)
     seeds = {}
     for o in outputs:
@@ -80,14 +91,15 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
     _ReversePass(graph, activity,
                  {input_nodes[x]: gradients[x] for x in inputs},
                  {output_nodes[o]: seeds[o] for o in output_nodes if output_nodes[o] in activity.versions},
-                 ).build()
+                 pushed).build()
     if stencil_gathers:
         gather_stencils(graph)
 
     graph.meta.setdefault("seeds", {}).update(seeds)
     graph.meta.setdefault("gradients", {}).update(gradients)
     graph.meta.setdefault("backward_passes", []).append(
-        {"inputs": inputs, "outputs": outputs, "seeds": seeds, "gradients": gradients})
+        {"inputs": inputs, "outputs": outputs, "seeds": seeds, "gradients": gradients,
+         "accumulate": dict(accumulate or {})})
     return gradients
 
 
@@ -162,8 +174,9 @@ class _Body:
 
 class _ReversePass:
     def __init__(self, graph: DataflowGraph, activity: Activity, input_grads: dict[str, str],
-                 seeds: dict[str, str]):
+                 seeds: dict[str, str], pushed: dict[str, PushLayout] | None = None):
         self.graph = graph
+        self.pushed = pushed or {}  # pushed input version -> where its gradient keeps the batch index
         self.activity = activity
         self.seeds = seeds  # active output version -> seed container
         self.grad: dict[str, str] = dict(input_grads)  # active version -> gradient container
@@ -291,8 +304,9 @@ class _ReversePass:
         for (access, rm), expr in sums.items():
             conn = body.names(f"d_{rm.connector}")
             exprs[conn] = expr
-            mode = self._mode(access, rm.index, domain)
-            writes[conn] = (g.access(self.grad[access], 0), rm.index, mode)
+            index = self.pushed[access].index(tasklet, rm.index) if access in self.pushed else rm.index
+            mode = self._mode(access, index, domain)
+            writes[conn] = (g.access(self.grad[access], 0), index, mode)
             modes[conn] = mode or "plain"
         # forward connectors the bodies and indices need, closed over gather indices
         forward = {m.connector: (a, m.index) for a, m in g.reads(tasklet)}

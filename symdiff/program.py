@@ -109,16 +109,19 @@ class DifferentiableProgram:
                                    f"{self.arg_names}")
         return wrt
 
-    def _backward_graph(self, specs: tuple[ArraySpec, ...], wrt: tuple[str, ...]) -> ir.DataflowGraph:
-        key = (specs, wrt)
+    def _backward_graph(self, specs: tuple[ArraySpec, ...], wrt: tuple[str, ...],
+                        accumulate: Mapping[str, str] | None = None) -> ir.DataflowGraph:
+        pushed = tuple(sorted((k, v) for k, v in (accumulate or {}).items() if v != "sum"))
+        key = (specs, wrt, pushed)
         if key not in self._backward:
             forward = self._forward_graph(specs)
             derived = _BACKWARD_GRAPHS.setdefault(forward, {})
-            options = (wrt, self.stencil_gathers)
+            options = (wrt, self.stencil_gathers, pushed)
             if options not in derived:
                 graph = forward.copy()
                 graph.meta["gradients"] = add_backward_pass(graph, inputs=list(wrt), outputs=graph.results,
-                                                            stencil_gathers=self.stencil_gathers)
+                                                            stencil_gathers=self.stencil_gathers,
+                                                            accumulate=dict(pushed))
                 derived[options] = graph
             self._backward[key] = derived[options]
         return self._backward[key]
@@ -223,20 +226,24 @@ class DifferentiableProgram:
         return self._outputs(graph, self._run(graph, self._inputs(graph, values), device, device_arrays))
 
     def vjp(self, *args, cotangent: Any, wrt: Sequence[str] | str | None = None,
-            device: str | None = None, device_arrays: bool = False, **kwargs) -> tuple[Any, dict[str, Any]]:
+            device: str | None = None, device_arrays: bool = False,
+            accumulate: Mapping[str, str] | None = None, **kwargs) -> tuple[Any, dict[str, Any]]:
         """``(value, {input: cotangent @ d value / d input})`` for any output shape.
 
-        ``cotangent``: one array for a single output, a tuple for several."""
+        ``cotangent``: one array for a single output, a tuple for several.
+        ``accumulate={"w": "push"}``: per-sample gradients of an input
+        broadcast against a batch, shaped ``batch + w.shape`` (``symdiff.push``)."""
         values = self._bind(args, kwargs)
         specs = self._specs_for(values)
         forward = self._forward_graph(specs)
-        return self._vjp(specs, forward, self._inputs(forward, values), cotangent, wrt, device, device_arrays)
+        return self._vjp(specs, forward, self._inputs(forward, values), cotangent, wrt, device, device_arrays,
+                         accumulate)
 
     def _vjp(self, specs: tuple[ArraySpec, ...], forward: ir.DataflowGraph, inputs: dict[str, Any],
              cotangent: Any, wrt: Sequence[str] | str | None, device: str | None,
-             device_arrays: bool) -> tuple[Any, dict[str, Any]]:
+             device_arrays: bool, accumulate: Mapping[str, str] | None = None) -> tuple[Any, dict[str, Any]]:
         wrt = self._resolve_wrt(forward, wrt)
-        graph = self._backward_graph(specs, wrt)
+        graph = self._backward_graph(specs, wrt, accumulate)
         outputs = forward.meta.get("result_names", forward.results)
         cts = (cotangent,) if len(outputs) == 1 else tuple(cotangent)
         if len(cts) != len(outputs):
@@ -262,8 +269,13 @@ class DifferentiableProgram:
         return self._outputs(forward, results), grads
 
     def value_and_grad(self, *args, wrt: Sequence[str] | str | None = None, device: str | None = None,
-                       device_arrays: bool = False, **kwargs) -> tuple[Any, dict[str, Any]]:
-        """``(value, {input: gradient})`` of a program with one scalar output."""
+                       device_arrays: bool = False, accumulate: Mapping[str, str] | None = None,
+                       **kwargs) -> tuple[Any, dict[str, Any]]:
+        """``(value, {input: gradient})`` of a program with one scalar output.
+
+        ``accumulate={"w": "push"}``: for an input broadcast against a batch,
+        one gradient per batch element (shape ``batch + w.shape``, summing to
+        the default gradient), without materialising the broadcast."""
         values = self._bind(args, kwargs)
         specs = self._specs_for(values)
         forward = self._forward_graph(specs)
@@ -274,12 +286,12 @@ class DifferentiableProgram:
             raise ProgramError(f"value_and_grad needs one scalar output; {self.name} returns "
                                f"{len(outputs)} output(s) of shape(s) {shapes}. "
                                "Use .vjp(..., cotangent=...) for non-scalar outputs.")
-        return self._vjp(specs, forward, inputs, np.ones(()), wrt, device, device_arrays)
+        return self._vjp(specs, forward, inputs, np.ones(()), wrt, device, device_arrays, accumulate)
 
     def grad(self, *args, wrt: Sequence[str] | str | None = None, device: str | None = None,
-             **kwargs) -> dict[str, Any]:
+             accumulate: Mapping[str, str] | None = None, **kwargs) -> dict[str, Any]:
         """``{input: gradient}`` of a program with one scalar output."""
-        return self.value_and_grad(*args, wrt=wrt, device=device, **kwargs)[1]
+        return self.value_and_grad(*args, wrt=wrt, device=device, accumulate=accumulate, **kwargs)[1]
 
     def grad_program(self, wrt: Sequence[str] | str | None = None) -> "DifferentiableProgram":
         """A new program with the same arguments whose outputs are the gradients
