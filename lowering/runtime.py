@@ -32,7 +32,7 @@ import slangpy as spy
 import ir
 from ir.graph import DTYPES, DataflowGraph
 
-from . import cache, devices, targets
+from . import cache, devices, dlpack, targets
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
 from .deterministic import check_atomic_free, owner_computes
@@ -75,7 +75,7 @@ def _new_buffer(device: spy.Device, dtype: str, count: int, data: np.ndarray | N
     storage = _STORAGE_NUMPY[dtype]
     size = max(count, 1) * np.dtype(storage).itemsize  # empty buffers are invalid
     if data is not None and data.size:
-        return device.create_buffer(size=size, usage=_USAGE, data=np.ascontiguousarray(data, dtype=storage))
+        return device.create_buffer(size=size, usage=_USAGE, data=dlpack.uploadable(np.ascontiguousarray(data, dtype=storage)))
     return device.create_buffer(size=size, usage=_USAGE)
 
 
@@ -117,20 +117,33 @@ class DeviceArray:
         out = self.numpy()
         return out.astype(dtype) if dtype is not None else out
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export (``torch.from_dlpack``, ``np.from_dlpack``, JAX): a view
+        of the buffer on slangpy's CPU device, a host copy elsewhere (``lowering.dlpack``)."""
+        return dlpack.export(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack.CPU
+
     def __repr__(self) -> str:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device={self.device!r})"
 
 
 def asarray(array, device: str | None = None, dtype: str | None = None) -> DeviceArray:
-    """Upload ``array`` once to a device (``None``: the default device)."""
+    """Upload ``array`` once to a device (``None``: the default device).
+
+    ``array`` may be any DLPack producer (torch, JAX, numpy): host memory is
+    read in place by the upload; where a host copy must come first (another
+    device, a non-contiguous layout, a dtype conversion) a
+    ``lowering.dlpack.CopyWarning`` says so."""
     kind = devices.resolve(device)
     if kind == "numpy":
         raise ValueError("the numpy device keeps arrays in host memory: pass numpy arrays instead")
     if isinstance(array, DeviceArray) and array.device == kind and (dtype is None or dtype == array.dtype):
         return array
-    host = np.asarray(array)
+    host = dlpack.host_array(array)  # a DLPack producer's host memory, read in place by the upload
     name = dtype or (host.dtype.name if host.dtype.name in DTYPES else "float32")
-    host = host.astype(DTYPES[name], copy=False)
+    host = dlpack.staged(array, host, _STORAGE_NUMPY[name])
     buffer = _new_buffer(devices.get_device(kind), name, host.size, host)
     return DeviceArray(buffer, host.shape, name, kind)
 
@@ -307,7 +320,7 @@ class Executable:
                 self._stats["buffers_allocated"] += 1
             bindings[access] = inst.buffers[access]
             if host.size:
-                inst.buffers[access].copy_from_numpy(host)
+                inst.buffers[access].copy_from_numpy(dlpack.uploadable(host))  # slangpy refuses read-only arrays
                 moved += host.nbytes
         enc = dev.create_command_encoder()
         dispatches = self._record(enc, inst, bindings)

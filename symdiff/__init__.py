@@ -12,10 +12,11 @@ from lowering import ArgumentError, DeviceArray, asarray, available_devices
 from .backward import add_backward_pass
 from .errors import DifferentiationError
 from .gradcheck import GradientCheckError
+from .interop import to_jax, to_torch
 from .program import DifferentiableProgram, ProgramError, differentiable_program, gradcheck
 from .registry import register_derivative, unregister_derivative
 
 __all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f32", "f64", "i32", "bool_",
            "symbol", "ArraySpec", "add_backward_pass", "gradcheck", "register_derivative",
            "unregister_derivative", "asarray", "DeviceArray", "available_devices", "ProgramError",
-           "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError"]
+           "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError", "to_torch", "to_jax"]

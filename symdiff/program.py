@@ -324,6 +324,14 @@ def seal_gradients(graph: ir.DataflowGraph, output: str, wrt: Sequence[str]) -> 
     seed_c.role = "transient"
     graph.add_tasklet(f"seed_{output}_one", [], {"one": 1.0}, {},
                       {"one": (graph.access(seed, 0), tuple(0 for _ in seed_c.shape))})
+    return gradients_as_results(graph, wrt)
+
+
+def gradients_as_results(graph: ir.DataflowGraph, wrt: Sequence[str]) -> ir.DataflowGraph:
+    """Make the gradients of ``wrt`` a backward graph's only results, in
+    ``wrt`` order; forward results become transients.  With its seeds left
+    as arguments, a backward graph so sealed is a vector-Jacobian-product
+    program (``symdiff.interop.vjp``), which can be differentiated again."""
     for r in graph.results:
         graph.containers[r].role = "transient"
     grads = graph.meta["gradients"]

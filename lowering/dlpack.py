@@ -1,0 +1,121 @@
+"""DLPack for device arrays: hand a ``DeviceArray`` to torch, JAX or numpy
+(``DeviceArray.__dlpack__``), and take their arrays in ``asarray``.
+
+Export.  slangpy's CPU device keeps buffers in host memory, and there
+``Buffer.device_address`` is their host pointer: a float32, float64 or int32
+array on that device is exported without a copy (the consumer's tensor is a
+view of the buffer and keeps the array alive; writes through it change the
+array).  Elsewhere the export is a host copy (lavapipe's buffers are device
+memory; bool arrays are stored as int32), and ``__dlpack_device__`` says CPU,
+where that copy lives.  A consumer passing ``copy=False`` gets ``BufferError``
+instead of a copy.  CUDA buffers are exported as a host copy too (a CUDA
+DLPack export is not built yet).
+
+Import.  An upload is always one copy, into the device buffer slangpy
+allocates.  A DLPack producer in host memory (numpy, torch CPU tensors, JAX CPU
+arrays) is read in place by that upload, with no staging copy before it.  When
+the producer's memory cannot be uploaded as it is (another device, a
+non-contiguous layout, a dtype the program stores differently), ``asarray``
+stages a host copy first and says so with a ``CopyWarning``.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import slangpy as spy
+
+from ir.graph import DTYPES
+
+from . import devices
+
+CPU = (1, 0)  # (kDLCPU, device id): where every export lives
+_VIEWABLE = ("float32", "float64", "int32")  # stored as they are (bool is stored as int32)
+
+
+class CopyWarning(UserWarning):
+    """An array given to ``asarray`` was copied on the host before its upload."""
+
+
+class _HostMemory:
+    """A buffer's host memory behind numpy's array interface; holds the array
+    owning the buffer, so a view (and any DLPack capsule made from it) keeps
+    the buffer from being freed or handed back to an executable's spares."""
+
+    def __init__(self, owner: Any, address: int, shape: tuple[int, ...], dtype: np.dtype):
+        self.owner = owner
+        self.__array_interface__ = {"data": (address, False), "shape": shape, "typestr": dtype.str,
+                                    "version": 3}
+
+
+def in_host_memory(kind: str) -> bool:
+    """Whether arrays of device kind ``kind`` live in host memory, so that
+    their DLPack export is a view (slangpy's CPU device)."""
+    return kind != "numpy" and devices.get_device(kind).info.type == spy.DeviceType.cpu
+
+
+def host_view(array: Any) -> np.ndarray | None:
+    """A numpy view of ``array``'s buffer memory itself, or ``None`` where the
+    buffer is not host memory (any device but slangpy's CPU device) or is
+    stored in another dtype (bool).  Waits for the device first: a call
+    returning device arrays does not wait for its kernels."""
+    buffer = array.buffer
+    if buffer.device.info.type != spy.DeviceType.cpu or array.dtype not in _VIEWABLE:
+        return None
+    buffer.device.wait()
+    dtype = np.dtype(DTYPES[array.dtype])
+    if array.size == 0:
+        return np.zeros(array.shape, dtype)
+    return np.asarray(_HostMemory(array, buffer.device_address, array.shape, dtype))
+
+
+def export(array: Any, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+           dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+    """``array.__dlpack__(...)``: a capsule over the buffer memory where it is
+    host memory, else over a host copy (refused under ``copy=False``)."""
+    view = host_view(array)
+    if view is None:
+        if copy is False:
+            raise BufferError(f"a {array.dtype} array on {array.device!r} lives outside host memory (or is stored "
+                              "as another dtype): it can only be exported as a copy; pass copy=None or True")
+        view, copy = array.numpy(), None
+    return view.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+
+def host_array(value: Any) -> np.ndarray:
+    """``value`` as a numpy array: a DLPack producer in host memory is viewed
+    in place; one elsewhere (a GPU tensor) is copied to the host with a
+    ``CopyWarning``.  Other values go through ``np.asarray``."""
+    if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack__"):
+        return np.asarray(value)
+    if tuple(value.__dlpack_device__())[0] == CPU[0]:
+        return np.from_dlpack(value)
+    warnings.warn(CopyWarning(f"{type(value).__name__} on DLPack device {tuple(value.__dlpack_device__())} is "
+                              "copied to host memory before its upload"), stacklevel=3)
+    return np.from_dlpack(value, device="cpu", copy=True)
+
+
+def staged(value: Any, host: np.ndarray, storage: type) -> np.ndarray:
+    """``host`` (``host_array(value)``) as the C-contiguous ``storage`` array an
+    upload reads; warns when that needs a copy of a DLPack producer's memory
+    (numpy arrays keep numpy's usual silent conversions)."""
+    upload = np.ascontiguousarray(host, dtype=storage)
+    if upload.size and not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__") \
+            and not np.may_share_memory(upload, host):
+        reason = (f"dtype {host.dtype} is stored as {np.dtype(storage)}" if host.dtype != upload.dtype
+                  else "its layout is not C-contiguous")
+        warnings.warn(CopyWarning(f"{type(value).__name__} of shape {host.shape} is copied on the host before "
+                                  f"its upload: {reason}"), stacklevel=3)
+    return upload
+
+
+def uploadable(host: np.ndarray) -> np.ndarray:
+    """``host`` as slangpy's uploads take it (every upload in ``runtime`` goes
+    through here): they refuse read-only arrays (``np.asarray`` of a JAX array,
+    what ``jax.pure_callback`` hands over, a memory map) though they only read
+    them, so a read-only one is passed as a writable-flagged view of the same
+    memory (no copy; nothing writes through it)."""
+    if host.flags.writeable or not host.size:
+        return host
+    return np.asarray(_HostMemory(host, host.ctypes.data, host.shape, host.dtype))
