@@ -10,6 +10,7 @@ from ir.specs import ArraySpec, bool_, f32, f64, i32, symbol
 from lowering import ArgumentError, DeviceArray, asarray, available_devices
 
 from .backward import add_backward_pass
+from .custom_vjp import CustomVJPError, custom_vjp
 from .errors import DifferentiationError
 from .gradcheck import GradientCheckError
 from .interop import to_jax, to_torch
@@ -19,4 +20,5 @@ from .registry import register_derivative, unregister_derivative
 __all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f32", "f64", "i32", "bool_",
            "symbol", "ArraySpec", "add_backward_pass", "gradcheck", "register_derivative",
            "unregister_derivative", "asarray", "DeviceArray", "available_devices", "ProgramError",
-           "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError", "to_torch", "to_jax"]
+           "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError",
+           "custom_vjp", "CustomVJPError", "to_torch", "to_jax"]

@@ -24,6 +24,7 @@ from ir.index_analysis import injective
 from ir.scalar_functions import compare
 
 from .activity import Activity, Pair, analyse, latest_versions
+from .custom_vjp import active_calls, tagged_tasklets, trace_backward
 from .derivatives import guarded_product, shared_subexpressions, tasklet_partials
 from .errors import DifferentiationError
 from .push import PushLayout, check_modes, push_layouts
@@ -184,11 +185,16 @@ class _ReversePass:
         self.aux: dict[str, dict[str, str]] = {}  # max/min/prod version -> helper access ids
 
     def build(self) -> None:
-        order = [n for n in reversed(self.graph.topological_order()) if n in self.activity.pairs]
+        custom = tagged_tasklets(self.graph)  # differentiated by the user's backward (symdiff.custom_vjp)
+        order = [n for n in reversed(self.graph.topological_order()) if n in self.activity.pairs and n not in custom]
         readers = {}
         for tasklet in order:
             for p in self.activity.pairs[tasklet]:
                 readers.setdefault((p.read_access, p.read.connector, tasklet), p.read_access)
+        calls = active_calls(self.graph, self.activity.versions)
+        for record, arguments in calls:
+            for k, access in enumerate(arguments):
+                readers[(access, k, record.call)] = access
         for access in list(readers.values()) + list(self.seeds):
             self.contributors[access] = self.contributors.get(access, 0) + 1
         for access, n in self.contributors.items():
@@ -207,6 +213,8 @@ class _ReversePass:
                 self._copy_seed(access, seed)
         for tasklet in order:
             self._backward_tasklet(tasklet, self.activity.pairs[tasklet])
+        for record, _ in calls:
+            trace_backward(self.graph, record, self.grad, self._mode)
 
     def _mode(self, access: str, index: tuple, domain: Sequence[sympy.Symbol]) -> str | None:
         return None if self.contributors[access] == 1 and injective(index, domain) else "sum"

@@ -17,13 +17,15 @@ _SKIP_PREFIXES = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
                        for m in (numpy, sympy)) + (_IR_DIR + os.sep,)
 
 
-def user_location() -> str | None:
-    """``"file.py:LINE"`` of the innermost frame outside ``ir``, numpy and sympy:
-    the user's line that caused the current operation."""
+def user_location(skip: tuple[str, ...] = ()) -> str | None:
+    """``"file.py:LINE"`` of the innermost frame outside ``ir``, numpy and sympy
+    (and the directories ``skip``, for callers outside ``ir``): the user's line
+    that caused the current operation."""
     frame = sys._getframe(1)
+    prefixes = _SKIP_PREFIXES + tuple(os.path.abspath(d) + os.sep for d in skip)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not os.path.abspath(filename).startswith(_SKIP_PREFIXES):
+        if not os.path.abspath(filename).startswith(prefixes):
             return f"{os.path.basename(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None

@@ -1,0 +1,197 @@
+"""``sd.custom_vjp``: user backward rules for subgraphs, checked as Thunder's
+guide checks VJP rules: against central differences and against JAX's
+gradient of the same function (float64), on numpy, cpu and vulkan."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import lowering
+import symdiff as sd
+
+jax.config.update("jax_enable_x64", True)
+
+
+def _device(name):
+    marks = [pytest.mark.vulkan] if name == "vulkan" else []
+    return pytest.param(name, marks=marks, id=name)
+
+
+@pytest.fixture(params=[_device(d) for d in ("numpy", "cpu", "vulkan")])
+def device(request):
+    if request.param != "numpy" and request.param not in lowering.available_devices():
+        pytest.skip(f"no {request.param} device here")
+    return request.param
+
+
+def _dtype(device):
+    return np.float32 if device == "vulkan" else np.float64   # lavapipe's double exp is wrong (slangpy notes)
+
+
+def _tol(dtype):
+    return dict(rtol=2e-4, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
+
+
+# -- a numerically stable softmax whose backward does not differentiate through the max
+@sd.custom_vjp
+def softmax(x):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def softmax_fwd(x):
+    y = softmax(x)   # inside its own forward the function is the primal
+    return y, y
+
+
+def softmax_bwd(y, g):
+    return (y * (g - np.sum(g * y, axis=-1, keepdims=True)),)
+
+
+softmax.defvjp(softmax_fwd, softmax_bwd)
+
+
+# -- relu whose derivative at 0 is 0 (the automatic one of np.maximum(x, 0) splits a tie: 1/2)
+@sd.custom_vjp
+def relu(x):
+    return np.maximum(x, 0.0)
+
+
+relu.defvjp(lambda x: (relu(x), x), lambda x, g: (np.where(x > 0, g, 0.0),))
+
+
+def _programs(dtype):
+    spec = sd.f64 if dtype == np.float64 else sd.f32
+
+    def attention_like(x: spec[3, 5], w: spec[5, 5], t: spec[3, 5]):
+        return np.sum(softmax(np.tanh(x @ w)) * t)
+
+    def relu_layer(x: spec[4, 3], w: spec[3, 2]):
+        return np.sum(relu(x @ w) ** 2) + np.sum(relu(x))
+
+    return {"softmax": sd.differentiable_program(attention_like), "relu": sd.differentiable_program(relu_layer)}
+
+
+PROGRAMS = {np.float64: _programs(np.float64), np.float32: _programs(np.float32)}
+
+
+def _jax_softmax_loss(x, w, t):
+    return jnp.sum(jax.nn.softmax(jnp.tanh(x @ w), axis=-1) * t)
+
+
+def _jax_relu_loss(x, w):
+    return jnp.sum(jax.nn.relu(x @ w) ** 2) + jnp.sum(jax.nn.relu(x))   # jax.nn.relu: derivative 0 at 0
+
+
+def _inputs(shapes, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def test_stable_softmax_backward_matches_jax(device):
+    dtype = _dtype(device)
+    args = _inputs([(3, 5), (5, 5), (3, 5)], dtype)
+    value, grads = PROGRAMS[dtype]["softmax"].value_and_grad(*args, device=device)
+    f64 = [a.astype(np.float64) for a in args]
+    ref_value, ref = jax.value_and_grad(_jax_softmax_loss, argnums=(0, 1, 2))(*f64)
+    assert value == pytest.approx(float(ref_value), rel=1e-5)
+    for name, r in zip("xwt", ref):
+        np.testing.assert_allclose(grads[name], np.asarray(r), **_tol(dtype))
+
+
+def test_relu_backward_matches_jax_relu_also_at_zero(device):
+    dtype = _dtype(device)
+    x, w = _inputs([(4, 3), (3, 2)], dtype, seed=1)
+    x[0, 0] = x[2, 1] = 0.0   # relu(x) at exactly 0: the custom rule says 0 (np.maximum's would say 1/2)
+    grads = PROGRAMS[dtype]["relu"].grad(x, w, device=device)
+    ref = jax.grad(_jax_relu_loss, argnums=(0, 1))(x.astype(np.float64), w.astype(np.float64))
+    for name, r in zip("xw", ref):
+        np.testing.assert_allclose(grads[name], np.asarray(r), **_tol(dtype))
+
+
+def test_custom_rules_agree_with_central_differences():
+    x, w, t = _inputs([(3, 5), (5, 5), (3, 5)], np.float64, seed=2)
+    sd.gradcheck(PROGRAMS[np.float64]["softmax"], x, w, t)
+    x, w = _inputs([(4, 3), (3, 2)], np.float64, seed=3)   # no exact zeros: differences are valid
+    sd.gradcheck(PROGRAMS[np.float64]["relu"], x, w)
+
+
+def test_forward_nodes_are_tagged_and_the_user_backward_replaces_them():
+    program = PROGRAMS[np.float64]["softmax"]
+    program(*_inputs([(3, 5), (5, 5), (3, 5)], np.float64))
+    forward = program.graph
+    tagged = [t for t in forward.tasklets() if t.meta.get("custom_vjp") == "softmax"]
+    assert {t.meta["custom_vjp_call"] for t in tagged} == {"softmax#0"}
+    assert any("max" in t.name for t in tagged)
+    backward = program.backward_graph()
+    derived = {t.meta.get("forward_tasklet") for t in backward.tasklets() if t.backward}
+    assert not derived & {t.name for t in tagged}   # nothing differentiated through the softmax's max
+    assert any(t.backward and t.meta.get("custom_vjp") == "softmax" for t in backward.tasklets())
+
+
+def test_a_view_argument_gets_its_cotangent_at_the_right_elements():
+    @sd.custom_vjp
+    def square(x):
+        return x * x
+
+    square.defvjp(lambda x: (square(x), x), lambda x, g: (2.0 * x * g,))
+
+    @sd.differentiable_program
+    def f(a: sd.f64[6]):
+        return np.sum(square(a[1:4])) + np.sum(square(a[::2]))
+
+    a = np.arange(6, dtype=np.float64) + 1.0
+    expected = 2 * a * ((np.arange(6) >= 1) & (np.arange(6) < 4)) + 2 * a * (np.arange(6) % 2 == 0)
+    np.testing.assert_allclose(f.grad(a, device="numpy")["a"], expected)
+
+
+def _bad(fwd, bwd):
+    @sd.custom_vjp
+    def op(x):
+        return x * 2.0
+
+    op.defvjp(fwd, bwd)
+
+    @sd.differentiable_program
+    def f(x: sd.f64[3]):
+        return np.sum(op(x))
+    return f
+
+
+def test_backward_with_the_wrong_count_is_refused():
+    f = _bad(lambda x: (x * 2.0, ()), lambda res, g: (g, g))
+    with pytest.raises(sd.CustomVJPError, match=r"must return a tuple of 1 cotangent.*a tuple of 2"):
+        f.grad(np.ones(3), device="numpy")
+    f = _bad(lambda x: (x * 2.0, ()), lambda res, g: g * 2.0)
+    with pytest.raises(sd.CustomVJPError, match="must return a tuple of 1 cotangent.*TracedArray"):
+        f.grad(np.ones(3), device="numpy")
+
+
+def test_backward_with_the_wrong_shape_is_refused_naming_the_call_line():
+    f = _bad(lambda x: (x * 2.0, ()), lambda res, g: (np.sum(g),))
+    with pytest.raises(sd.CustomVJPError, match=r"test_custom_vjp.py:\d+: op: cotangent 0 .* has shape \(\), "
+                                                r"but argument 0 of op has shape \(3,\)"):
+        f.grad(np.ones(3), device="numpy")
+
+
+def test_forward_must_return_a_pair_and_not_capture_traced_values():
+    f = _bad(lambda x: x * 2.0, lambda res, g: (g,))
+    with pytest.raises(sd.CustomVJPError, match=r"must return \(output, residuals\)"):
+        f(np.ones(3), device="numpy")
+
+    @sd.differentiable_program
+    def captures(x: sd.f64[3], y: sd.f64[3]):
+        @sd.custom_vjp
+        def scaled(v):
+            return v * y
+
+        scaled.defvjp(lambda v: (v * y, ()), lambda res, g: (g,))
+        return np.sum(scaled(x))
+
+    with pytest.raises(sd.CustomVJPError, match="reads 'y', which is not one of its arguments"):
+        captures(np.ones(3), np.ones(3), device="numpy")
+
+
+def test_outside_a_trace_it_is_the_plain_function():
+    x = np.array([[1.0, 2.0, 3.0]])
+    np.testing.assert_allclose(softmax(x), np.exp(x) / np.exp(x).sum())
