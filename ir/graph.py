@@ -186,6 +186,9 @@ class DataflowGraph:
         self.containers: dict[str, Container] = {}
         self._names = itertools.count()
         self.meta: dict = {}
+        # What later stages computed from this graph (backward graphs, executables), kept
+        # here so that it lives exactly as long as the graph; a copy starts without it.
+        self.derived: dict = {}
 
     # -- building -----------------------------------------------------------------
     def add_container(self, name: str, shape: Sequence, dtype: str, role: str = "transient",
@@ -352,8 +355,14 @@ class DataflowGraph:
         from .render import to_svg
         return to_svg(self, engine)
 
-    def _repr_svg_(self) -> str:
-        return self.to_svg()
+    def view(self, **options) -> "GraphView":
+        """The interactive view Jupyter shows (pan, zoom, click for details,
+        groups); ``options`` as for ``ir.view.GraphView``."""
+        from .view import GraphView
+        return GraphView(self, **options)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return self.view()._repr_mimebundle_(include, exclude)
 
     def __repr__(self) -> str:
         return (f"<DataflowGraph {self.name!r}: {len(self.containers)} containers, "

@@ -1,34 +1,74 @@
-"""A small layered (Sugiyama-style) layout, left to right by dataflow.
+"""A layered (Sugiyama-style) layout, top to bottom by dataflow, wrapped into
+side-by-side bands so that long chains fit a notebook cell.
 
-Pure Python so that graphs render right after ``pip install``; ``render``
-prefers graphviz's ``dot`` when it is on PATH.  The layout only needs box
-sizes and the edge structure, so it is kept apart from what the boxes say.
+Pure Python on networkx so that graphs render right after ``pip install``
+(no Graphviz).  No maintained Python package does this: grandalf, the one
+pure-Python Sugiyama implementation on PyPI, has not had a release since
+2023 and has no wrapping, which is what makes our graphs (mostly long
+forward-then-backward chains, 40-120 layers deep and 1-3 nodes wide) fit a
+screen at all.  The layout only needs box sizes and the edge structure, so it
+is kept apart from what the boxes say.
 
-Boxes never overlap by construction: layers are disjoint columns, and within a
-column boxes are stacked with a minimum gap.
+Steps: (1) layers by longest path, sources moved down next to their first
+reader; (2) a dummy node on every layer a long edge crosses, so edges are
+routed between boxes, never through them; (3) barycenter sweeps to reduce
+crossings; (4) x coordinates pulled towards neighbours under a minimum
+separation; (5) consecutive layers cut into bands, placed left to right, the
+cuts chosen where few edges cross and so that the whole is about
+``aspect`` wide per unit of height.  An edge crossing from one band into the
+next runs down past the band's bottom, up a lane in the gutter between
+bands, and into the next band from above.
+
+Boxes never overlap by construction: layers within a band are disjoint rows,
+boxes in a row are kept apart by ``NODE_GAP``, and bands are disjoint columns.
 """
 from __future__ import annotations
 
-from typing import Mapping
+import math
+from dataclasses import dataclass, field
+from typing import Hashable, Mapping
 
 import networkx as nx
 
 Box = tuple[float, float, float, float]  # x, y (top-left), width, height
+Point = tuple[float, float]
 
-NODE_GAP = 18.0
+NODE_GAP = 16.0       # between boxes in a row
+LAYER_GAP = 34.0      # between rows
+BAND_GAP = 44.0       # between bands (the gutter that carries edges across)
+LANE = 6.0            # between parallel edges in a gutter
+DUMMY_W = 8.0
 ORDER_SWEEPS = 8
+PLACE_SWEEPS = 8
+TARGET_ASPECT = 1.5   # width / height the band count aims for
+MIN_WRAP_HEIGHT = 500.0  # drawings shorter than this stay one band
+
+
+@dataclass
+class Layout:
+    """Placed boxes and, per edge ``(u, v)``, the polyline it follows
+    (``kind`` per segment point: ``"curve"`` between layers, ``"line"`` in
+    gutters)."""
+
+    boxes: dict[Hashable, Box]
+    edges: dict[tuple[Hashable, Hashable], list[tuple[Point, str]]]
+    width: float
+    height: float
+    bands: int = 1
+    layers: list[list] = field(default_factory=list)
 
 
 def layers(g: nx.DiGraph) -> list[list]:
     """Longest-path layering from the sources: every edge points to a later
-    layer, and a node sits as far left as its inputs allow.  Sources (inputs,
-    seeds) then move right to just before their first reader, so they do not
-    trail long edges across the whole drawing."""
+    layer.  Then every node that has readers moves down to just above its
+    first reader (as late as possible), so inputs, seeds and side chains do
+    not trail long edges across the whole drawing."""
     rank: dict = {}
-    for v in nx.topological_sort(g):
+    topo = list(nx.topological_sort(g))
+    for v in topo:
         rank[v] = max((rank[u] + 1 for u in g.predecessors(v)), default=0)
-    for v in g.nodes:
-        if g.in_degree(v) == 0 and g.out_degree(v):
+    for v in reversed(topo):
+        if g.out_degree(v):
             rank[v] = min(rank[w] for w in g.successors(v)) - 1
     out: list[list] = [[] for _ in range(max(rank.values(), default=-1) + 1)]
     for v in g.nodes:  # insertion order: a stable starting order within each layer
@@ -36,64 +76,243 @@ def layers(g: nx.DiGraph) -> list[list]:
     return out
 
 
-def _barycenter_sweep(g: nx.DiGraph, columns: list[list], downward: bool) -> None:
-    """Reorder each column by the mean position of its neighbours on the side
-    already placed (predecessors going right, successors going left)."""
-    position = {v: k / max(len(col), 1) for col in columns for k, v in enumerate(col)}
-    sequence = range(1, len(columns)) if downward else range(len(columns) - 2, -1, -1)
-    for c in sequence:
-        col = columns[c]
+class _Dummy(tuple):
+    """``(source, row)``: a point long edges from ``source`` pass through on
+    layer ``row``.  Edges from one source share them (drawn as one line until
+    they part), which keeps the many reads of one forward value by the
+    backward pass from filling the drawing with parallel lines.  A tuple
+    subclass: hashed in C, the layout's hottest operation."""
+
+    __slots__ = ()
+
+    @property
+    def row(self) -> int:
+        return self[1]
+
+
+def _chain(u: Hashable, v: Hashable, rank: Mapping) -> list:
+    return [u] + [_Dummy((u, r)) for r in range(rank[u] + 1, rank[v])] + [v]
+
+
+def _with_dummies(g: nx.DiGraph, rows: list[list]) -> tuple[nx.DiGraph, list[list]]:
+    rank = {v: r for r, row in enumerate(rows) for v in row}
+    h = nx.DiGraph()
+    h.add_nodes_from(g.nodes)
+    rows = [list(row) for row in rows]
+    for u, v in g.edges:
+        chain = _chain(u, v, rank)
+        for d in chain[1:-1]:
+            if d not in h:
+                rows[d.row].append(d)
+        nx.add_path(h, chain)
+    return h, rows
+
+
+def crossings(g: nx.DiGraph, rows: list[list]) -> int:
+    """Edge crossings between adjacent rows (edges between adjacent rows only)."""
+    index = {v: (r, k) for r, row in enumerate(rows) for k, v in enumerate(row)}
+    total = 0
+    for r in range(len(rows) - 1):
+        edges = sorted((index[u][1], index[v][1]) for u in rows[r] for v in g.successors(u)
+                       if index[v][0] == r + 1)
+        total += sum(1 for a in range(len(edges)) for b in range(a + 1, len(edges))
+                     if edges[a][0] < edges[b][0] and edges[a][1] > edges[b][1])
+    return total
+
+
+def _barycenter_sweep(g: nx.DiGraph, rows: list[list], downward: bool) -> None:
+    """Reorder each row by the mean position of its neighbours in the row
+    already placed (predecessors going down, successors going up)."""
+    position = {v: k / max(len(row), 1) for row in rows for k, v in enumerate(row)}
+    sequence = range(1, len(rows)) if downward else range(len(rows) - 2, -1, -1)
+    for r in sequence:
+        row = rows[r]
 
         def key(item):
             k, v = item
             nbrs = list(g.predecessors(v) if downward else g.successors(v))
             return (sum(position[u] for u in nbrs) / len(nbrs)) if nbrs else position[v], k
 
-        col[:] = [v for _, v in sorted(enumerate(col), key=key)]
-        position.update({v: k / len(col) for k, v in enumerate(col)})
+        row[:] = [v for _, v in sorted(enumerate(row), key=key)]
+        position.update({v: k / len(row) for k, v in enumerate(row)})
 
 
-def crossings(g: nx.DiGraph, columns: list[list]) -> int:
-    """Edge crossings between adjacent columns (long edges counted where they start)."""
-    index = {v: (c, k) for c, col in enumerate(columns) for k, v in enumerate(col)}
-    total = 0
-    for c in range(len(columns) - 1):
-        edges = sorted((index[u][1], index[v][1]) for u in columns[c] for v in g.successors(u)
-                       if index[v][0] == c + 1)
-        total += sum(1 for a in range(len(edges)) for b in range(a + 1, len(edges))
-                     if edges[a][0] < edges[b][0] and edges[a][1] > edges[b][1])
-    return total
-
-
-def order(g: nx.DiGraph) -> list[list]:
-    """Columns with an order that keeps crossings low (best of a few sweeps)."""
-    columns = layers(g)
-    best, best_count = [list(c) for c in columns], crossings(g, columns)
+def order(g: nx.DiGraph, rows: list[list]) -> list[list]:
+    """Rows reordered to keep crossings low (the best of a few sweeps)."""
+    rows = [list(r) for r in rows]
+    best, best_count = [list(r) for r in rows], crossings(g, rows)
     for sweep in range(ORDER_SWEEPS):
-        _barycenter_sweep(g, columns, downward=sweep % 2 == 0)
-        count = crossings(g, columns)
+        _barycenter_sweep(g, rows, downward=sweep % 2 == 0)
+        count = crossings(g, rows)
         if count < best_count:
-            best, best_count = [list(c) for c in columns], count
+            best, best_count = [list(r) for r in rows], count
     return best
 
 
-def place(g: nx.DiGraph, columns: list[list], sizes: Mapping[object, tuple[float, float]],
-          gaps: list[float], margin: float = 10.0) -> dict[object, Box]:
-    """Top-left boxes for ``columns`` (from ``order``) with ``gaps[c]`` between
-    columns c and c+1: each node pulled towards the mean height of its
-    predecessors, then pushed down just enough to clear the node above it."""
-    boxes: dict[object, Box] = {}
-    x = margin
-    for c, col in enumerate(columns):
-        width = max(sizes[v][0] for v in col)
-        bottom = margin - NODE_GAP
-        for v in col:
-            w, h = sizes[v]
-            preds = [boxes[u] for u in g.predecessors(v)]
-            wanted = (sum(b[1] + b[3] / 2 for b in preds) / len(preds) - h / 2) if preds else margin
-            y = max(wanted, bottom + NODE_GAP)
-            boxes[v] = (x + (width - w) / 2, y, w, h)
-            bottom = y + h
-        if c < len(gaps):
-            x += width + gaps[c]
-    return boxes
+def _pack(wanted: list[float], widths: list[float]) -> list[float]:
+    """Centres as close to ``wanted`` as a left-to-right order with ``NODE_GAP``
+    between boxes allows: the mean of a left-pushing and a right-pushing pass
+    (each keeps the gaps, so their mean does too)."""
+    n = len(wanted)
+    sep = [(widths[k] + widths[k + 1]) / 2 + NODE_GAP for k in range(n - 1)]
+    right = list(wanted)
+    for k in range(1, n):
+        right[k] = max(right[k], right[k - 1] + sep[k - 1])
+    left = list(wanted)
+    for k in range(n - 2, -1, -1):
+        left[k] = min(left[k], left[k + 1] - sep[k])
+    return [(a + b) / 2 for a, b in zip(left, right)]
+
+
+def _x_centres(h: nx.DiGraph, rows: list[list], width: Mapping) -> dict:
+    x: dict = {}
+    for row in rows:
+        _place_row(row, [0.0] * len(row), width, x)
+    for sweep in range(PLACE_SWEEPS):
+        down = sweep % 2 == 0
+        for row in (rows if down else rows[::-1]):
+            wanted = []
+            for v in row:
+                nbrs = list(h.predecessors(v) if down else h.successors(v))
+                wanted.append(sum(x[u] for u in nbrs) / len(nbrs) if nbrs else x[v])
+            _place_row(row, wanted, width, x)
+    return x
+
+
+def _place_row(row: list, wanted: list[float], width: Mapping, x: dict) -> None:
+    for v, c in zip(row, _pack(wanted, [width[v] for v in row])):
+        x[v] = c
+
+
+def _cuts(rows: list[list], h: nx.DiGraph, heights: list[float], bands: int) -> list[int]:
+    """Row indices where bands start (after 0): near equal heights, at a row
+    boundary few edges cross (within a fifth of a band of the ideal place)."""
+    crossing = [sum(1 for u in rows[r] for _ in h.successors(u)) for r in range(len(rows))]
+    top = [0.0]
+    for hh in heights:
+        top.append(top[-1] + hh + LAYER_GAP)
+    total = top[-1]
+    cuts, start = [], 1
+    for b in range(1, bands):
+        ideal = total * b / bands
+        slack = total / bands / 5
+        candidates = [r for r in range(start, len(rows)) if abs(top[r] - ideal) <= slack] or \
+            [min(range(start, len(rows)), key=lambda r: abs(top[r] - ideal))]
+        best = min(candidates, key=lambda r: (crossing[r - 1], abs(top[r] - ideal)))
+        cuts.append(best)
+        start = best + 1
+        if start >= len(rows):
+            break
+    return cuts
+
+
+def layout(g: nx.DiGraph, sizes: Mapping[Hashable, tuple[float, float]], margin: float = 10.0,
+           top: float = 0.0, aspect: float = TARGET_ASPECT) -> Layout:
+    """Place ``g``'s nodes (boxes of ``sizes``) top to bottom in bands; see the module docstring."""
+    if g.number_of_nodes() == 0:
+        return Layout({}, {}, 2 * margin, 2 * margin + top)
+    rows0 = layers(g)
+    h, rows = _with_dummies(g, rows0)
+    rows = order(h, rows)
+    width = {v: (DUMMY_W if isinstance(v, _Dummy) else sizes[v][0]) for v in h.nodes}
+    x = _x_centres(h, rows, width)
+    heights = [max((sizes[v][1] for v in row if not isinstance(v, _Dummy)), default=0.0) for row in rows]
+    best = None
+    for bands in range(1, len(rows) + 1):
+        placed = _banded(g, h, rows, x, width, heights, sizes, bands, margin, top)
+        if best is None:
+            best = placed
+            if placed.height - top <= MIN_WRAP_HEIGHT:
+                break
+            continue
+        if abs(math.log(placed.width / placed.height / aspect)) < abs(math.log(best.width / best.height / aspect)):
+            best = placed
+        elif placed.width / placed.height > aspect:
+            break
+    best.layers = rows0
+    return best
+
+
+def _banded(g: nx.DiGraph, h: nx.DiGraph, rows: list[list], x: Mapping, width: Mapping,
+            heights: list[float], sizes: Mapping, bands: int, margin: float, top: float) -> Layout:
+    cuts = _cuts(rows, h, heights, bands)
+    starts = [0] + cuts
+    band_of_row = []
+    for b, s in enumerate(starts):
+        end = starts[b + 1] if b + 1 < len(starts) else len(rows)
+        band_of_row += [b] * (end - s)
+    nb = len(starts)
+    # lanes: one per edge crossing each band boundary
+    crossing_edges: dict[int, list] = {b: [] for b in range(nb)}
+    for r in range(len(rows) - 1):
+        if band_of_row[r] != band_of_row[r + 1]:
+            crossing_edges[band_of_row[r]] += sorted(((u, v) for u in rows[r] for v in h.successors(u)),
+                                                     key=lambda e: x[e[0]])
+    lanes = max((len(es) for es in crossing_edges.values()), default=0)
+    pad = lanes * LANE + (LAYER_GAP / 2 if lanes else 0)  # above and below every band for crossing edges
+    y_top, y = {}, 0.0
+    for r, hh in enumerate(heights):
+        if r == 0 or band_of_row[r] != band_of_row[r - 1]:
+            y = margin + top + pad
+        y_top[r] = y
+        y += hh + LAYER_GAP
+    lo = {b: min(x[v] - width[v] / 2 for r, row in enumerate(rows) if band_of_row[r] == b for v in row)
+          for b in range(nb)}
+    hi = {b: max(x[v] + width[v] / 2 for r, row in enumerate(rows) if band_of_row[r] == b for v in row)
+          for b in range(nb)}
+    left, shift = margin, {}
+    for b in range(nb):
+        shift[b] = left - lo[b]
+        left += hi[b] - lo[b] + BAND_GAP + len(crossing_edges[b]) * LANE
+    rank = {v: r for r, row in enumerate(rows) for v in row}
+
+    def cx(v):
+        return x[v] + shift[band_of_row[rank[v]]]
+
+    boxes = {}
+    for v in g.nodes:
+        w, hh = sizes[v]
+        r = rank[v]
+        boxes[v] = (cx(v) - w / 2, y_top[r] + (heights[r] - hh) / 2, w, hh)
+    bottom = {b: max(y_top[r] + heights[r] for r in range(len(rows)) if band_of_row[r] == b) for b in range(nb)}
+    ports_out, ports_in = _ports(g, boxes, cx)
+    edges = {}
+    for u, v in g.edges:
+        chain = _chain(u, v, rank)
+        pts: list[tuple[Point, str]] = [((ports_out[(u, v)], boxes[u][1] + boxes[u][3]), "start")]
+        for a, b in zip(chain, chain[1:]):
+            ra, rb = rank[a], rank[b]
+            if band_of_row[ra] != band_of_row[rb]:
+                band = band_of_row[ra]
+                lane = crossing_edges[band].index((a, b))
+                below = bottom[band] + LAYER_GAP / 2 + lane * LANE
+                gutter = shift[band] + hi[band] + BAND_GAP / 2 + lane * LANE
+                above = margin + top + pad - LAYER_GAP / 2 - lane * LANE
+                xa = pts[-1][0][0]
+                pts += [((xa, below), "line"), ((gutter, below), "line"), ((gutter, above), "line")]
+                xb = ports_in[(u, v)] if b == v else cx(b)
+                pts.append(((xb, above), "line"))
+            if isinstance(b, _Dummy):
+                pts.append(((cx(b), y_top[rb]), "curve"))
+                pts.append(((cx(b), y_top[rb] + heights[rb]), "line"))
+            else:
+                pts.append(((ports_in[(u, v)], boxes[v][1]), "curve"))
+        edges[(u, v)] = pts
+    total_w = left - BAND_GAP - len(crossing_edges[nb - 1]) * LANE + margin
+    total_h = max(bottom.values()) + pad + margin
+    return Layout(boxes, edges, total_w, total_h, nb)
+
+
+def _ports(g: nx.DiGraph, boxes: Mapping, cx) -> tuple[dict, dict]:
+    """Where each edge leaves its source's bottom and enters its target's top:
+    spread along the box in the order of the other ends, so arrows do not pile
+    onto one point."""
+    out, inn = {}, {}
+    for v in g.nodes:
+        x0, _, w, _ = boxes[v]
+        for ports, nbrs, key in ((out, sorted(g.successors(v), key=cx), lambda n: (v, n)),
+                                 (inn, sorted(g.predecessors(v), key=cx), lambda n: (n, v))):
+            k = len(nbrs)
+            for i, n in enumerate(nbrs):
+                ports[key(n)] = x0 + w * (i + 1) / (k + 1)
+    return out, inn

@@ -38,6 +38,25 @@ class SlangSource(str):
         return highlight_html(self)
 
 
+def tasklet_lines(source: str) -> dict[str, list[str]]:
+    """``{tasklet: [Slang line, ...]}``: the lines generated for each tasklet,
+    found by the ``// tasklet NAME (file:line)`` comments the code generator
+    writes before them (up to the next such comment or closing brace), for
+    tools that show a tasklet next to its code.  A tasklet fused into several
+    kernels collects the lines of each."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in source.splitlines():
+        text = line.strip()
+        if text.startswith("// tasklet "):
+            current = out.setdefault(text.split()[2], [])
+        elif current is not None and text.startswith(("}", "// kernel", "[shader")):
+            current = None
+        elif current is not None and text:
+            current.append(text)
+    return out
+
+
 def highlight_html(source: str, engine: str = "auto") -> str:
     """Highlighted HTML (inline styles, so it survives notebook sanitising and
     export).  ``engine``: ``"pygments"``, ``"builtin"``, or ``"auto"`` (pygments

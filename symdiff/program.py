@@ -9,29 +9,33 @@ differentiates and compiles nothing.
 """
 from __future__ import annotations
 
-import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 import ir
+import ir.view
 import lowering
 from ir.specs import ArraySpec, spec_of
 from ir.tracer.trace import array_parameters
 from lowering.devices import requested as requested_device
 from lowering.runtime import host_argument
+from lowering.source_view import tasklet_lines
 
 from .backward import add_backward_pass
+from .derivatives import tasklet_partials
+from .errors import DifferentiationError
 from .explain import Explanation, explain
+from .forward import add_tangent_pass
 from .gradcheck import check_graph_gradients
 
 GraphBuilder = Callable[[tuple[ArraySpec, ...]], ir.DataflowGraph]
 
 
-# Process-wide, keyed by the (tracer-cached) forward graph: a second program
-# object of the same function differentiates and plans nothing again.
-_BACKWARD_GRAPHS: "weakref.WeakKeyDictionary[ir.DataflowGraph, dict]" = weakref.WeakKeyDictionary()
-_EXECUTABLES: "weakref.WeakKeyDictionary[ir.DataflowGraph, dict]" = weakref.WeakKeyDictionary()
+# Derived graphs and executables are kept in ``graph.derived`` of the (tracer-cached)
+# graph they come from: a second program object of the same function differentiates
+# and plans nothing again, and all of it goes with the function.  (A weak-key table
+# would never let go: each value refers to its key.)
 
 
 class ProgramError(ValueError):
@@ -115,7 +119,7 @@ class DifferentiableProgram:
         key = (specs, wrt, pushed)
         if key not in self._backward:
             forward = self._forward_graph(specs)
-            derived = _BACKWARD_GRAPHS.setdefault(forward, {})
+            derived = forward.derived.setdefault("backward_graphs", {})
             options = (wrt, self.stencil_gathers, pushed)
             if options not in derived:
                 graph = forward.copy()
@@ -130,7 +134,7 @@ class DifferentiableProgram:
         device = requested_device(device or self.device)  # SYMDIFF_DEVICE, else "auto"
         key = (id(graph), device)
         if key not in self._executables:
-            compiled = _EXECUTABLES.setdefault(graph, {})
+            compiled = graph.derived.setdefault("executables", {})
             if (device, self.deterministic) not in compiled:
                 compiled[device, self.deterministic] = lowering.compile(graph, device=device,
                                                                         deterministic=self.deterministic)
@@ -175,6 +179,33 @@ class DifferentiableProgram:
         fn = getattr(self, "function", None)
         return explain(forward, backward, exe.kernels(), program=self.name,
                        device=exe.device, wrt=names, source_file=fn.__code__.co_filename if fn else None)
+
+    def view(self, wrt: Sequence[str] | str | None = None, device: str | None = None,
+             collapse: bool | None = None) -> "ir.view.GraphView":
+        """The backward graph as an interactive view (``ir.view``) that also
+        knows the compiled program: a "by kernel" grouping, and per tasklet its
+        partial derivatives, kernel and generated Slang lines.  Compiles for
+        ``device`` so the kernels are the real ones."""
+        specs = self._specs_for(None)
+        names = self._resolve_wrt(self._forward_graph(specs), wrt)
+        graph = self._backward_graph(specs, names)
+        exe = self._executable(graph, device)
+        kernels = exe.kernels()
+        slang = tasklet_lines(exe.source) if exe.device != "numpy" and exe.source is not None else {}
+        details: dict[str, list[tuple[str, str]]] = {}
+        for t in graph.tasklets():
+            rows = details.setdefault(t.name, [])
+            if not t.backward:
+                try:
+                    partials = tasklet_partials(t.body, t.inputs)
+                    rows += [("partial", f"d{o}/d{c} = {d}") for (o, c), d in partials.items()]
+                except DifferentiationError as err:
+                    rows.append(("partial", f"cannot differentiate: {err}"))
+            rows += [("kernel", k) for k, members in kernels.items() if t.name in members]
+            rows += [("slang", line) for line in slang.get(t.name, [])]
+        fn = getattr(self, "function", None)
+        return ir.view.GraphView(graph, kernels=kernels, details=details, collapse=collapse,
+                                 source_file=fn.__code__.co_filename if fn else None)
 
     def stats(self) -> dict[str, dict]:
         """Kernel, dispatch, byte and compile-time counts of every compiled executable."""
@@ -311,6 +342,112 @@ class DifferentiableProgram:
         return DifferentiableProgram(build, self.arg_names, self._annotations, f"grad({self.name})", self.device,
                                      self.deterministic, self.check_bounds, self.stencil_gathers)
 
+    # -- public: forward mode -----------------------------------------------------
+    def _tangent_graph(self, specs: tuple[ArraySpec, ...], names: tuple[str, ...],
+                       tangent_names: tuple[str, ...] | None = None) -> ir.DataflowGraph:
+        """Forward graph + tangent pass along ``names`` (cached process-wide
+        like the backward graphs); tangents of the float outputs only."""
+        forward = self._forward_graph(specs)
+        derived = forward.derived.setdefault("tangent_graphs", {})
+        key = (names, tangent_names)
+        if key not in derived:
+            graph = forward.copy()
+            outputs = [o for o in forward.meta.get("result_names", forward.results)
+                       if graph.containers[o].dtype in ir.FLOAT_DTYPES]
+            add_tangent_pass(graph, list(names), outputs,
+                             dict(zip(names, tangent_names)) if tangent_names else None)
+            derived[key] = graph
+        return derived[key]
+
+    def _tangent_of(self, forward: ir.DataflowGraph, names: Sequence[str]) -> tuple[str, ...]:
+        """Validated tangent inputs, in argument order: float arguments only."""
+        for n in names:
+            if n not in self.arg_names:
+                raise ProgramError(f"tangent for {n!r}: {self.name} has no such argument; its arguments are "
+                                   f"{self.arg_names}")
+            dtype = forward.containers[n].dtype
+            if dtype not in ir.FLOAT_DTYPES:
+                raise ProgramError(f"tangent for {n!r}: argument {n!r} of {self.name} has dtype {dtype}, and "
+                                   f"only float arguments ({', '.join(ir.FLOAT_DTYPES)}) have tangents; "
+                                   "leave it out of tangents=")
+        return tuple(a for a in self.arg_names if a in names)
+
+    def jvp(self, *args, tangents: Mapping[str, Any], device: str | None = None, device_arrays: bool = False,
+            **kwargs) -> tuple[Any, Any]:
+        """``(value, tangent_out)``: the outputs and their Jacobian-vector product
+        along ``tangents`` (``{argument: array shaped like it}``; arguments left
+        out have tangent zero and cost nothing), as ``jax.jvp``.  The tangent
+        tasklets are fused with the forward pass into the same kernels.
+        ``tangent_out`` is one array for a single output, a tuple for several
+        (``None`` for an integer or bool output)."""
+        values = self._bind(args, kwargs)
+        specs = self._specs_for(values)
+        forward = self._forward_graph(specs)
+        names = self._tangent_of(forward, list(tangents))
+        graph = self._tangent_graph(specs, names)
+        inputs = self._inputs(forward, values)
+        targets = [graph.meta["tangent_inputs"][n] for n in names]
+        for n, target, shape in zip(names, targets, self._concrete_shapes(forward, inputs, graph, targets)):
+            tangent = tangents[n]
+            if not isinstance(tangent, lowering.DeviceArray):
+                tangent = np.asarray(tangent, dtype=ir.DTYPES[graph.containers[target].dtype])
+            if tuple(tangent.shape) != shape:
+                raise ProgramError(f"tangent for {n!r} has shape {tuple(tangent.shape)}, the argument has shape "
+                                   f"{shape}; pass an array of the argument's shape")
+            inputs[target] = tangent if isinstance(tangent, lowering.DeviceArray) else np.array(tangent, order="C")
+        results = self._run(graph, inputs, device, device_arrays)
+        outputs = forward.meta.get("result_names", forward.results)
+        made = graph.meta["tangents"]
+        outs = [self._present(results[made[o]]) if o in made else None for o in outputs]
+        return self._outputs(forward, results), (outs[0] if len(outs) == 1 else tuple(outs))
+
+    def jvp_program(self, tangent_of: Sequence[str] | str | None = None) -> "DifferentiableProgram":
+        """A new program whose arguments are this one's followed by a tangent per
+        argument in ``tangent_of`` (default: every float argument), named
+        ``t_<argument>``, and whose outputs are the output tangents (in output
+        order, float outputs only).  It can be run, differentiated or vjp'd
+        again: reverse-over-forward Hessian-vector products are
+        ``jvp_program().grad(x, t_x=v)``, forward-over-reverse ones
+        ``grad_program().jvp(x, tangents={"x": v})``."""
+        parent = self
+        chosen = None if tangent_of is None else ((tangent_of,) if isinstance(tangent_of, str) else tuple(tangent_of))
+        if chosen is not None:
+            for n in chosen:
+                if n not in self.arg_names:
+                    raise ProgramError(f"tangent_of={n!r} is not an argument of {self.name}; its arguments are "
+                                       f"{self.arg_names}")
+        else:
+            try:
+                chosen = tuple(self._float_args(self._forward_graph(self._specs_for(None))))
+            except ProgramError:
+                raise ProgramError(f"jvp_program of {self.name}: which arguments are floats is not known before "
+                                   "a call or annotations; pass tangent_of=[...]") from None
+        names = [a for a in self.arg_names if a in chosen]
+        tangent_args = []
+        for n in names:
+            t = f"t_{n}"
+            while t in self.arg_names or t in tangent_args:
+                t += "_"
+            tangent_args.append(t)
+        count = len(self.arg_names)
+
+        def build(all_specs: tuple[ArraySpec, ...]) -> ir.DataflowGraph:
+            specs = all_specs[:count]
+            forward = parent._forward_graph(specs)
+            names_ = parent._tangent_of(forward, names)
+            for n, t, spec in zip(names, tangent_args, all_specs[count:]):
+                own = specs[parent.arg_names.index(n)]
+                if spec != own:
+                    raise ProgramError(f"tangent {t!r} has spec {spec}, argument {n!r} has {own}; "
+                                       "a tangent has its argument's shape and dtype")
+            graph = parent._tangent_graph(specs, names_, tuple(tangent_args)).copy()
+            return seal_tangents(graph)
+
+        annotations = dict(self._annotations)
+        annotations.update({t: self._annotations[n] for n, t in zip(names, tangent_args) if n in self._annotations})
+        return DifferentiableProgram(build, self.arg_names + tangent_args, annotations, f"jvp({self.name})",
+                                     self.device, self.deterministic, self.check_bounds, self.stencil_gathers)
+
     def __repr__(self) -> str:
         return f"<differentiable_program {self.name}({', '.join(self.arg_names)})>"
 
@@ -343,6 +480,24 @@ def gradients_as_results(graph: ir.DataflowGraph, wrt: Sequence[str]) -> ir.Data
     graph.meta["result_names"] = [grads[w] for w in wrt]
     graph.meta.pop("seeds", None)
     graph.meta.pop("gradients", None)
+    return graph
+
+
+def seal_tangents(graph: ir.DataflowGraph) -> ir.DataflowGraph:
+    """Turn a tangent graph into a program returning only the output tangents:
+    forward results become transients, the tangent containers the results,
+    in output order."""
+    tangents = graph.meta.pop("tangents")
+    outputs = [o for o in graph.meta.get("result_names", graph.results) if o in tangents]
+    for r in graph.results:
+        graph.containers[r].role = "transient"
+    for o in outputs:  # results are listed in container order: move them to the end, in order
+        c = graph.containers.pop(tangents[o])
+        c.role = "result"
+        graph.containers[c.name] = c
+    graph.meta["result_names"] = [tangents[o] for o in outputs]
+    graph.meta["arg_names"] = graph.arguments
+    graph.meta.pop("tangent_inputs", None)
     return graph
 
 

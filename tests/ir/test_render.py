@@ -1,6 +1,6 @@
 """Rendering: well-formed SVG carrying every label, non-overlapping boxes at 50
-nodes, and the backward/gradient/strategy annotations a user looks for."""
-import shutil
+nodes, a layout that fits a notebook cell, and the backward/gradient/strategy
+annotations a user looks for."""
 import xml.etree.ElementTree as ET
 from itertools import combinations
 
@@ -14,7 +14,7 @@ N = size_symbol("N")
 i, j = index_symbol("i"), index_symbol("j")
 x, y = sympy.Symbol("x", real=True), sympy.Symbol("y", real=True)
 SVG = "{http://www.w3.org/2000/svg}"
-ENGINES = ["builtin"] + (["dot"] if shutil.which("dot") else [])
+ENGINES = ["builtin", "auto"]
 
 
 def layered_graph(stages: int = 16) -> DataflowGraph:
@@ -79,22 +79,53 @@ def test_fifty_nodes_svg_well_formed_with_every_label(graph50, engine):
     assert sum(1 for t in titles if t and t.startswith(("tasklet", "backward tasklet"))) == len(graph50.tasklets())
 
 
-def test_layers_follow_dataflow(graph50):
+def test_layers_follow_dataflow_top_to_bottom_within_a_band(graph50):
+    """Each edge points down within a band, or into a band further right."""
     boxes = render.layout(graph50, "builtin")
     for u, v in graph50.nx.edges():
-        assert boxes[u][0] + boxes[u][2] < boxes[v][0], (u, v)
+        (ux, uy, uw, uh), (vx, vy, vw, _) = boxes[u], boxes[v]
+        assert uy + uh < vy or ux + uw < vx, (u, v)
+
+
+def test_long_chain_wraps_into_bands_near_a_notebook_aspect(graph50):
+    placed = render.place(render.graph_scene(graph50))
+    assert placed.bands > 1
+    assert 1 / 3 <= placed.width / placed.height <= 3, (placed.width, placed.height)
+
+
+def test_edges_never_pass_through_a_box(graph50):
+    """Edges run between rows and in gutters: no straight segment of an edge
+    crosses the inside of a box it does not start or end at."""
+    placed = render.place(render.graph_scene(graph50))
+    for (u, v), points in placed.edges.items():
+        for ((xa, ya), _), ((xb, yb), _) in zip(points, points[1:]):
+            for node, (x0, y0, w, h) in placed.boxes.items():
+                if node in (u, v):
+                    continue
+                inside_x = max(min(xa, xb), x0 + 1) < min(max(xa, xb), x0 + w - 1)
+                inside_y = max(min(ya, yb), y0 + 1) < min(max(ya, yb), y0 + h - 1)
+                vertical_in = xa == xb and x0 < xa < x0 + w and inside_y
+                horizontal_in = ya == yb and y0 < ya < y0 + h and inside_x
+                assert not (vertical_in or horizontal_in), (u, v, node)
 
 
 def test_barycenter_ordering_does_not_add_crossings(graph50):
     g = nx.DiGraph(graph50.nx)
-    assert layout.crossings(g, layout.order(g)) <= layout.crossings(g, layout.layers(g))
+    rows = layout.layers(g)
+    h, rows = layout._with_dummies(g, rows)
+    assert layout.crossings(h, layout.order(h, rows)) <= layout.crossings(h, rows)
+
+
+def test_sources_sit_just_above_their_first_reader():
+    g = nx.DiGraph([("a", "b"), ("b", "c"), ("c", "d"), ("late", "d")])
+    assert layout.layers(g) == [["a"], ["b"], ["c", "late"], ["d"]]
 
 
 def test_container_and_tasklet_labels(graph50):
-    assert render.node_lines(graph50, "a#0") == ["a #0", "float32[N, 3]", "argument"]
-    f1 = render.node_lines(graph50, "f1")
-    assert f1 == ["f1", "[i=0:N, j=0:3]", "o = x + y"]
-    assert "if i >= 1" in render.node_lines(graph50, "f2")
+    assert render.node_lines(graph50, "a#0") == ["a #0", "float32[N, 3]"]
+    assert render.node_lines(graph50, "f1") == ["f1", "o = x + y"]
+    title = render.node_title(graph50, "f2")
+    assert "if i >= 1" in title and "domain [i=0:N, j=0:3]" in title
 
 
 def test_long_expression_shortened_with_full_text_on_hover(graph50):
@@ -116,20 +147,25 @@ def test_backward_and_gradient_marked(graph50):
     assert classes["node-grad_a#1"] == "node gradient"   # by name
     assert classes["node-seed#0"] == "node gradient"     # by meta
     assert classes["node-h0#0"] == "node container"
-    assert render.node_lines(graph50, "seed#0")[-1] == "gradient transient"
+    assert "gradient" in render.node_title(graph50, "seed#0")
     legend = "".join(next(g for g in root.iter(f"{SVG}g") if g.get("class") == "legend").itertext())
     assert "backward tasklet" in legend and "gradient container" in legend
 
 
-def test_store_recompute_and_strategy_shown(graph50):
-    assert render.node_lines(graph50, "b0")[-2:] == ["forward values: stored", "strategy: atomic"]
-    assert "forward values: recompute" in render.node_lines(graph50, "b1")
+def test_store_recompute_and_strategy_on_hover(graph50):
+    assert render.node_title(graph50, "b0").endswith("forward values: stored\nstrategy: atomic")
+    assert "forward values: recompute" in render.node_title(graph50, "b1")
 
 
-def test_edges_show_index_and_accumulation(graph50):
-    shown = texts(graph50.to_svg("builtin"))
-    assert "x ← [i, j]" in shown
-    assert "o → [0, j] (sum)" in shown
+def edge_titles(svg: str) -> str:
+    root = ET.fromstring(svg)
+    return "\n".join(g.find(f"{SVG}title").text for g in root.iter(f"{SVG}g") if g.get("class") == "edge")
+
+
+def test_edges_show_index_and_accumulation_on_hover(graph50):
+    shown = edge_titles(graph50.to_svg("builtin"))
+    assert "f1: x ← h0[i, j]" in shown
+    assert "b0: o → grad_a[0, j] (sum)" in shown
 
 
 def test_gather_and_scalar_labels():
@@ -140,16 +176,18 @@ def test_gather_and_scalar_labels():
     n = connector_symbol("n", "int32")
     g.add_tasklet("t", [(i, 0, 3)], {"o": x}, {"x": (g.access("a"), (n,)), "n": (g.access("idx"), (i,))},
                   {"o": (g.new_version("s"), (), "max")})
-    shown = texts(g.to_svg("builtin"))
-    assert "x ← [n]" in shown and "o → [] (max)" in shown and "float64 scalar" in shown
+    svg = g.to_svg("builtin")
+    assert "x ← a[n]" in edge_titles(svg) and "o → s[] (max)" in edge_titles(svg)
+    assert "float64 scalar" in texts(svg)
 
 
-def test_repr_svg_and_empty_graph():
+def test_mimebundle_and_empty_graph():
     g = layered_graph(2)
-    assert g._repr_svg_().startswith("<svg")
+    bundle = g._repr_mimebundle_()
+    assert bundle["image/svg+xml"].startswith("<svg") and "symdiff-view" in bundle["text/html"]
     assert ET.fromstring(DataflowGraph("empty").to_svg("builtin")).tag == f"{SVG}svg"
 
 
 def test_unknown_engine_rejected():
     with pytest.raises(ValueError, match="engine"):
-        render.layout(DataflowGraph(), "neato")
+        render.layout(DataflowGraph(), "dot")
