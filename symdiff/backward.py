@@ -173,6 +173,60 @@ class _Body:
         return self.symbols[key]
 
 
+def accumulation_helpers(graph: DataflowGraph, access: str, backward: bool) -> dict[str, str]:
+    """Helpers of a ``max``/``min``/``prod``-accumulated version, one set per
+    derivative pass, shared by all its writers: tie counts, or zero counts and
+    the product of the nonzero factors (exact derivatives of a product with
+    zeros).  Returns ``{kind: access id}``; the reverse and the tangent pass
+    both split a tie evenly with ``count``."""
+    g = graph
+    node = g.node(access)
+    c = g.containers[node.container]
+    acc = g.accumulation(access)
+    kinds = {"count": "sum"} if acc in ("max", "min") else {"zeros": "sum", "nonzero": "prod"}
+    helpers = {}
+    for kind, mode in kinds.items():
+        name = g.add_container(g.unique_name(f"{kind}_{node.container}_{node.version}"),
+                               c.shape, c.dtype, "transient").name
+        helpers[kind] = g.access(name, 0)
+    for writer, wm in g.writers(access):
+        t = g.node(writer)
+        value = t.body[wm.connector]
+        body = _Body(_Names(set(t.inputs)))
+        body.reads.update({rm.connector: (ra, rm.index) for ra, rm in g.reads(writer)})
+        if acc in ("max", "min"):
+            stored = body.read(g, "result", access, wm.index)
+            exprs = {"count": sympy.Piecewise((1, compare(sympy.Eq, value, stored)), (0, True))}
+        else:
+            is_zero = sympy.Eq(value, 0)
+            exprs = {"zeros": sympy.Piecewise((1, is_zero), (0, True)),
+                     "nonzero": sympy.Piecewise((1, is_zero), (value, True))}
+        outs = {body.names(k): k for k in exprs}
+        g.add_tasklet(f"{next(iter(kinds))}_{writer}", t.domain, {c: exprs[k] for c, k in outs.items()},
+                      body.reads, {c: (helpers[k], wm.index, kinds[k]) for c, k in outs.items()},
+                      condition=t.condition, backward=backward, forward_tasklet=writer)
+    return helpers
+
+
+def add_forward_reads(graph: DataflowGraph, tasklet: str, reads: dict[str, tuple[str, tuple]],
+                      exprs: Sequence[sympy.Expr], indices: Sequence[tuple]) -> None:
+    """Add to ``reads`` (a derived tasklet's ``{connector: (access, index)}``)
+    the forward tasklet's connectors that ``exprs`` and ``indices`` use, closed
+    over the indices of gather reads (``a[idx[i]]`` needs ``idx``)."""
+    forward = {m.connector: (a, m.index) for a, m in graph.reads(tasklet)}
+    needed = set().union(*(e.free_symbols for e in exprs))
+    for index in indices:
+        needed |= set().union(*(sympy.sympify(i).free_symbols for i in index))
+    pending = [s.name for s in needed if s.name in forward]
+    while pending:
+        conn = pending.pop()
+        if conn in reads:
+            continue
+        reads[conn] = forward[conn]
+        for i in forward[conn][1]:
+            pending.extend(s.name for s in sympy.sympify(i).free_symbols if s.name in forward)
+
+
 class _ReversePass:
     def __init__(self, graph: DataflowGraph, activity: Activity, input_grads: dict[str, str],
                  seeds: dict[str, str], pushed: dict[str, PushLayout] | None = None):
@@ -230,39 +284,9 @@ class _ReversePass:
             backward=True, forward_tasklet=None, seed_of=access)
 
     def _aux(self, access: str) -> dict[str, str]:
-        """Helpers of a ``max``/``min``/``prod``-accumulated version, one set
-        shared by all its writers: tie counts, or zero counts and the product
-        of the nonzero factors (exact gradients of a product with zeros)."""
-        if access in self.aux:
-            return self.aux[access]
-        g = self.graph
-        node = g.node(access)
-        c = g.containers[node.container]
-        acc = g.accumulation(access)
-        kinds = {"count": "sum"} if acc in ("max", "min") else {"zeros": "sum", "nonzero": "prod"}
-        helpers = {}
-        for kind, mode in kinds.items():
-            name = g.add_container(g.unique_name(f"{kind}_{node.container}_{node.version}"),
-                                   c.shape, c.dtype, "transient").name
-            helpers[kind] = g.access(name, 0)
-        for writer, wm in g.writers(access):
-            t = g.node(writer)
-            value = t.body[wm.connector]
-            body = _Body(_Names(set(t.inputs)))
-            body.reads.update({rm.connector: (ra, rm.index) for ra, rm in g.reads(writer)})
-            if acc in ("max", "min"):
-                stored = body.read(g, "result", access, wm.index)
-                exprs = {"count": sympy.Piecewise((1, compare(sympy.Eq, value, stored)), (0, True))}
-            else:
-                is_zero = sympy.Eq(value, 0)
-                exprs = {"zeros": sympy.Piecewise((1, is_zero), (0, True)),
-                         "nonzero": sympy.Piecewise((1, is_zero), (value, True))}
-            outs = {body.names(k): k for k in exprs}
-            g.add_tasklet(f"{next(iter(kinds))}_{writer}", t.domain, {c: exprs[k] for c, k in outs.items()},
-                          body.reads, {c: (helpers[k], wm.index, kinds[k]) for c, k in outs.items()},
-                          condition=t.condition, backward=True, forward_tasklet=writer)
-        self.aux[access] = helpers
-        return helpers
+        if access not in self.aux:
+            self.aux[access] = accumulation_helpers(self.graph, access, backward=True)
+        return self.aux[access]
 
     def _term(self, body: _Body, t, pair: Pair, partial: sympy.Expr) -> tuple[sympy.Expr, bool]:
         """One contribution ``d out/d conn * g`` of a (write, read) pair, and
@@ -316,21 +340,10 @@ class _ReversePass:
             mode = self._mode(access, index, domain)
             writes[conn] = (g.access(self.grad[access], 0), index, mode)
             modes[conn] = mode or "plain"
-        # forward connectors the bodies and indices need, closed over gather indices
-        forward = {m.connector: (a, m.index) for a, m in g.reads(tasklet)}
-        needed = set().union(*(e.free_symbols for e in exprs.values()))
-        for _, index in list(body.reads.values()) + [(None, w[1]) for w in writes.values()]:
-            needed |= set().union(*(sympy.sympify(i).free_symbols for i in index))
         values = set().union(*(e.free_symbols for e in exprs.values()))
-        recomputed = any(t.inputs[c] in values for c in forward)
-        pending = [s.name for s in needed if s.name in forward]
-        while pending:
-            conn = pending.pop()
-            if conn in body.reads:
-                continue
-            body.reads[conn] = forward[conn]
-            for i in forward[conn][1]:
-                pending.extend(s.name for s in sympy.sympify(i).free_symbols if s.name in forward)
+        recomputed = any(sym in values for sym in t.inputs.values())
+        add_forward_reads(g, tasklet, body.reads, list(exprs.values()),
+                          [index for _, index in body.reads.values()] + [w[1] for w in writes.values()])
         replacements, reduced = shared_subexpressions(tuple(exprs.items()))
         g.add_tasklet(f"grad_{tasklet}", t.domain, exprs, body.reads, writes, condition=t.condition,
                       source=t.source, backward=True, forward_tasklet=tasklet,

@@ -1,0 +1,186 @@
+"""``add_tangent_pass``: extend a dataflow graph with its forward-mode (tangent) pass, in place.
+
+The tangent pass is the reverse pass's mirror, built from the same pieces
+(containers, versions, tasklets, memlets) and the same per-tasklet partials
+(``derivatives.tasklet_partials``), so it runs on every backend and can itself
+be differentiated (reverse-over-forward) or be added to a backward graph
+(forward-over-reverse).  Per active forward tasklet ``T`` over domain ``D``
+(see ``activity``: only tasklets on a path from an input with a tangent to an
+output take part) there is one tangent tasklet over the same ``D`` and
+``condition``: it reads the tangent of each active read version at the read
+index ``phi(i)`` and the forward values its partials need, and writes
+``sum_k d body/d conn_k * t_k`` into the tangent of each written version at
+the write index ``psi(i)``.  A plain write stays plain and a ``"sum"``
+accumulation stays a ``"sum"``; a ``max``/``min`` accumulation's tangent is
+the tangent of the element that wins, split evenly between tied elements (the
+reverse pass's and JAX's convention), and a ``prod``'s is exact with zeros.
+Reading at the forward tasklet's own points over its own domain, a tangent
+tasklet joins the forward tasklet's kernel in the lowering (``lowering.plan``
+passes the forward values in registers).
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import sympy
+
+from ir.graph import DataflowGraph, connector_symbol, index_symbol
+from ir.scalar_functions import compare
+
+from .activity import Activity, Pair, analyse, latest_versions
+from .backward import (_Body, _check_request, _expensive, _Names, _use_stored, accumulation_helpers,
+                       add_forward_reads)
+from .derivatives import guarded_product, shared_subexpressions, tasklet_partials
+from .errors import DifferentiationError
+
+
+def add_tangent_pass(graph: DataflowGraph, inputs: Sequence[str], outputs: Sequence[str],
+                     tangent_names: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Add the tangent (Jacobian-vector product) pass of ``outputs`` along the
+    tangents of ``inputs``; return ``{output: tangent_container}``.
+
+    Naming (``graph.unique_name`` unless ``tangent_names`` fixes an input's):
+
+    * ``t_<input>``: a new *argument* holding the tangent of each input's
+      version 0; ``graph.meta["tangent_inputs"][input]`` names it.  Inputs
+      not listed have tangent zero and cost nothing.
+    * ``tangent_<output>``: a new *result* holding the tangent of each
+      output's latest version; ``graph.meta["tangents"][output]`` names it.
+      An output that does not depend on the inputs gets it with no writer
+      (zeros, no tasklet).
+    * ``tan_<container>_<version>``: transient tangent of an intermediate
+      version; ``jvp_<tasklet>`` the tangent tasklet of a forward tasklet,
+      with ``meta["tangent_of"]`` naming it.
+
+    The meta dicts are merged across calls; ``graph.meta["tangent_passes"]``
+    lists every call's inputs, outputs, tangent inputs and tangents.
+    """
+    inputs = list(dict.fromkeys(inputs))
+    outputs = list(dict.fromkeys(outputs))
+    _check_request(graph, inputs, outputs)
+    tangent_names = dict(tangent_names or {})
+    input_nodes = {x: graph.access(x, 0) for x in inputs}
+    latest = latest_versions(graph)
+    output_nodes = {o: latest.get(o) or graph.access(o, 0) for o in outputs}
+    activity = analyse(graph, input_nodes.values(), output_nodes.values())
+
+    tangent_inputs = {}
+    for x in inputs:
+        c = graph.containers[x]
+        name = tangent_names.get(x) or graph.unique_name(f"t_{x}")
+        if name in graph.containers or name in graph.nx:
+            raise DifferentiationError(f"tangent name {name!r} for input {x!r} is already used in graph "
+                                       f"{graph.name!r}; pick another")
+        tangent_inputs[x] = graph.add_container(name, c.shape, c.dtype, "argument").name
+        graph.access(tangent_inputs[x], 0)
+    tangents = {}
+    for o in outputs:
+        c = graph.containers[o]
+        tangents[o] = graph.add_container(graph.unique_name(f"tangent_{o}"), c.shape, c.dtype, "result").name
+        graph.access(tangents[o], 0)
+
+    _TangentPass(graph, activity, {input_nodes[x]: tangent_inputs[x] for x in inputs},
+                 {output_nodes[o]: tangents[o] for o in outputs if output_nodes[o] in activity.versions}).build()
+
+    graph.meta.setdefault("tangent_inputs", {}).update(tangent_inputs)
+    graph.meta.setdefault("tangents", {}).update(tangents)
+    graph.meta.setdefault("tangent_passes", []).append(
+        {"inputs": inputs, "outputs": outputs, "tangent_inputs": tangent_inputs, "tangents": tangents})
+    return tangents
+
+
+class _TangentPass:
+    def __init__(self, graph: DataflowGraph, activity: Activity, input_tangents: dict[str, str],
+                 output_tangents: dict[str, str]):
+        self.graph = graph
+        self.activity = activity
+        self.outputs = output_tangents  # active output version -> tangent result container
+        self.tangent: dict[str, str] = dict(input_tangents)  # active version -> tangent container
+        self.aux: dict[str, dict[str, str]] = {}
+
+    def build(self) -> None:
+        g = self.graph
+        for access in self.activity.versions:
+            if access in self.tangent:
+                continue
+            if access in self.outputs:
+                self.tangent[access] = self.outputs[access]
+                continue
+            node = g.node(access)
+            c = g.containers[node.container]
+            name = g.unique_name(f"tan_{node.container}_{node.version}")
+            g.add_container(name, c.shape, c.dtype, "transient", tangent_of=access)
+            self.tangent[access] = name
+        for tasklet in g.topological_order():
+            if tasklet in self.activity.pairs:
+                self._tangent_tasklet(tasklet, self.activity.pairs[tasklet])
+        for access, result in self.outputs.items():
+            if self.tangent[access] != result:  # an output that is an input itself: copy its tangent
+                self._copy(self.tangent[access], result)
+
+    def _copy(self, source: str, target: str) -> None:
+        shape = self.graph.containers[source].shape
+        idx = tuple(index_symbol(f"i{k}") for k in range(len(shape)))
+        self.graph.add_tasklet(f"copy_{source}", [(i, 0, n) for i, n in zip(idx, shape)],
+                               {"d": connector_symbol("t", "float64")}, {"t": (self.graph.access(source, 0), idx)},
+                               {"d": (self.graph.access(target, 0), idx)})
+
+    def _helpers(self, access: str) -> dict[str, str]:
+        if access not in self.aux:
+            self.aux[access] = accumulation_helpers(self.graph, access, backward=False)
+        return self.aux[access]
+
+    def _contribution(self, body: _Body, t, wm, pairs: list[Pair], partials: dict) -> tuple[sympy.Expr, bool]:
+        """``sum_k d out/d conn_k * t_k`` for one write of ``t``, and whether it
+        reads a stored forward result (``tanh' = 1 - o**2`` reads ``o``)."""
+        g = self.graph
+        write_access = pairs[0].write_access
+        value = t.body[wm.connector]
+        stored = False
+        total = sympy.S.Zero
+        for p in pairs:
+            partial = partials[(wm.connector, p.read.connector)]
+            if wm.accumulate is None and _expensive(value):
+                out = connector_symbol("__stored__", g.containers[wm.container].dtype)
+                replaced = _use_stored(partial, value, out)
+                if replaced != partial:
+                    sym = body.read(g, f"f_{wm.connector}", write_access, wm.index)
+                    partial, stored = replaced.xreplace({out: sym}), True
+            tangent = body.read(g, f"t_{p.read.connector}", g.access(self.tangent[p.read_access], 0), p.read.index)
+            total += guarded_product(tangent, partial)
+        if wm.accumulate in (None, "sum"):
+            return total, stored
+        helpers = self._helpers(write_access)
+        result = body.read(g, f"f_{wm.connector}", write_access, wm.index)
+        if wm.accumulate in ("max", "min"):
+            count = body.read(g, "count", helpers["count"], wm.index)
+            return sympy.Piecewise((total / count, compare(sympy.Eq, value, result)), (0, True)), True
+        zeros = body.read(g, "zeros", helpers["zeros"], wm.index)
+        nonzero = body.read(g, "nonzero", helpers["nonzero"], wm.index)
+        return sympy.Piecewise((total * nonzero / value, sympy.Eq(zeros, 0)),
+                               (total * nonzero, sympy.Eq(value, 0) & sympy.Eq(zeros, 1)),
+                               (0, True)), True
+
+    def _tangent_tasklet(self, tasklet: str, pairs: list[Pair]) -> None:
+        g = self.graph
+        t = g.node(tasklet)
+        partials = tasklet_partials(t.body, t.inputs)
+        body = _Body(_Names(set(t.inputs) | set(t.body)))
+        by_write: dict[tuple, list[Pair]] = {}
+        for p in pairs:
+            by_write.setdefault((p.write_access, p.write), []).append(p)
+        exprs, writes = {}, {}
+        stored = False
+        for (access, wm), group in by_write.items():
+            expr, used = self._contribution(body, t, wm, group, partials)
+            stored |= used
+            conn = body.names(f"t_{wm.connector}")
+            exprs[conn] = expr
+            acc = None if wm.accumulate is None else "sum"
+            writes[conn] = (g.access(self.tangent[access], 0), wm.index, acc)
+        add_forward_reads(g, tasklet, body.reads, list(exprs.values()),
+                          [index for _, index in body.reads.values()] + [w[1] for w in writes.values()])
+        replacements, reduced = shared_subexpressions(tuple(exprs.items()))
+        g.add_tasklet(f"jvp_{tasklet}", t.domain, exprs, body.reads, writes, condition=t.condition,
+                      source=t.source, tangent_of=tasklet, forward_values="stored" if stored else "recompute",
+                      cse={"replacements": replacements, "body": reduced})
