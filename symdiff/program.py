@@ -17,7 +17,7 @@ import ir
 import ir.view
 import lowering
 from ir.specs import ArraySpec, spec_of
-from ir.tracer.trace import array_parameters
+from ir.tracer.trace import array_parameters, clear_cache as clear_trace_cache
 from lowering.devices import requested as requested_device
 from lowering.runtime import host_argument
 from lowering.source_view import tasklet_lines
@@ -165,6 +165,26 @@ class DifferentiableProgram:
             raise ProgramError(f"{self.name}'s shapes use size symbols, which are bound (and the Slang "
                                "generated) at the first call: call the program once, then ask again")
         return exe.source
+
+    def export_slang(self, wrt: Sequence[str] | str | None = None, path: str | None = None,
+                     target: str = "vulkan", forward_only: bool = False,
+                     sizes: Mapping[str, int] | None = None) -> "lowering.export.ExportedModule":
+        """A readable, standalone Slang module of the forward + backward program
+        (``forward_only``: the forward alone) for ``target`` (``"cpu"``,
+        ``"vulkan"``, ``"cuda"``), to call from your own slangpy or Slang code.
+        Its header comment documents the buffer interface (parameter names,
+        types, shapes, roles: arguments, seeds, gradients, results, scratch)
+        and the order in which to dispatch its entry points; the returned
+        ``ExportedModule`` has the ``source`` and the same facts as a JSON-able
+        ``manifest``.  ``path``: also write the module there and the manifest
+        beside it (``.json``).  ``sizes`` binds size symbols
+        (``lowering.export``; ``examples/export_slang.py`` runs one)."""
+        from lowering.export import export
+        graph = self.graph if forward_only else self.backward_graph(wrt)
+        exported = export(graph, sizes, target, name=self.name)
+        if path is not None:
+            exported.write(path)
+        return exported
 
     def explain(self, wrt: Sequence[str] | str | None = None, device: str | None = None) -> Explanation:
         """Per forward tasklet in execution order: the user's line, the
@@ -499,6 +519,17 @@ def seal_tangents(graph: ir.DataflowGraph) -> ir.DataflowGraph:
     graph.meta["arg_names"] = graph.arguments
     graph.meta.pop("tangent_inputs", None)
     return graph
+
+
+def clear_caches() -> int:
+    """Give back the memory symdiff keeps for later calls: every executable's
+    buffers (but those of calls running now), compiled kernels and traced
+    graphs; returns the buffer bytes given back.  Programs still work: their
+    next call plans and allocates again.  Without it, buffers kept between
+    calls are bounded by ``sd.cache_limit()`` (``sd.set_cache_limit``), and a
+    dropped program's memory goes with it."""
+    clear_trace_cache()
+    return lowering.clear_caches()
 
 
 def differentiable_program(fn: Callable | None = None, *, device: str | None = None, deterministic: bool = False,

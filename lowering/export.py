@@ -1,0 +1,168 @@
+"""A standalone Slang module of a program, for users' own slangpy or Slang code.
+
+``export(graph, sizes, target)`` plans and generates the same kernels the
+runtime runs (``plan`` + ``codegen.generate``) and adds what the runtime does
+around them, so the module needs nothing from symdiff at run time:
+
+* a ``clear_<buffer>_main`` entry point per buffer that must read as zeros
+  when a call starts (accumulated gradients, versions no kernel writes fully);
+  the runtime clears these with ``clear_buffer`` instead;
+* a header comment documenting every buffer (parameter name, element type,
+  shape, role) and the dispatch order with each entry point's thread count.
+
+The same facts come back as a JSON-able manifest (``ExportedModule.manifest``),
+so calling code can bind buffers by name and dispatch in order.  Buffers are
+flat ``RWStructuredBuffer``s in row-major (C) order; bools travel as ints.
+One buffer per stored version: the runtime's storage sharing
+(``buffer_plan``) is left out, so every buffer can be read after a call.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+from ir.graph import DataflowGraph
+
+from . import targets
+from .bounds_check import FLAG, FLAG_WORDS
+from .codegen import PROGRAM, STORAGE_TYPES, buffer_name, generate, identifier
+from .plan import plan
+from .threads import GROUP_SIZE, Threads
+
+
+@dataclass
+class ExportedModule:
+    """An exported module: its Slang text and the manifest describing how to call it."""
+
+    source: str
+    manifest: dict
+
+    def write(self, path: str) -> None:
+        """Write the module to ``path`` and the manifest beside it (``.json``)."""
+        with open(path, "w") as f:
+            f.write(self.source)
+        with open(_manifest_path(path), "w") as f:
+            json.dump(self.manifest, f, indent=2)
+
+
+def _manifest_path(path: str) -> str:
+    return (path[:-len(".slang")] if path.endswith(".slang") else path) + ".json"
+
+
+def _role(graph: DataflowGraph, access: str, gradients: Mapping[str, str], seeds: Mapping[str, str]) -> str:
+    node = graph.node(access)
+    name = node.container
+    if name in seeds.values():
+        return "seed"
+    if name in gradients.values():
+        return "gradient"
+    role = graph.containers[name].role
+    if role == "argument":
+        return "argument"
+    if role == "result" and graph.latest(name) == access:
+        return "result"
+    return "scratch"
+
+
+def _phase(kernel) -> str:
+    backward = {s.tasklet.backward for s in kernel.steps}
+    return "backward" if backward == {True} else "forward" if backward == {False} else "forward+backward"
+
+
+def _clear_kernel(name: str, storage: str, count: int, target: targets.Target) -> tuple[str, list[int]]:
+    """An entry point setting ``count`` elements of buffer ``name`` to zero."""
+    threads = Threads.for_device(count, target)
+    lines = threads.open("i") + [("    " if threads.close() else "") + f"{name}[i] = {storage}(0);"] + threads.close()
+    body = "\n".join("    " + line for line in lines)
+    text = (f"// clear {name} ({count} element(s)) before every call\n"
+            f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
+            f"void clear_{name}_main(uint3 tid: SV_DispatchThreadID, RWStructuredBuffer<{storage}> {name})\n"
+            f"{{\n{body}\n}}\n")
+    return text, threads.thread_count
+
+
+def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target: str = "vulkan",
+           name: str | None = None) -> ExportedModule:
+    """The module and manifest of ``graph`` for ``target`` (``"cpu"``,
+    ``"vulkan"`` or ``"cuda"``: the kind decides atomics, loops and maths
+    helpers, as in ``lowering.compile``) with its size symbols bound by ``sizes``."""
+    tgt = targets.of(target)
+    p = plan(graph, dict(sizes or {}), tgt)
+    module = generate(p, tgt)
+    g = p.graph
+    gradients = graph.meta.get("gradients", {})
+    seeds = graph.meta.get("seeds", {})
+    kernel_buffers = {n: a for e in module.kernels for n, a in e.buffers.items()}
+    stored = {buffer_name(a): a for a in p.stored} | kernel_buffers
+    buffers = {}
+    for param, access in sorted(stored.items()):
+        if access == FLAG:
+            buffers[param] = {"type": "int", "shape": [FLAG_WORDS], "role": "bounds_flag",
+                              "note": "zero before a call; nonzero after it: a data-dependent index was out of "
+                                      "range (that read gave 0, that write was dropped)"}
+            continue
+        c = g.containers[g.node(access).container]
+        buffers[param] = {"type": STORAGE_TYPES[c.dtype], "shape": [int(d) for d in c.shape],
+                          "role": _role(g, access, gradients, seeds), "container": c.name,
+                          "version": g.node(access).version}
+    clears, parts = [], []
+    for param, access in sorted(stored.items()):
+        info = buffers[param]
+        if info["role"] in ("argument", "seed") or access in p.overwritten or p.fills.get(access, 0) != 0:
+            continue   # caller data, fully overwritten every call, or filled by a kernel of the module
+        count = math.prod(info["shape"]) if access != FLAG else FLAG_WORDS
+        text, thread_count = _clear_kernel(param, info["type"], count, tgt)
+        parts.append(text)
+        clears.append({"entry": f"clear_{param}_main", "thread_count": thread_count, "buffers": [param],
+                       "phase": "clear"})
+    phases = {identifier(k.name): _phase(k) for k in p.kernels}
+    dispatch = clears + [{"entry": f"{e.name}_main", "thread_count": e.thread_count, "buffers": sorted(e.buffers),
+                          "phase": phases.get(e.name, "fill")}
+                         for e in module.kernels if e.threads]
+    results = graph.meta.get("result_names", graph.results)
+    manifest = {
+        "program": name or graph.name, "target": tgt.name,
+        "buffers": buffers,
+        "arguments": {a: buffer_name(f"{a}#0") for a in graph.arguments
+                      if f"{a}#0" in p.stored and a not in seeds.values()},
+        "results": {r: buffer_name(g.latest(r)) for r in results if g.latest(r) in p.stored},
+        "gradients": {x: buffer_name(g.latest(c)) for x, c in gradients.items()},
+        "seeds": {o: buffer_name(f"{s}#0") for o, s in seeds.items()},
+        "dispatch": dispatch,
+    }
+    if tgt.sequential:
+        manifest["program_entry"] = {
+            "entry": PROGRAM, "thread_count": [1, 1, 1], "uniforms": {"first": 0, "last": len(module.kernels)},
+            "buffers": sorted(module.buffers), "note": "runs every kernel of 'dispatch' (not the clears) in order"}
+    return ExportedModule(_header(manifest) + "\n".join(parts) + "\n" + module.source, manifest)
+
+
+def _header(manifest: dict) -> str:
+    """The buffer interface and dispatch order, as a comment a reader sees first."""
+    lines = [f"// symdiff export of program {manifest['program']!r} for target {manifest['target']!r}.",
+             "// Standalone: bind the buffers below by parameter name and dispatch the entry points in",
+             "// order (each with its thread count; one submission is enough, dispatches are ordered).",
+             "// Buffers are flat RWStructuredBuffers in row-major (C) order; bools travel as int.",
+             "//",
+             "// buffers (parameter: element type [shape] role):"]
+    for param, info in manifest["buffers"].items():
+        extra = f" of {info['container']!r}" if "container" in info else ""
+        lines.append(f"//   {param}: {info['type']} {info['shape']} {info['role']}{extra}")
+    if manifest["seeds"]:
+        lines.append("// seeds (cotangent of each output; 1 for the gradient of a scalar loss): "
+                     + ", ".join(f"{o} -> {b}" for o, b in manifest["seeds"].items()))
+    if manifest["gradients"]:
+        lines.append("// gradients (read after the call): "
+                     + ", ".join(f"{x} -> {b}" for x, b in manifest["gradients"].items()))
+    lines.append("// results: " + ", ".join(f"{r} -> {b}" for r, b in manifest["results"].items()))
+    lines.append("//")
+    lines.append("// dispatch order (entry point, thread count, phase):")
+    for k, d in enumerate(manifest["dispatch"]):
+        lines.append(f"//   {k}. {d['entry']} {d['thread_count']} {d['phase']}")
+    if "program_entry" in manifest:
+        pe = manifest["program_entry"]
+        lines.append(f"// on a sequential (CPU) target, after the clears, {pe['entry']}(first=0, "
+                     f"last={pe['uniforms']['last']}) with one thread runs every kernel in order instead.")
+    return "\n".join(lines) + "\n\n"
