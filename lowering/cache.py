@@ -12,7 +12,7 @@ import re
 import threading
 import time
 
-import slangpy as spy
+from .slang import spy
 
 _lock = threading.Lock()
 _modules: dict[tuple[str, str], dict[str, spy.ComputeKernel]] = {}

@@ -15,9 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
-import slangpy as spy
-
 from . import targets
+from .slang import spy
 
 KINDS = ("cuda", "vulkan", "cpu", "numpy")
 ENV_VAR = "SYMDIFF_DEVICE"

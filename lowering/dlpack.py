@@ -24,11 +24,11 @@ import warnings
 from typing import Any
 
 import numpy as np
-import slangpy as spy
 
 from ir.graph import DTYPES
 
 from . import devices
+from .slang import spy
 
 CPU = (1, 0)  # (kDLCPU, device id): where every export lives
 _VIEWABLE = ("float32", "float64", "int32")  # stored as they are (bool is stored as int32)

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
-import slangpy as spy
 
 import ir
 from ir.graph import DTYPES, DataflowGraph
@@ -38,10 +37,16 @@ from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
 from .deterministic import check_atomic_free, owner_computes
 from .plan import LoweringError, Plan, plan
 from .printer import is_exact_in_double
+from .slang import spy
 from .source_view import SlangSource
 
-_USAGE = (spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access
-          | spy.BufferUsage.copy_source | spy.BufferUsage.copy_destination)
+
+def _usage() -> "spy.BufferUsage":
+    """Every buffer's usage flags (a function: slangpy is imported on first use, ``lowering.slang``)."""
+    return (spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access
+            | spy.BufferUsage.copy_source | spy.BufferUsage.copy_destination)
+
+
 _STORAGE_NUMPY = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "bool": np.int32}
 
 
@@ -75,8 +80,8 @@ def _new_buffer(device: spy.Device, dtype: str, count: int, data: np.ndarray | N
     storage = _STORAGE_NUMPY[dtype]
     size = max(count, 1) * np.dtype(storage).itemsize  # empty buffers are invalid
     if data is not None and data.size:
-        return device.create_buffer(size=size, usage=_USAGE, data=dlpack.uploadable(np.ascontiguousarray(data, dtype=storage)))
-    return device.create_buffer(size=size, usage=_USAGE)
+        return device.create_buffer(size=size, usage=_usage(), data=dlpack.uploadable(np.ascontiguousarray(data, dtype=storage)))
+    return device.create_buffer(size=size, usage=_usage())
 
 
 def _readback(buffer: spy.Buffer, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
