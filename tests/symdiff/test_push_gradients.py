@@ -126,3 +126,20 @@ def test_push_over_different_batches_is_refused():
     with pytest.raises(sd.DifferentiationError, match="same batch in every use"):
         two_batches.grad(np.ones((B, N)), np.ones((B + 1, N)), np.ones(N), wrt=["w"],
                          accumulate={"w": "push"}, device="numpy")
+
+
+def test_push_through_a_custom_backward_is_refused():
+    @sd.custom_vjp
+    def scale(x, w):
+        return x * w[None, :]
+
+    scale.defvjp(lambda x, w: (scale(x, w), (x, w)),
+                 lambda res, g: (g * res[1][None, :], np.sum(g * res[0], axis=0)))
+
+    @sd.differentiable_program
+    def f(x: sd.f64[B, N], w: sd.f64[N]):
+        return np.sum(scale(x, w))
+
+    assert np.allclose(f.grad(np.ones((B, N)), np.ones(N), wrt=["w"], device="numpy")["w"], B)
+    with pytest.raises(sd.DifferentiationError, match="push is not supported through a custom backward"):
+        f.grad(np.ones((B, N)), np.ones(N), wrt=["w"], accumulate={"w": "push"}, device="numpy")
