@@ -51,32 +51,44 @@ def _evaluate(args: tuple, exprs: tuple, values: list, shape: tuple[int, ...]) -
 
 class _Point:
     """The iteration points of one tasklet: open grids, or flat coordinates
-    when a condition removes some points."""
+    when a condition removes some points.  The grids are built on first use:
+    a tasklet whose expressions and indices need no index value (most
+    elementwise ones, read through ``_view``) never builds them."""
 
     def __init__(self, tasklet: Tasklet, sizes: Mapping[str, int]):
-        ranges = []
+        self.begins, extents = [], []
         for sym, begin, end in tasklet.domain:
             b, e = substitute_sizes(begin, sizes), substitute_sizes(end, sizes)
             if not (b.is_Integer and e.is_Integer):
                 raise GraphError(f"tasklet {tasklet.name}: domain {sym}={begin}:{end} has unbound sizes")
-            ranges.append(np.arange(int(b), max(int(b), int(e)), dtype=np.int64))
+            self.begins.append(int(b))
+            extents.append(max(int(e) - int(b), 0))
         self.symbols = tasklet.index_symbols
-        self.full_shape = tuple(len(r) for r in ranges)
-        grids = np.ix_(*ranges) if ranges else ()
-        self.grids = list(grids)
+        self.full_shape = tuple(extents)
+        self._grids: list[np.ndarray] | None = None
         self.shape = self.full_shape
         self.masked = False
         cond = tasklet.condition
-        if cond is not sympy.true and ranges:
+        if cond is not sympy.true and extents:
+            ranges = self._ranges()
             cond = substitute_sizes(cond, sizes)
             # full-shape grids: lambdify turns And(a, b, c) into logical_and.reduce((a, b, c)),
             # which cannot stack open grids of different shapes
             full = [np.broadcast_to(g, self.full_shape) for g in self.grids]
             mask = _evaluate(self.symbols, (cond,), full, self.full_shape)[0]
             coords = np.nonzero(mask)
-            self.grids = [r[c] for r, c in zip(ranges, coords)]
+            self._grids = [r[c] for r, c in zip(ranges, coords)]
             self.shape = (len(coords[0]),)
             self.masked = True
+
+    def _ranges(self) -> list[np.ndarray]:
+        return [np.arange(b, b + n, dtype=np.int64) for b, n in zip(self.begins, self.full_shape)]
+
+    @property
+    def grids(self) -> list[np.ndarray]:
+        if self._grids is None:
+            self._grids = list(np.ix_(*self._ranges())) if self.begins else []
+        return self._grids
 
 
 def _index_arrays(memlet: Memlet, point: _Point, int_values: dict, sizes) -> tuple:
@@ -86,6 +98,41 @@ def _index_arrays(memlet: Memlet, point: _Point, int_values: dict, sizes) -> tup
         return ()
     vals = _evaluate(args, exprs, point.grids + list(int_values.values()), point.shape)
     return tuple(np.asarray(v, dtype=np.int64) for v in vals)
+
+
+def _view(memlet: Memlet, point: _Point, array: np.ndarray, sizes: Mapping[str, int]) -> np.ndarray | None:
+    """The elements ``memlet`` touches, as a view of ``array`` whose axes
+    follow the domain's (size 1 where the index does not use a domain
+    symbol), when every index component is a unit shift within bounds and the
+    point's grids are open; None otherwise (then index arrays are built).
+    A view costs no copy and no int64 index array per component: at millions
+    of elements those were most of the numpy device's memory."""
+    if point.masked or not memlet.index:
+        return None
+    shifts = unit_shifts(memlet.index, point.symbols)
+    if shifts is None:
+        return None
+    key, axes = [], []
+    for (sym, offset), extent in zip(shifts, array.shape):
+        offset = substitute_sizes(offset, sizes)
+        if not offset.is_Integer:
+            return None
+        if sym is None:
+            if not 0 <= int(offset) < extent:
+                return None  # out of range: the index path reports it
+            key.append(int(offset))
+            continue
+        k = point.symbols.index(sym)
+        lo = point.begins[k] + int(offset)
+        hi = lo + point.full_shape[k]
+        if lo < 0 or hi > extent:
+            return None
+        key.append(slice(lo, hi))
+        axes.append(k)
+    if not axes:
+        return None  # one element: numpy gives a scalar, not a view
+    view = array[tuple(key)].transpose(np.argsort(axes))
+    return np.expand_dims(view, tuple(k for k in range(len(point.shape)) if k not in axes))
 
 
 def _check_bounds(index: tuple, shape: tuple[int, ...], tasklet: Tasklet, memlet: Memlet) -> None:
@@ -153,26 +200,38 @@ def run_tasklet(graph: DataflowGraph, name: str, values: dict[str, np.ndarray],
             if not needs <= set(conn_values):
                 continue
             int_vals = {s: conn_values[s] for s in needs}
-            index = _index_arrays(memlet, point, int_vals, sizes)
             src = values[access]
-            if check_bounds:
-                _check_bounds(index, src.shape, t, memlet)
-            v = src[index] if index else src[()]
+            v = _view(memlet, point, src, sizes)
+            if v is None:
+                index = _index_arrays(memlet, point, int_vals, sizes)
+                if check_bounds:
+                    _check_bounds(index, src.shape, t, memlet)
+                v = src[index] if index else src[()]
             conn_values[t.inputs[memlet.connector]] = np.broadcast_to(v, point.shape)
             pending.remove((access, memlet))
             progressed = True
         if not progressed:
             raise GraphError(f"tasklet {name}: indices of {[str(m) for _, m in pending]} depend on "
                              "connectors that are not read")
-    arg_syms = tuple(conn_values) + point.symbols
-    arg_vals = list(conn_values.values()) + [np.broadcast_to(g, point.shape) for g in point.grids]
     conns = list(t.body)
     exprs = tuple(substitute_sizes(t.body[c], sizes) for c in conns)
+    used = set().union(*(e.free_symbols for e in exprs))
+    indices = [k for k, s in enumerate(point.symbols) if s in used]  # index values the body computes with
+    arg_syms = tuple(conn_values) + tuple(point.symbols[k] for k in indices)
+    arg_vals = list(conn_values.values()) + [np.broadcast_to(point.grids[k], point.shape) for k in indices]
     outs = dict(zip(conns, _evaluate(arg_syms, exprs, arg_vals, point.shape)))
     for access, memlet in graph.writes(name):
+        target = values[access]
+        view = _view(memlet, point, target, sizes)
+        if view is not None and view.shape == point.shape:  # every point its own element
+            value = outs[memlet.connector].astype(target.dtype, copy=False)
+            if memlet.accumulate is None:
+                view[...] = value
+            else:
+                _UFUNC[memlet.accumulate](view, value, out=view)
+            continue
         int_vals = {s: v for s, v in conn_values.items() if s.is_integer}
         index = _index_arrays(memlet, point, int_vals, sizes)
-        target = values[access]
         if check_bounds:
             _check_bounds(index, target.shape, t, memlet)
         _write(target, memlet, outs[memlet.connector], point, index)
@@ -192,6 +251,11 @@ def run(graph: DataflowGraph, inputs: Mapping[str, np.ndarray], sizes: Mapping[s
     ``float_dtype="float64"`` computes every float container in double
     precision (finite differences, oracles).  ``keep=True`` returns every
     access node's value too, keyed by node id, for inspection.
+
+    A version is dropped once its last reader has run (unless ``keep``), and
+    an argument is copied only when the graph writes into its first version,
+    so host memory stays near what numpy itself needs for the expression
+    (the numpy device runs programs of hundreds of millions of elements).
     """
     missing = [a for a in graph.arguments if a not in inputs]
     if missing:
@@ -204,7 +268,8 @@ def run(graph: DataflowGraph, inputs: Mapping[str, np.ndarray], sizes: Mapping[s
         c = graph.containers[node.container]
         dtype = _float_dtype(c.dtype, float_dtype)
         if c.role == "argument" and node.version == 0:
-            values[node_id] = np.array(inputs[c.name], dtype=dtype, copy=True)
+            written = bool(graph.writers(node_id))  # the caller's array must not change
+            values[node_id] = np.array(inputs[c.name], dtype=dtype, copy=True if written else None)
             return
         fill = ACCUMULATION_IDENTITY[graph.accumulation(node_id)]
         if dtype is np.bool_:
@@ -213,12 +278,18 @@ def run(graph: DataflowGraph, inputs: Mapping[str, np.ndarray], sizes: Mapping[s
             fill = np.iinfo(dtype).min if fill < 0 else np.iinfo(dtype).max
         values[node_id] = np.full(c.concrete_shape(bound), fill, dtype=dtype)
 
+    needed = {graph.latest(r) for r in graph.results}
+    readers_left = {n.id: len({t for t, _ in graph.readers(n.id)}) for n in graph.access_nodes()}
     for node_id in graph.topological_order():
         if isinstance(graph.node(node_id), Tasklet):
             for access, _ in graph.writes(node_id):
                 if access not in values:
                     allocate(access)
             run_tasklet(graph, node_id, values, bound, check_bounds)
+            for access in {a for a, _ in graph.reads(node_id)}:
+                readers_left[access] -= 1
+                if not (readers_left[access] or keep or access in needed):
+                    del values[access]
         elif node_id not in values:
             allocate(node_id)
     out = {r: values[graph.latest(r)] for r in graph.results}

@@ -59,3 +59,13 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
         stats["compile_seconds"] += time.perf_counter() - start
         _modules[key] = out
         return out
+
+
+def clear() -> int:
+    """Forget every compiled module (``sd.clear_caches``); returns how many.
+    Executables holding kernels keep them; the next new binding recompiles
+    (or loads slangpy's on-disk shader cache)."""
+    with _lock:
+        dropped = len(_modules)
+        _modules.clear()
+        return dropped

@@ -31,8 +31,9 @@ import numpy as np
 import ir
 from ir.graph import DTYPES, DataflowGraph
 
-from . import cache, devices, dlpack, targets
+from . import cache, devices, dlpack, memory, targets
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation
+from .buffer_plan import BufferPlan, assign, launches_of
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
 from .deterministic import check_atomic_free, owner_computes
 from .plan import LoweringError, Plan, plan
@@ -76,12 +77,15 @@ def host_argument(name: str, value, dtype: str) -> np.ndarray:
     return host.astype(DTYPES[dtype], copy=False)
 
 
+def _bytes(dtype: str, count: int) -> int:
+    return max(count, 1) * np.dtype(_STORAGE_NUMPY[dtype]).itemsize  # empty buffers are invalid
+
+
 def _new_buffer(device: spy.Device, dtype: str, count: int, data: np.ndarray | None = None) -> spy.Buffer:
-    storage = _STORAGE_NUMPY[dtype]
-    size = max(count, 1) * np.dtype(storage).itemsize  # empty buffers are invalid
     if data is not None and data.size:
-        return device.create_buffer(size=size, usage=_usage(), data=dlpack.uploadable(np.ascontiguousarray(data, dtype=storage)))
-    return device.create_buffer(size=size, usage=_usage())
+        return device.create_buffer(size=_bytes(dtype, count), usage=_usage(),
+                                    data=dlpack.uploadable(np.ascontiguousarray(data, dtype=_STORAGE_NUMPY[dtype])))
+    return device.create_buffer(size=_bytes(dtype, count), usage=_usage())
 
 
 def _readback(buffer: spy.Buffer, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -98,6 +102,7 @@ def _host_array(raw: np.ndarray, dtype: str, shape: tuple[int, ...]) -> np.ndarr
 
 
 READ_ALIGNMENT = 256  # bytes between results packed into one read-back buffer
+READ_PACKED_BYTES = 1 << 20  # larger results are read from their own buffers (no second copy kept)
 
 
 class DeviceArray:
@@ -186,7 +191,21 @@ class _Instance:
     shapes: dict[str, tuple[int, ...]]
     latest: dict[str, str]  # result -> its latest version's access node
     dispatches: dict[str, _Dispatch]  # kernel entry name (or PROGRAM) -> its launch (none for empty kernels)
-    readback: spy.Buffer | None = None  # host-visible: every result of a call is copied here and read at once
+    buffer_plan: BufferPlan  # which versions share allocations (lowering.buffer_plan)
+    launches: list[list[KernelEntry]]  # kernels as dispatched (lowering.buffer_plan.launches_of)
+    readback: spy.Buffer | None = None  # host-visible: small results of a call are copied here and read at once
+    key: tuple = ()  # the size binding, as lowering.memory knows this instance
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the buffers this binding keeps between calls (a slot
+        shared by several versions counts once)."""
+        unique = {id(b): b.size for b in self.buffers.values()}
+        return sum(unique.values()) + (self.readback.size if self.readback else 0)
+
+    def release(self) -> None:
+        """Give every buffer back; plan and module stay for inspection."""
+        self.buffers, self.dispatches, self.readback = {}, {}, None
 
 
 class Executable:
@@ -204,7 +223,8 @@ class Executable:
         self._last: _Instance | None = None
         self._spares: dict[int, list[spy.Buffer]] = {}  # bytes -> buffers of dropped result arrays
         self._stats = {"kernels": 0, "dispatches": 0, "bytes_moved": 0, "compile_time": 0.0,
-                       "compiles": 0, "buffers_allocated": 0, "calls": 0}
+                       "compiles": 0, "buffers_allocated": 0, "calls": 0,
+                       "peak_bytes": 0, "saved_bytes": 0}
         # One call at a time: instances (their buffers) are reused by every call.
         self._lock = threading.RLock()
         if device != "numpy" and not (graph.size_symbols() - {ir.size_symbol(k) for k in self.sizes}):
@@ -218,7 +238,12 @@ class Executable:
 
     def stats(self) -> dict:
         """kernels (of the latest binding), dispatches and bytes_moved (of the
-        latest call), compile_time (seconds, total), compiles, buffers_allocated."""
+        latest call), compile_time (seconds, total), compiles, buffers_allocated;
+        peak_bytes: the latest binding's buffers for intermediates and results
+        (``lowering.buffer_plan``: all live at once during a call), and
+        saved_bytes: what sharing buffers between versions with disjoint
+        lifetimes saved against one buffer each.  Arguments' upload buffers
+        and small results' read-back buffer come on top."""
         return dict(self._stats)
 
     def kernels(self) -> dict[str, list[str]]:
@@ -249,27 +274,53 @@ class Executable:
             kernels = cache.kernels(self.device, dev, module.source, entries)
             g = p.graph
             shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
-            buffers = {}
-            enc = dev.create_command_encoder()
+            latest = {r: g.latest(r) for r in g.results}
+            nbytes = {}
             for access in p.stored:
                 node = g.node(access)
                 if g.containers[node.container].role == "argument" and node.version == 0:
                     continue  # bound per call: the caller's upload or DeviceArray
-                buffers[access] = _new_buffer(dev, g.containers[node.container].dtype, math.prod(shapes[access]))
-                enc.clear_buffer(buffers[access])  # versions nobody writes read as zeros
+                nbytes[access] = _bytes(g.containers[node.container].dtype, math.prod(shapes[access]))
+            # every call recomputes these from scratch, so they may share (lowering.buffer_plan)
+            shareable = {a for a in nbytes if a not in latest.values() and (a in p.overwritten or a in p.fills)}
+            launches = launches_of(module.kernels, target.sequential)
+            bplan = assign(launches, nbytes, shareable, {a for a, v in p.fills.items() if v == 0})
+            slots = [dev.create_buffer(size=n, usage=_usage()) for n in bplan.slot_bytes]
+            buffers = {a: slots[bplan.slot_of[a]] if a in bplan.slot_of else dev.create_buffer(size=n, usage=_usage())
+                       for a, n in nbytes.items()}
+            enc = dev.create_command_encoder()
+            for buffer in {id(b): b for b in buffers.values()}.values():
+                enc.clear_buffer(buffer)  # versions nobody writes read as zeros
             if module.checks:  # the kernels guard data-dependent indices (lowering.bounds_check)
                 buffers[FLAG] = _new_buffer(dev, "int32", FLAG_WORDS)
             dev.submit_command_buffer(enc.finish())
-            self._stats["buffers_allocated"] += len(buffers)
+            self._stats["buffers_allocated"] += len(slots) + len(bplan.own_bytes) + (FLAG in buffers)
             self._stats["compiles"] += cache.stats["compiles"] - before
             self._stats["compile_time"] += time.perf_counter() - start
-            latest = {r: g.latest(r) for r in g.results}
             handed = {a for a in latest.values() if a in buffers}  # bound per call: handed over (_hand_over)
             inst = self._instances[key] = _Instance(p, module, kernels, buffers, shapes, latest,
-                                                    self._dispatches(module, kernels, buffers, handed))
+                                                    self._dispatches(module, kernels, buffers, handed), bplan,
+                                                    launches, key=key)
+            memory.hold(self, key, inst.held_bytes, self.device)  # may release older bindings past the limit
         self._last = inst
         self._stats["kernels"] = len(inst.plan.kernels)
+        self._stats["peak_bytes"] = inst.buffer_plan.peak_bytes
+        self._stats["saved_bytes"] = inst.buffer_plan.saved_bytes
         return inst
+
+    def release_instance(self, key: tuple) -> bool:
+        """Give back the buffers of size binding ``key`` (``lowering.memory``),
+        unless a call of this executable is running in another thread."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            inst = self._instances.pop(key, None)
+            if inst is not None:
+                inst.release()
+            self._spares.clear()
+            return True
+        finally:
+            self._lock.release()
 
     def __call__(self, inputs: Mapping[str, np.ndarray | DeviceArray], sizes: Mapping[str, int] | None = None,
                  return_device_arrays: bool = False, check_bounds: bool = True) -> dict[str, np.ndarray | DeviceArray]:
@@ -355,31 +406,38 @@ class Executable:
                 raise_violation(inst.module.checks, flag, self.source_graph, host, {**self.sizes, **(sizes or {})})
         self._stats["dispatches"] = dispatches
         self._stats["bytes_moved"] = moved
+        memory.hold(self, inst.key, inst.held_bytes, self.device)  # now with its uploads: most recently used
         return results
 
     def _read(self, dev: spy.Device, enc: spy.CommandEncoder, inst: _Instance,
               buffers: list[spy.Buffer]) -> list[np.ndarray]:
-        """Submit the call and return the bytes of ``buffers`` after it: each
-        copied into the instance's one read-back buffer by the call's own
-        encoder, then one wait and one read.  Reading result by result cost a
-        submission and a wait each: 0.8 ms a result on the H100's Vulkan driver
-        (measured; 2.4 ms for a 256-element value_and_grad with two gradients)."""
-        offsets, total = [], 0
-        for buf in buffers:
-            offsets.append(total)
+        """Submit the call and return the bytes of ``buffers`` after it: the
+        small ones copied into the instance's one read-back buffer by the
+        call's own encoder, then one wait and one read.  Reading result by
+        result cost a submission and a wait each: 0.8 ms a result on the H100's
+        Vulkan driver (measured; 2.4 ms for a 256-element value_and_grad with
+        two gradients).  Results over ``READ_PACKED_BYTES`` are read from their
+        own buffers after the wait: there the copy dominates, and a read-back
+        buffer that size would be kept between calls, and the host copy of all
+        of it would be kept alive by each result's view."""
+        packed = [buf for buf in buffers if buf.size <= READ_PACKED_BYTES]
+        offsets, total = {}, 0
+        for buf in packed:
+            offsets[id(buf)] = total
             total += -(-buf.size // READ_ALIGNMENT) * READ_ALIGNMENT
-        if buffers and (inst.readback is None or inst.readback.size < total):
+        if packed and (inst.readback is None or inst.readback.size < total):
             inst.readback = dev.create_buffer(size=total, usage=spy.BufferUsage.copy_destination,
                                               memory_type=spy.MemoryType.read_back)
             self._stats["buffers_allocated"] += 1
-        for buf, offset in zip(buffers, offsets):
-            enc.copy_buffer(inst.readback, offset, buf, 0, buf.size)
+        for buf in packed:
+            enc.copy_buffer(inst.readback, offsets[id(buf)], buf, 0, buf.size)
         submission = dev.submit_command_buffer(enc.finish())
         if not buffers:
             return []  # device arrays only: nothing to wait for here (reading one waits)
         dev.wait_for_submit(submission)
-        raw = inst.readback.to_numpy()
-        return [raw[offset:offset + buf.size] for buf, offset in zip(buffers, offsets)]
+        raw = inst.readback.to_numpy() if packed else None
+        return [raw[offsets[id(buf)]:offsets[id(buf)] + buf.size] if id(buf) in offsets else buf.to_numpy()
+                for buf in buffers]
 
     def _hand_over(self, inst: _Instance, enc: spy.CommandEncoder, access: str, dtype: str) -> DeviceArray:
         """The buffer this call's kernels wrote result version ``access`` into,
@@ -424,32 +482,35 @@ class Executable:
                 for name, (kernel, thread_count, names) in launches.items()}
 
     def _launches(self, inst: _Instance) -> list[tuple[_Dispatch, dict]]:
-        """The dispatches of ``inst.module.kernels`` with their uniforms: on the
-        CPU device one per run of consecutive kernels (a whole call is one run),
+        """The dispatches of ``inst.launches`` with their uniforms: on the CPU
+        device one per run of consecutive kernels (a whole call is one run),
         elsewhere one per kernel.  bench.profile times kernels alone by cutting
         that list."""
         if not targets.of(self.device).sequential:
-            return [(inst.dispatches[e.name], {}) for e in inst.module.kernels if e.name in inst.dispatches]
-        runs: list[list[KernelEntry]] = []
-        for entry in inst.module.kernels:
-            if runs and runs[-1][-1].index + 1 == entry.index:
-                runs[-1].append(entry)
-            else:
-                runs.append([entry])
+            return [(inst.dispatches[run[0].name], {}) for run in inst.launches]
         return [(inst.dispatches[PROGRAM], {"first": run[0].index, "last": run[-1].index + 1})
-                for run in runs if any(e.threads for e in run)]
+                for run in inst.launches]
 
     def _record(self, enc: spy.CommandEncoder, inst: _Instance, bindings: dict[str, spy.Buffer]) -> int:
         """Record the fills and kernel dispatches of one call; returns the count.
-        Every fill comes first: a filled version is written only by the kernels
-        accumulating into it and read only after them, never by a kernel before."""
+        A zero fill comes before every launch, or, for a version sharing its
+        buffer (``lowering.buffer_plan``), just before the launch that first
+        binds it, once the slot's earlier tenants are done: a filled version is
+        written only by the kernels accumulating into it and read only after
+        them, never by a kernel before."""
         if FLAG in bindings:
             enc.clear_buffer(bindings[FLAG])
+        first = inst.buffer_plan.first_launch
+        late: dict[int, list[str]] = {}
         for access, identity in inst.plan.fills.items():
-            if identity == 0:
+            if identity == 0 and access in first:
+                late.setdefault(first[access], []).append(access)
+            elif identity == 0:
                 enc.clear_buffer(bindings[access])
         launches = self._launches(inst)
-        for d, uniforms in launches:
+        for position, (d, uniforms) in enumerate(launches):
+            for access in late.get(position, ()):
+                enc.clear_buffer(bindings[access])
             d.kernel.dispatch(thread_count=d.thread_count, command_encoder=enc, **uniforms,
                               **d.params, **{n: bindings[a] for n, a in d.per_call.items()})
         return len(launches)

@@ -7,18 +7,18 @@ from ir import map  # noqa: A004 (sd.map[lo:hi] index-level loops)
 from ir import trace
 from ir import IndexOutOfRange
 from ir.specs import ArraySpec, bool_, f32, f64, i32, symbol
-from lowering import ArgumentError, DeviceArray, asarray, available_devices
+from lowering import ArgumentError, DeviceArray, asarray, available_devices, cache_limit, set_cache_limit
 
 from .backward import add_backward_pass
 from .custom_vjp import CustomVJPError, custom_vjp
 from .errors import DifferentiationError
 from .gradcheck import GradientCheckError
 from .interop import to_jax, to_torch
-from .program import DifferentiableProgram, ProgramError, differentiable_program, gradcheck
+from .program import DifferentiableProgram, ProgramError, clear_caches, differentiable_program, gradcheck
 from .registry import register_derivative, unregister_derivative
 
 __all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f32", "f64", "i32", "bool_",
            "symbol", "ArraySpec", "add_backward_pass", "gradcheck", "register_derivative",
            "unregister_derivative", "asarray", "DeviceArray", "available_devices", "ProgramError",
            "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError",
-           "custom_vjp", "CustomVJPError", "to_torch", "to_jax"]
+           "custom_vjp", "CustomVJPError", "to_torch", "to_jax", "clear_caches", "cache_limit", "set_cache_limit"]

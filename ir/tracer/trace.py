@@ -25,6 +25,13 @@ _cache: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary(
 _cache_lock = threading.Lock()
 
 
+def clear_cache() -> None:
+    """Forget every traced graph (``sd.clear_caches``): programs keep the
+    graphs they hold; a new program object traces again."""
+    with _cache_lock:
+        _cache.clear()
+
+
 def _parameters(fn: Callable) -> list[inspect.Parameter]:
     """``fn``'s parameters, with string annotations evaluated where they can be."""
     try:

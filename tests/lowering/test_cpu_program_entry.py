@@ -9,6 +9,7 @@ import ir
 import lowering
 import symdiff as sd
 from lowering_graphs import G, i, rng
+from lowering.buffer_plan import launches_of
 
 
 def fills_between_kernels(n: int = 20000, bins: int = 5):
@@ -54,25 +55,25 @@ def test_one_call_is_one_dispatch_on_the_cpu_device():
 
 
 def test_a_cut_kernel_list_runs_in_pieces():
-    """bench.profile times kernels alone by cutting the kernel list: each run
+    """bench.profile times kernels alone by cutting the launch list: each run
     of consecutive kernels is one dispatch of the program entry."""
     graph, inputs = fills_between_kernels()
     exe = lowering.compile(graph, device="cpu")
     want = exe(inputs)
     inst, dev = exe._last, lowering.devices.get_device("cpu")
     bindings = dict(inst.buffers)
-    everything = inst.module.kernels
-    halves = [everything[: len(everything) // 2], everything[len(everything) // 2:]]
+    everything, kernels = inst.launches, inst.module.kernels
+    halves = [kernels[: len(kernels) // 2], kernels[len(kernels) // 2:]]
     try:
         for part in halves:  # the second half's fills are redone: they are read only after
-            inst.module.kernels = part
+            inst.launches = launches_of(part, sequential=True)
             enc = dev.create_command_encoder()
             assert exe._record(enc, inst, bindings) == 1
             dev.submit_command_buffer(enc.finish())
-        inst.module.kernels = [everything[0], everything[-1]]
+        inst.launches = launches_of([kernels[0], kernels[-1]], sequential=True)
         assert exe._record(dev.create_command_encoder(), inst, bindings) == 2
     finally:
-        inst.module.kernels = everything
+        inst.launches = everything
     for name, array in want.items():
         np.testing.assert_array_equal(lowering.runtime._readback(bindings[inst.latest[name]], graph.containers[name].dtype,
                                                                  inst.shapes[inst.latest[name]]), array)

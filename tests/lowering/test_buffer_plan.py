@@ -1,0 +1,78 @@
+"""Static buffer assignment (lowering.buffer_plan): versions with disjoint
+lifetimes share a slot, overlapping ones never do, and a shared program
+computes what the numpy interpreter computes."""
+import numpy as np
+import symdiff as sd
+from lowering.buffer_plan import assign, launches_of
+from lowering.codegen import KernelEntry
+
+
+def _kernels(*uses: tuple[str, ...]) -> list[KernelEntry]:
+    return [KernelEntry(f"k{n}", n, 8, {a.replace("#", "_"): a for a in used}) for n, used in enumerate(uses)]
+
+
+def _live_together(kernels, a, b) -> bool:
+    spans = {x: [n for n, k in enumerate(kernels) if x in k.buffers.values()] for x in (a, b)}
+    return not (max(spans[a]) < min(spans[b]) or max(spans[b]) < min(spans[a]))
+
+
+def test_disjoint_lifetimes_share_and_overlapping_do_not():
+    # a -> b -> c -> d, each read only by the next kernel: a and c, b and d can take turns
+    kernels = _kernels(("a#0",), ("a#0", "b#0"), ("b#0", "c#0"), ("c#0", "d#0"))
+    sizes = {"a#0": 400, "b#0": 800, "c#0": 400, "d#0": 100}
+    plan = assign(launches_of(kernels, sequential=False), sizes, set(sizes), cleared=set())
+    for x in sizes:
+        for y in sizes:
+            if x < y and plan.slot_of[x] == plan.slot_of[y]:
+                assert not _live_together(kernels, x, y), (x, y)
+    assert len(plan.slot_bytes) == 2
+    assert plan.peak_bytes == 400 + 800  # each slot sized for its largest tenant
+    assert plan.saved_bytes == sum(sizes.values()) - plan.peak_bytes
+
+
+def test_only_shareable_versions_share():
+    kernels = _kernels(("a#0",), ("b#0",), ("c#0",))
+    sizes = {"a#0": 64, "b#0": 64, "c#0": 64}
+    plan = assign(launches_of(kernels, sequential=False), sizes, {"a#0", "c#0"}, cleared=set())
+    assert plan.slot_of == {"a#0": 0, "c#0": 0}
+    assert plan.own_bytes == {"b#0": 64}
+
+
+def test_a_cleared_version_lives_from_the_start_of_its_launch():
+    # sequential target: consecutive kernels are one launch, and the runtime clears
+    # b before that launch, while a is still in use by kernel 0 of the same launch
+    kernels = _kernels(("a#0",), ("b#0",))
+    sizes = {"a#0": 64, "b#0": 64}
+    together = assign(launches_of(kernels, sequential=True), sizes, set(sizes), cleared={"b#0"})
+    assert together.slot_of["a#0"] != together.slot_of["b#0"]
+    apart = assign(launches_of(kernels, sequential=True), sizes, set(sizes), cleared=set())
+    assert apart.slot_of["a#0"] == apart.slot_of["b#0"]  # a kernel's own store: kernels run in order
+
+
+@sd.differentiable_program
+def relaxation(a: sd.f32[24, 24]):
+    """Three stencil steps with a column max and exp: many kernels, many
+    versions read by one later kernel each (forward and backward)."""
+    for _ in range(3):
+        b = np.copy(a)
+        b[1:-1, 1:-1] = 0.2 * (a[1:-1, 1:-1] + a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:])
+        a = np.exp(-b) + np.max(b, axis=0)
+    return np.sum(a * a)
+
+
+def test_shared_buffers_give_the_interpreters_gradients(device):
+    a = np.random.default_rng(3).standard_normal((24, 24)).astype(np.float32)
+    want_value, want = relaxation.value_and_grad(a, device="numpy")
+    for _ in range(2):  # the second call reuses the slots the first one left dirty
+        value, grads = relaxation.value_and_grad(a, device=device)
+        np.testing.assert_allclose(value, want_value, rtol=1e-5)
+        np.testing.assert_allclose(grads["a"], want["a"], rtol=1e-4, atol=1e-6)
+    stats = next(s for s in relaxation.stats().values() if s["device"] == device)
+    assert stats["saved_bytes"] > 0, stats
+    assert stats["peak_bytes"] > 0
+
+
+def test_launches_skip_kernels_without_threads():
+    kernels = _kernels(("a#0",), ("b#0",))
+    kernels[0].threads = 0
+    assert [[e.name for e in run] for run in launches_of(kernels, sequential=False)] == [["k1"]]
