@@ -14,8 +14,8 @@ reader; (2) a dummy node on every layer a long edge crosses, so edges are
 routed between boxes, never through them; (3) barycenter sweeps to reduce
 crossings; (4) x coordinates pulled towards neighbours under a minimum
 separation; (5) consecutive layers cut into bands, placed left to right, the
-cuts chosen where few edges cross and so that the whole is about
-``aspect`` wide per unit of height.  An edge crossing from one band into the
+cuts chosen where few edges cross and their number so that the whole shows
+large in a notebook cell.  An edge crossing from one band into the
 next runs down past the band's bottom, up a lane in the gutter between
 bands, and into the next band from above.
 
@@ -24,7 +24,6 @@ boxes in a row are kept apart by ``NODE_GAP``, and bands are disjoint columns.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Hashable, Mapping
 
@@ -40,8 +39,8 @@ LANE = 6.0            # between parallel edges in a gutter
 DUMMY_W = 8.0
 ORDER_SWEEPS = 8
 PLACE_SWEEPS = 8
-TARGET_ASPECT = 1.5   # width / height the band count aims for
-MIN_WRAP_HEIGHT = 500.0  # drawings shorter than this stay one band
+FIT = (960.0, 1400.0)  # a notebook cell: the frame the band count is chosen for
+MAX_ASPECT = 2.5      # a drawing wider or taller than this (either way) is a strip
 
 
 @dataclass
@@ -207,40 +206,48 @@ def _cuts(rows: list[list], h: nx.DiGraph, heights: list[float], bands: int) -> 
 
 
 def layout(g: nx.DiGraph, sizes: Mapping[Hashable, tuple[float, float]], margin: float = 10.0,
-           top: float = 0.0, aspect: float = TARGET_ASPECT) -> Layout:
-    """Place ``g``'s nodes (boxes of ``sizes``) top to bottom in bands; see the module docstring."""
+           top: float = 0.0, fit: tuple[float, float] = FIT) -> Layout:
+    """Place ``g``'s nodes (boxes of ``sizes``) top to bottom in bands; see the module docstring.
+
+    The band count is the one that shows the drawing largest in a ``fit``
+    (width, height) frame, among those no more than ``MAX_ASPECT`` wide or
+    tall (when any is): text stays readable at notebook width without the
+    drawing becoming a strip either way.  Ties go to fewer bands."""
     if g.number_of_nodes() == 0:
         return Layout({}, {}, 2 * margin, 2 * margin + top)
     rows0 = layers(g)
     h, rows = _with_dummies(g, rows0)
     rows = order(h, rows)
     width = {v: (DUMMY_W if isinstance(v, _Dummy) else sizes[v][0]) for v in h.nodes}
-    x = _x_centres(h, rows, width)
     heights = [max((sizes[v][1] for v in row if not isinstance(v, _Dummy)), default=0.0) for row in rows]
+
+    def key(placed: Layout) -> tuple:
+        aspect = placed.width / placed.height
+        scale = min(1.0, fit[0] / placed.width, fit[1] / placed.height)
+        return (1 / MAX_ASPECT <= aspect <= MAX_ASPECT, round(scale, 2), -placed.bands)
+
     best = None
     for bands in range(1, len(rows) + 1):
-        placed = _banded(g, h, rows, x, width, heights, sizes, bands, margin, top)
-        if best is None:
+        placed = _banded(g, h, rows, width, heights, sizes, bands, margin, top)
+        if best is None or key(placed) > key(best):
             best = placed
-            if placed.height - top <= MIN_WRAP_HEIGHT:
-                break
-            continue
-        if abs(math.log(placed.width / placed.height / aspect)) < abs(math.log(best.width / best.height / aspect)):
-            best = placed
-        elif placed.width / placed.height > aspect:
+        if placed.bands < bands or placed.width > 2 * fit[0] and placed.width > placed.height * MAX_ASPECT:
             break
     best.layers = rows0
     return best
 
 
-def _banded(g: nx.DiGraph, h: nx.DiGraph, rows: list[list], x: Mapping, width: Mapping,
+def _banded(g: nx.DiGraph, h: nx.DiGraph, rows: list[list], width: Mapping,
             heights: list[float], sizes: Mapping, bands: int, margin: float, top: float) -> Layout:
     cuts = _cuts(rows, h, heights, bands)
     starts = [0] + cuts
     band_of_row = []
+    x: dict = {}
     for b, s in enumerate(starts):
         end = starts[b + 1] if b + 1 < len(starts) else len(rows)
         band_of_row += [b] * (end - s)
+        band_rows = rows[s:end]   # each band placed on its own: no drift from the others
+        x.update(_x_centres(h.subgraph(v for row in band_rows for v in row), band_rows, width))
     nb = len(starts)
     # lanes: one per edge crossing each band boundary
     crossing_edges: dict[int, list] = {b: [] for b in range(nb)}

@@ -214,7 +214,7 @@ class GraphView:
             svgs.append(render.scene_svg(scene, title, attrs=(
                 f' class="sdv-scene" data-scene={_attr(name)}'
                 f' style="{"" if name == start else "display:none;"}width:100%;height:auto;max-width:'
-                f'{max(render.place(scene).width, 620.0):.0f}px;max-height:85vh;cursor:grab"')))
+                f'{max(render.place(scene).width, 620.0):.0f}px;cursor:grab"')))
         buttons = [("all", "all nodes"), ("line", "by source line")] + (
             [("kernel", "by kernel")] if "kernel" in groupings else [])
         bar = "".join(f'<button type="button" data-show="{k}">{html.escape(t)}</button>' for k, t in buttons)
