@@ -245,7 +245,7 @@ class _ReversePass:
         for tasklet in order:
             for p in self.activity.pairs[tasklet]:
                 readers.setdefault((p.read_access, p.read.connector, tasklet), p.read_access)
-        calls = active_calls(self.graph, self.activity.versions)
+        calls = active_calls(self.graph, self.activity)
         for record, arguments in calls:
             for k, access in enumerate(arguments):
                 readers[(access, k, record.call)] = access

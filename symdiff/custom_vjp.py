@@ -46,6 +46,9 @@ from ir.tracer.creation import creation_traced, zeros
 from ir.tracer.errors import TraceError, user_location
 from ir.tracer.traced_array import TracedArray, placeholders
 
+from .activity import Activity
+from .errors import DifferentiationError
+
 META_KEY = "custom_vjps"
 
 
@@ -320,11 +323,29 @@ def tagged_tasklets(graph: DataflowGraph) -> set[str]:
     return {t for record in graph.meta.get(META_KEY, ()) for t in record.tasklets}
 
 
-def active_calls(graph: DataflowGraph, active: set[str]) -> list[tuple[CustomCall, list[str]]]:
+def active_calls(graph: DataflowGraph, activity: Activity) -> list[tuple[CustomCall, list[str]]]:
     """The calls with an active output, each with its active argument versions
-    (one entry per argument position: ``f(x, x)`` contributes twice)."""
+    (one entry per argument position: ``f(x, x)`` contributes twice).
+
+    A residual computed inside the forward that is not an output is read by an
+    active tasklet outside the call only when a later pass differentiates the
+    traced backward (second order): its cotangent would have to flow back
+    through the forward's tasklets, which the reverse pass does not
+    differentiate, so that is refused, not dropped."""
+    active = activity.versions
+    reads = [(t, p.read_access) for t, pairs in activity.pairs.items() for p in pairs]
     calls = []
     for record in graph.meta.get(META_KEY, ()):
+        outputs = {r.access(graph) for r in record.outputs}
+        leaves, _ = _flatten(record.residuals)
+        internal = {ref.access(graph) for ref in leaves if isinstance(ref, Ref) and ref.direction == "write"}
+        read_outside = {a for t, a in reads if t not in record.tasklets}
+        for access in (internal - outputs) & read_outside:
+            raise DifferentiationError(
+                f"{record.source + ': ' if record.source else ''}{record.name}: differentiating its custom "
+                f"backward again needs the derivative of residual {graph.node(access).container!r}, "
+                "which the forward computes internally; return only outputs and arguments as residuals "
+                "(recompute the rest in the backward) to take higher-order derivatives")
         if any(r.access(graph) in active for r in record.outputs):
             calls.append((record, [r.access(graph) for r in record.inputs
                                    if r is not None and r.access(graph) in active]))

@@ -195,3 +195,35 @@ def test_forward_must_return_a_pair_and_not_capture_traced_values():
 def test_outside_a_trace_it_is_the_plain_function():
     x = np.array([[1.0, 2.0, 3.0]])
     np.testing.assert_allclose(softmax(x), np.exp(x) / np.exp(x).sum())
+
+
+def test_hessian_vector_product_through_a_custom_backward_matches_jax():
+    @sd.differentiable_program
+    def f(x: sd.f64[2, 4], t: sd.f64[2, 4]):
+        return np.sum(softmax(np.sin(x)) * t)
+
+    x, t, v = np.random.default_rng(4).standard_normal((3, 2, 4))
+    _, hv = f.grad_program(wrt=["x"]).vjp(x, t, cotangent=v, wrt=["x"], device="numpy")
+    ref = jax.vjp(jax.grad(lambda x: jnp.sum(jax.nn.softmax(jnp.sin(x), axis=-1) * t)), x)[1](v)[0]
+    np.testing.assert_allclose(hv["x"], np.asarray(ref), rtol=1e-10, atol=1e-12)
+
+
+def test_second_order_through_an_internal_residual_is_refused():
+    @sd.custom_vjp
+    def softplus(x):
+        return np.log1p(np.exp(x))
+
+    def fwd(x):
+        e = np.exp(x)
+        return np.log1p(e), e          # e: computed inside, not an output
+
+    softplus.defvjp(fwd, lambda e, g: (g * e / (1.0 + e),))
+
+    @sd.differentiable_program
+    def f(x: sd.f64[3]):
+        return np.sum(softplus(x))
+
+    x = np.array([-1.0, 0.5, 2.0])
+    np.testing.assert_allclose(f.grad(x, device="numpy")["x"], 1 / (1 + np.exp(-x)), rtol=1e-12)
+    with pytest.raises(sd.DifferentiationError, match="residual .* which the forward computes internally"):
+        f.grad_program().vjp(x, cotangent=np.ones(3), device="numpy")
