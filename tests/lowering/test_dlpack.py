@@ -1,0 +1,125 @@
+"""DLPack: DeviceArray export (a view on slangpy's CPU device, checked by
+pointer; a host copy elsewhere) and DLPack producers in asarray (read in
+place by the upload, checked by pointer; a CopyWarning when staged)."""
+import warnings
+
+import numpy as np
+import pytest
+
+import lowering
+import lowering.runtime
+import symdiff as sd
+from lowering.dlpack import CopyWarning
+
+torch = pytest.importorskip("torch")
+
+
+def test_cpu_device_export_is_a_view_of_the_buffer():
+    array = sd.asarray(np.arange(6, dtype=np.float32).reshape(2, 3), device="cpu")
+    tensor = torch.from_dlpack(array)
+    view = np.from_dlpack(array)
+    assert tensor.data_ptr() == view.ctypes.data == array.buffer.device_address
+    assert tensor.shape == (2, 3) and tensor.dtype == torch.float32
+    tensor[1, 2] = 42.0
+    assert np.asarray(array)[1, 2] == 42.0
+
+
+def test_exported_result_keeps_its_buffer_through_later_calls():
+    """A handed-over result goes back to the executable's spares when dropped;
+    a tensor viewing it must keep it out of there."""
+    @sd.differentiable_program
+    def double(x: sd.f32[16]):
+        return x * 2
+
+    out = torch.from_dlpack(double(np.ones(16, np.float32), device="cpu", device_arrays=True))
+    for k in range(3):
+        double(np.full(16, k + 5, np.float32), device="cpu", device_arrays=True)
+    np.testing.assert_array_equal(out.numpy(), np.full(16, 2, np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32", "bool"])
+def test_export_dtypes(dtype):
+    host = (np.arange(5) % 2).astype(dtype)
+    exported = np.from_dlpack(sd.asarray(host, device="cpu", dtype=dtype))
+    assert exported.dtype == host.dtype
+    np.testing.assert_array_equal(exported, host)
+
+
+def test_jax_takes_device_arrays():
+    jax = pytest.importorskip("jax")
+    array = sd.asarray(np.arange(4, dtype=np.float32), device="cpu")
+    np.testing.assert_array_equal(np.asarray(jax.dlpack.from_dlpack(array)), np.arange(4, dtype=np.float32))
+
+
+@pytest.mark.vulkan
+def test_vulkan_export_is_a_host_copy():
+    if "vulkan" not in lowering.available_devices():
+        pytest.skip("no vulkan device here")
+    array = sd.asarray(np.arange(3, dtype=np.float32), device="vulkan")
+    assert array.__dlpack_device__() == (1, 0)
+    np.testing.assert_array_equal(torch.from_dlpack(array).numpy(), np.arange(3, dtype=np.float32))
+    with pytest.raises(BufferError, match="copy"):
+        array.__dlpack__(copy=False)
+
+
+@pytest.fixture
+def uploads(monkeypatch):
+    """Pointers of the host arrays each new buffer is filled from."""
+    seen = []
+    new_buffer = lowering.runtime._new_buffer
+
+    def record(device, dtype, count, data=None):
+        seen.append(None if data is None else data.ctypes.data)
+        return new_buffer(device, dtype, count, data)
+
+    monkeypatch.setattr(lowering.runtime, "_new_buffer", record)
+    return seen
+
+
+def test_asarray_uploads_a_torch_tensor_from_its_own_memory(uploads):
+    tensor = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CopyWarning)
+        array = sd.asarray(tensor, device="cpu")
+    assert uploads == [tensor.data_ptr()]
+    assert array.shape == (3, 4) and array.dtype == "float32"
+    np.testing.assert_array_equal(array.numpy(), tensor.numpy())
+
+
+def test_asarray_uploads_a_jax_array_from_its_own_memory(uploads):
+    jax = pytest.importorskip("jax")
+    value = jax.numpy.arange(5.0, dtype=jax.numpy.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CopyWarning)
+        array = sd.asarray(value, device="cpu")
+    assert uploads == [value.unsafe_buffer_pointer()]
+    np.testing.assert_array_equal(array.numpy(), np.arange(5, dtype=np.float32))
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda: torch.arange(6.0).reshape(2, 3).T, "layout"),
+    (lambda: torch.arange(3, dtype=torch.float64), "float64 is stored as float32"),
+])
+def test_asarray_warns_when_it_stages_a_copy(uploads, make, reason):
+    tensor = make()
+    with pytest.warns(CopyWarning, match=reason):
+        array = sd.asarray(tensor, device="cpu", dtype="float32")
+    assert uploads != [tensor.data_ptr()]
+    np.testing.assert_array_equal(array.numpy(), tensor.numpy().astype(np.float32))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("vulkan", marks=pytest.mark.vulkan)])
+def test_read_only_arrays_upload(device):
+    """slangpy refuses read-only arrays (what jax.pure_callback hands over):
+    both upload paths, asarray and a program's arguments, take them."""
+    if device not in lowering.available_devices():
+        pytest.skip(f"no {device} device here")
+    x = np.linspace(-1, 1, 7, dtype=np.float32)
+    x.flags.writeable = False
+
+    @sd.differentiable_program
+    def f(x: sd.f32[7]):
+        return np.sum(x * x)
+
+    np.testing.assert_array_equal(sd.asarray(x, device=device).numpy(), x)
+    np.testing.assert_allclose(f(x, device=device), np.sum(x.astype(np.float64) ** 2), rtol=1e-6)
