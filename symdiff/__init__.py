@@ -12,13 +12,14 @@ from lowering import ArgumentError, DeviceArray, asarray, available_devices, cac
 from .backward import add_backward_pass
 from .custom_vjp import CustomVJPError, custom_vjp
 from .errors import DifferentiationError
+from .forward import add_tangent_pass
 from .gradcheck import GradientCheckError
 from .interop import to_jax, to_torch
 from .program import DifferentiableProgram, ProgramError, clear_caches, differentiable_program, gradcheck
 from .registry import register_derivative, unregister_derivative
 
 __all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f32", "f64", "i32", "bool_",
-           "symbol", "ArraySpec", "add_backward_pass", "gradcheck", "register_derivative",
+           "symbol", "ArraySpec", "add_backward_pass", "add_tangent_pass", "gradcheck", "register_derivative",
            "unregister_derivative", "asarray", "DeviceArray", "available_devices", "ProgramError",
            "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError",
            "custom_vjp", "CustomVJPError", "to_torch", "to_jax", "clear_caches", "cache_limit", "set_cache_limit"]

@@ -265,6 +265,16 @@ def test_hessian_vector_products_both_ways(fn, twin, shapes, device):
         _close(b, r, tol, f"reverse-over-forward {n}")
 
 
+def test_hvp_in_one_argument_as_the_guide_writes_it():
+    """docs/guide.md's two forms, for the Hessian in ``w`` alone (``x`` fixed)."""
+    rng = np.random.default_rng(4)
+    w, x, v = rng.standard_normal((4, 3)), rng.standard_normal((5, 4)), rng.standard_normal((4, 3))
+    program = sd.differentiable_program(loss)
+    ref = jax.jvp(jax.grad(lambda w: loss_jax(w, x)), (w,), (v,))[1]
+    _close(program.grad_program(wrt=["w"]).jvp(w, x, tangents={"w": v}, device="numpy")[1], ref, 1e-10, "f-o-r")
+    _close(program.jvp_program(tangent_of=["w"]).grad(w, x, v, wrt=["w"], device="numpy")["w"], ref, 1e-10, "r-o-f")
+
+
 def test_jvp_program_runs_as_a_program_of_tangents():
     """``jvp_program()(x, t)`` is ``jvp``'s tangent; its tangents are arguments."""
     program = sd.differentiable_program(smooth)
