@@ -41,18 +41,23 @@ class SlangSource(str):
 def tasklet_lines(source: str) -> dict[str, list[str]]:
     """``{tasklet: [Slang line, ...]}``: the lines generated for each tasklet,
     found by the ``// tasklet NAME (file:line)`` comments the code generator
-    writes before them (up to the next such comment or closing brace), for
-    tools that show a tasklet next to its code.  A tasklet fused into several
-    kernels collects the lines of each."""
+    writes before them (up to the next such comment or the brace that closes
+    the block it is in), for tools that show a tasklet next to its code.  A
+    tasklet fused into several kernels collects the lines of each; one folded
+    into another's loop (``kernels()`` lists it) has none of its own."""
     out: dict[str, list[str]] = {}
-    current = None
+    current, depth = None, 0
     for line in source.splitlines():
         text = line.strip()
         if text.startswith("// tasklet "):
-            current = out.setdefault(text.split()[2], [])
-        elif current is not None and text.startswith(("}", "// kernel", "[shader")):
+            current, depth = out.setdefault(text.split()[2], []), 0
+            continue
+        if current is None:
+            continue
+        depth += text.count("{") - text.count("}")
+        if depth < 0:
             current = None
-        elif current is not None and text:
+        elif text:
             current.append(text)
     return out
 
