@@ -7,7 +7,8 @@ The module's header comment documents its buffers and the dispatch order;
 ``program.export_slang`` returns the same facts as a manifest, which
 ``run_exported`` below follows: create one buffer per manifest entry, upload
 the arguments and the seed (1 for a scalar loss), dispatch every entry point
-in order, read the gradients.
+in order (on the CPU target: its one ``run_all`` entry point), read the
+gradients.
 """
 import sys
 import tempfile
@@ -43,7 +44,9 @@ def run_exported(device: spy.Device, source: str, manifest: dict, inputs: dict[s
         dtype = NUMPY_TYPES[manifest["buffers"][param]["type"]]
         buffers[param].copy_from_numpy(np.ascontiguousarray(inputs[name], dtype=dtype).reshape(-1))
     encoder = device.create_command_encoder()
-    for step in manifest["dispatch"]:   # the documented order
+    # the documented order; a CPU export can run it all in one dispatch instead
+    steps = [manifest["run_all"]] if "run_all" in manifest else manifest["dispatch"]
+    for step in steps:
         kernel = device.create_compute_kernel(device.link_program([module], [module.entry_point(step["entry"])]))
         kernel.dispatch(thread_count=step["thread_count"], command_encoder=encoder,
                         **{p: buffers[p] for p in step["buffers"]})

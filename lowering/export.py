@@ -8,7 +8,10 @@ around them, so the module needs nothing from symdiff at run time:
   when a call starts (accumulated gradients, versions no kernel writes fully);
   the runtime clears these with ``clear_buffer`` instead;
 * a header comment documenting every buffer (parameter name, element type,
-  shape, role) and the dispatch order with each entry point's thread count.
+  shape, role) and the dispatch order with each entry point's thread count;
+* on a sequential (CPU) target, ``run_all``: one entry point running the whole
+  order in a single dispatch of one thread (the CPU device runs threads one
+  after another anyway, and each entry point is a g++ compile there).
 
 The same facts come back as a JSON-able manifest (``ExportedModule.manifest``),
 so calling code can bind buffers by name and dispatch in order.  Buffers are
@@ -27,9 +30,11 @@ from ir.graph import DataflowGraph
 
 from . import targets
 from .bounds_check import FLAG, FLAG_WORDS
-from .codegen import PROGRAM, STORAGE_TYPES, buffer_name, generate, identifier
+from .codegen import STORAGE_TYPES, KernelEntry, _kernel_text, buffer_name, generate, identifier
 from .plan import plan
-from .threads import GROUP_SIZE, Threads
+from .threads import Threads
+
+RUN_ALL = "run_all"  # a sequential target's single entry point
 
 
 @dataclass
@@ -71,16 +76,29 @@ def _phase(kernel) -> str:
     return "backward" if backward == {True} else "forward" if backward == {False} else "forward+backward"
 
 
-def _clear_kernel(name: str, storage: str, count: int, target: targets.Target) -> tuple[str, list[int]]:
-    """An entry point setting ``count`` elements of buffer ``name`` to zero."""
+def _clear_kernel(name: str, storage: str, count: int, target: targets.Target) -> tuple[str, KernelEntry]:
+    """A kernel (function and entry point) setting ``count`` elements of buffer ``name`` to zero."""
     threads = Threads.for_device(count, target)
     lines = threads.open("i") + [("    " if threads.close() else "") + f"{name}[i] = {storage}(0);"] + threads.close()
-    body = "\n".join("    " + line for line in lines)
-    text = (f"// clear {name} ({count} element(s)) before every call\n"
-            f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
-            f"void clear_{name}_main(uint3 tid: SV_DispatchThreadID, RWStructuredBuffer<{storage}> {name})\n"
-            f"{{\n{body}\n}}\n")
-    return text, threads.thread_count
+    text = _kernel_text(f"clear_{name}", f"// clear {name} ({count} element(s)) before every call",
+                        [f"RWStructuredBuffer<{storage}> {name}"], "\n".join("    " + line for line in lines))
+    return text + "\n", KernelEntry(f"clear_{name}", 0, count, {name: name}, threads.per_thread)
+
+
+def _run_all(entries: list[KernelEntry], buffers: dict[str, str]) -> str:
+    """For a sequential (CPU) target: one entry point running the clears and
+    every kernel in order, each over all of its threads, dispatched once with
+    one thread (threads of the CPU device run one after another anyway)."""
+    params = [f"RWStructuredBuffer<{buffers[n]}> {n}" for n in sorted(buffers)]
+    calls = []
+    for e in entries:
+        x, y, _ = e.thread_count
+        call = f"{e.name}(uint3(x, {'y' if y > 1 else '0'}, 0){''.join(', ' + n for n in sorted(e.buffers))});"
+        loop = f"for (int x = 0; x < {x}; x++) {call}"
+        calls.append(f"    {f'for (int y = 0; y < {y}; y++) ' if y > 1 else ''}{loop}")
+    return (f"// the whole call on a sequential (CPU) target: dispatch once, with one thread\n"
+            f"[shader(\"compute\")]\n[numthreads(1, 1, 1)]\n"
+            f"void {RUN_ALL}({', '.join(params)})\n{{\n" + "\n".join(calls) + "\n}\n")
 
 
 def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target: str = "vulkan",
@@ -112,15 +130,13 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
         info = buffers[param]
         if info["role"] in ("argument", "seed") or access in p.overwritten or p.fills.get(access, 0) != 0:
             continue   # caller data, fully overwritten every call, or filled by a kernel of the module
-        count = math.prod(info["shape"]) if access != FLAG else FLAG_WORDS
-        text, thread_count = _clear_kernel(param, info["type"], count, tgt)
+        text, entry = _clear_kernel(param, info["type"], math.prod(info["shape"]), tgt)
         parts.append(text)
-        clears.append({"entry": f"clear_{param}_main", "thread_count": thread_count, "buffers": [param],
-                       "phase": "clear"})
+        clears.append(entry)
     phases = {identifier(k.name): _phase(k) for k in p.kernels}
-    dispatch = clears + [{"entry": f"{e.name}_main", "thread_count": e.thread_count, "buffers": sorted(e.buffers),
-                          "phase": phases.get(e.name, "fill")}
-                         for e in module.kernels if e.threads]
+    entries = clears + [e for e in module.kernels if e.threads]
+    dispatch = [{"entry": f"{e.name}_main", "thread_count": e.thread_count, "buffers": sorted(e.buffers),
+                 "phase": "clear" if e in clears else phases.get(e.name, "fill")} for e in entries]
     results = graph.meta.get("result_names", graph.results)
     manifest = {
         "program": name or graph.name, "target": tgt.name,
@@ -132,11 +148,12 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
         "seeds": {o: buffer_name(f"{s}#0") for o, s in seeds.items()},
         "dispatch": dispatch,
     }
+    run_all = ""
     if tgt.sequential:
-        manifest["program_entry"] = {
-            "entry": PROGRAM, "thread_count": [1, 1, 1], "uniforms": {"first": 0, "last": len(module.kernels)},
-            "buffers": sorted(module.buffers), "note": "runs every kernel of 'dispatch' (not the clears) in order"}
-    return ExportedModule(_header(manifest) + "\n".join(parts) + "\n" + module.source, manifest)
+        run_all = "\n" + _run_all(entries, {n: info["type"] for n, info in buffers.items()})
+        manifest["run_all"] = {"entry": RUN_ALL, "thread_count": [1, 1, 1], "buffers": sorted(buffers),
+                               "note": "runs every step of 'dispatch' in order, in one dispatch"}
+    return ExportedModule(_header(manifest) + "\n".join(parts) + "\n" + module.source + run_all, manifest)
 
 
 def _header(manifest: dict) -> str:
@@ -161,8 +178,7 @@ def _header(manifest: dict) -> str:
     lines.append("// dispatch order (entry point, thread count, phase):")
     for k, d in enumerate(manifest["dispatch"]):
         lines.append(f"//   {k}. {d['entry']} {d['thread_count']} {d['phase']}")
-    if "program_entry" in manifest:
-        pe = manifest["program_entry"]
-        lines.append(f"// on a sequential (CPU) target, after the clears, {pe['entry']}(first=0, "
-                     f"last={pe['uniforms']['last']}) with one thread runs every kernel in order instead.")
+    if "run_all" in manifest:
+        lines.append(f"// on this sequential (CPU) target one dispatch of {RUN_ALL} with thread count [1, 1, 1]")
+        lines.append("// (all buffers bound) runs all of these in order instead.")
     return "\n".join(lines) + "\n\n"
