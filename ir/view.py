@@ -97,7 +97,12 @@ class GraphView:
         return out
 
     def _line_of(self, t: Tasklet) -> str | None:
-        return t.source and f"{t.source}" + (" (backward)" if t.backward else "")
+        """``"line 7"`` (``"line 7, backward"``): a group's key and label; the
+        file is in the group's details."""
+        if not t.source:
+            return None
+        name, _, line = t.source.rpartition(":")
+        return (f"line {line}" if name and line.isdigit() else t.source) + (", backward" if t.backward else "")
 
     def _code(self, source: str | None) -> str | None:
         if not source or not self.source_file or ":" not in source:
@@ -144,9 +149,9 @@ class GraphView:
         tasklets = [v for v in members if isinstance(self.graph.node(v), Tasklet)]
         rows = [(grouping.kind, grouping.labels[gid]), ("tasklets", ", ".join(tasklets))]
         if grouping.kind == "line":
-            code = self._code(self.graph.node(tasklets[0]).source)
-            if code:
-                rows.insert(1, ("code", code))
+            source = self.graph.node(tasklets[0]).source
+            code = self._code(source)
+            rows.insert(1, ("source", source + (f"   {code}" if code else "")))
         rows += self.details.get(grouping.labels[gid], [])
         return {"title": f"{grouping.labels[gid]}: {len(tasklets)} tasklets", "rows": [list(r) for r in rows],
                 "scene": f"{grouping.kind}:{gid}"}
@@ -223,11 +228,11 @@ class GraphView:
                 '<span class="sdv-where"></span>')
         n_nodes, n_tasklets = self.graph.nx.number_of_nodes(), len(self.graph.tasklets())
         return (f'<div class="symdiff-view" id="{root}" data-start="{start}" style="{_CSS_ROOT}">'
-                f'<div class="sdv-bar" style="margin-bottom:4px">{bar}'
+                f'<div class="sdv-head" style="{_CSS_HEAD}"><div class="sdv-bar">{bar}'
                 f'<span style="margin-left:1em;color:#666">{html.escape(self.graph.name)}: {n_nodes} nodes, '
                 f'{n_tasklets} tasklets. Drag to pan, wheel to zoom, click a box for details.</span></div>'
+                f'<div class="sdv-details" style="{_CSS_DETAILS}">Click a box for its details.</div></div>'
                 f'<div class="sdv-stage" style="overflow:hidden;border:1px solid #ddd">{"".join(svgs)}</div>'
-                f'<div class="sdv-details" style="{_CSS_DETAILS}">Click a box for its details.</div>'
                 f'<script type="application/json" class="sdv-data">{_json(data)}</script>'
                 f"<script>{_JS.replace('@ROOT@', root)}</script></div>")
 
@@ -306,6 +311,8 @@ def _convex(g: nx.MultiDiGraph, members: list, simple: nx.Graph) -> list[list]:
 
 
 _CSS_ROOT = "font-family:system-ui,sans-serif;font-size:13px;max-width:100%"
+# The toolbar and details stay in sight (sticky) while a tall drawing scrolls past.
+_CSS_HEAD = "position:sticky;top:0;z-index:2;background:white;padding-bottom:4px"
 _CSS_DETAILS = ("margin-top:4px;padding:6px 8px;border:1px solid #ddd;background:#fafafa;"
                 "font-family:monospace;font-size:12px;white-space:pre-wrap;max-height:18em;overflow:auto")
 

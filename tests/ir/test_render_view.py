@@ -62,7 +62,7 @@ def test_line_groups_are_split_to_stay_acyclic_not_dropped():
     assert {"t1", "t2"} in tasklet_groups and {"t3", "t4"} in tasklet_groups and {"t5", "t6"} in tasklet_groups
     back = next(gid for gid, vs in lines.members.items() if "b1" in vs)
     assert set(lines.members[back]) == {"b1", "grad_a#0"}, "a tasklet and what it writes: one box"
-    assert lines.labels[back] == "prog.py:2 (backward)", "backward tasklets are not grouped with forward ones"
+    assert lines.labels[back] == "line 2, backward", "backward tasklets are not grouped with forward ones"
 
 
 def test_kernel_grouping_from_plain_data():
