@@ -68,3 +68,29 @@ def test_forward_only_export_has_no_gradients():
     exported = example.regression.export_slang(target="vulkan", forward_only=True)
     assert exported.manifest["gradients"] == {} and exported.manifest["seeds"] == {}
     assert {s["phase"] for s in exported.manifest["dispatch"]} <= {"forward", "clear", "fill"}
+
+
+def test_gather_with_bounds_flag_and_size_symbols():
+    """A scatter-add gradient and the bounds flag start at zero through the
+    module's own clears; size symbols are bound by ``sizes``."""
+    import symdiff as sd
+    target = "vulkan" if "vulkan" in devices.available_devices() else "cpu"
+    batch = sd.symbol("B")
+
+    @sd.differentiable_program
+    def embed(table: sd.f32[10, 3], idx: sd.i32[batch], w: sd.f32[3]):
+        return np.sum(np.tanh(table[idx] * w[None, :]))
+
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((10, 3)).astype(np.float32)
+    idx = np.array([1, 3, 3, 9, 0], np.int32)
+    w = rng.standard_normal(3).astype(np.float32)
+    exported = embed.export_slang(wrt=["table", "w"], target=target, sizes={"B": 5})
+    entries = [s["entry"] for s in exported.manifest["dispatch"]]
+    assert "clear_grad_table_v0_main" in entries and "clear_symdiff_bounds_main" in entries
+    ran = example.run_exported(devices.get_device(target), exported.source, exported.manifest,
+                               {"table": table, "idx": idx, "w": w, "out": np.ones(())})
+    expected = jax.grad(lambda t, w: jnp.sum(jnp.tanh(t[idx] * w[None, :])), argnums=(0, 1))(
+        table.astype(np.float64), w.astype(np.float64))
+    np.testing.assert_allclose(ran["table"], np.asarray(expected[0]), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(ran["w"], np.asarray(expected[1]), rtol=1e-4, atol=1e-6)
