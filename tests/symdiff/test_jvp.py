@@ -275,6 +275,25 @@ def test_hvp_in_one_argument_as_the_guide_writes_it():
     _close(program.jvp_program(tangent_of=["w"]).grad(w, x, v, wrt=["w"], device="numpy")["w"], ref, 1e-10, "r-o-f")
 
 
+def cubic(x: sd.f64[5]):
+    return np.sum(np.sin(x) * np.max(x) + x ** 3)
+
+
+def test_third_order_through_jvp_programs():
+    """A jvp_program composes with itself and with grad_program (third derivatives)."""
+    def twin(x):
+        return jnp.sum(jnp.sin(x) * jnp.max(x) + x ** 3)
+    program = sd.differentiable_program(cubic)
+    rng = np.random.default_rng(5)
+    x, u, v = (rng.standard_normal(5) for _ in range(3))
+    got = program.jvp_program().grad_program(wrt=["x"]).jvp(x, u, tangents={"x": v}, device="numpy")[1]
+    ref = jax.jvp(jax.grad(lambda x: jax.jvp(twin, (x,), (u,))[1]), (x,), (v,))[1]
+    _close(got, ref, 1e-12, "jvp of grad of jvp")
+    got = program.jvp_program().jvp_program(tangent_of=["x"]).grad(x, u, v, wrt=["x"], device="numpy")["x"]
+    ref = jax.grad(lambda x: jax.jvp(lambda y: jax.jvp(twin, (y,), (u,))[1], (x,), (v,))[1])(x)
+    _close(got, ref, 1e-12, "grad of jvp of jvp")
+
+
 def test_jvp_program_runs_as_a_program_of_tangents():
     """``jvp_program()(x, t)`` is ``jvp``'s tangent; its tangents are arguments."""
     program = sd.differentiable_program(smooth)
