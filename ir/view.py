@@ -98,7 +98,11 @@ class GraphView:
 
     def _line_of(self, t: Tasklet) -> str | None:
         """``"line 7"`` (``"line 7, backward"``): a group's key and label; the
-        file is in the group's details."""
+        file is in the group's details.  The tasklets of one call of a
+        ``sd.custom_vjp`` function (``meta["custom_vjp_call"]``) form one group
+        named after the call, its backward another."""
+        if t.meta.get("custom_vjp_call"):
+            return f"{t.meta['custom_vjp_call']} (custom_vjp)" + (", backward" if t.backward else "")
         if not t.source:
             return None
         name, _, line = t.source.rpartition(":")

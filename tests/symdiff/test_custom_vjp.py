@@ -227,3 +227,16 @@ def test_second_order_through_an_internal_residual_is_refused():
     np.testing.assert_allclose(f.grad(x, device="numpy")["x"], 1 / (1 + np.exp(-x)), rtol=1e-12)
     with pytest.raises(sd.DifferentiationError, match="residual .* which the forward computes internally"):
         f.grad_program().vjp(x, cotangent=np.ones(3), device="numpy")
+
+
+def test_graph_view_groups_a_call_into_one_named_box():
+    from ir.view import GraphView
+    program = PROGRAMS[np.float64]["softmax"]
+    program(*_inputs([(3, 5), (5, 5), (3, 5)], np.float64))
+    for graph, label in ((program.graph, "softmax#0 (custom_vjp)"),
+                         (program.backward_graph(), "softmax#0 (custom_vjp), backward")):
+        (lines,) = GraphView(graph).groupings()[:1]
+        (gid,) = [g for g, text in lines.labels.items() if text == label]
+        tagged = {t.name for t in graph.tasklets() if t.meta.get("custom_vjp_call") == "softmax#0"
+                  and t.backward == label.endswith("backward")}
+        assert tagged <= set(lines.members[gid])
