@@ -143,3 +143,18 @@ def test_push_through_a_custom_backward_is_refused():
     assert np.allclose(f.grad(np.ones((B, N)), np.ones(N), wrt=["w"], device="numpy")["w"], B)
     with pytest.raises(sd.DifferentiationError, match="push is not supported through a custom backward"):
         f.grad(np.ones((B, N)), np.ones(N), wrt=["w"], accumulate={"w": "push"}, device="numpy")
+
+
+def test_push_over_an_sd_map_range_that_starts_past_zero():
+    @sd.differentiable_program
+    def conv(x: sd.f64[8], w: sd.f64[3]):
+        out = np.zeros(8)
+        for i in sd.map[1:7]:
+            out[i] = w[0] * x[i - 1] + w[1] * x[i] + w[2] * x[i + 1]
+        return np.sum(np.sin(out))
+
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal(8), rng.standard_normal(3)
+    pushed = conv.grad(x, w, wrt=["w"], accumulate={"w": "push"}, device="numpy")["w"]
+    taps = np.stack([x[0:6], x[1:7], x[2:8]], axis=1)      # iteration i = 1..6 is batch element i - 1
+    np.testing.assert_allclose(pushed, np.cos(taps @ w)[:, None] * taps, rtol=1e-12)
