@@ -164,16 +164,17 @@ def _pack(wanted: list[float], widths: list[float]) -> list[float]:
 
 
 def _x_centres(h: nx.DiGraph, rows: list[list], width: Mapping) -> dict:
+    """Centres of ``rows`` (one band; neighbours outside it are ignored)."""
     x: dict = {}
     for row in rows:
         _place_row(row, [0.0] * len(row), width, x)
+    preds = {v: [u for u in h.predecessors(v) if u in x] for row in rows for v in row}
+    succs = {v: [u for u in h.successors(v) if u in x] for row in rows for v in row}
     for sweep in range(PLACE_SWEEPS):
         down = sweep % 2 == 0
+        nbrs = preds if down else succs
         for row in (rows if down else rows[::-1]):
-            wanted = []
-            for v in row:
-                nbrs = list(h.predecessors(v) if down else h.successors(v))
-                wanted.append(sum(x[u] for u in nbrs) / len(nbrs) if nbrs else x[v])
+            wanted = [sum(x[u] for u in nbrs[v]) / len(nbrs[v]) if nbrs[v] else x[v] for v in row]
             _place_row(row, wanted, width, x)
     return x
 
@@ -231,8 +232,9 @@ def layout(g: nx.DiGraph, sizes: Mapping[Hashable, tuple[float, float]], margin:
         placed = _banded(g, h, rows, width, heights, sizes, bands, margin, top)
         if best is None or key(placed) > key(best):
             best = placed
-        if placed.bands < bands or placed.width > 2 * fit[0] and placed.width > placed.height * MAX_ASPECT:
-            break
+        width_bound = fit[0] / placed.width <= fit[1] / placed.height
+        if placed.bands < bands or width_bound and key(placed)[0] or placed.width > placed.height * MAX_ASPECT:
+            break   # more bands would only make it wider
     best.layers = rows0
     return best
 
@@ -247,7 +249,7 @@ def _banded(g: nx.DiGraph, h: nx.DiGraph, rows: list[list], width: Mapping,
         end = starts[b + 1] if b + 1 < len(starts) else len(rows)
         band_of_row += [b] * (end - s)
         band_rows = rows[s:end]   # each band placed on its own: no drift from the others
-        x.update(_x_centres(h.subgraph(v for row in band_rows for v in row), band_rows, width))
+        x.update(_x_centres(h, band_rows, width))
     nb = len(starts)
     # lanes: one per edge crossing each band boundary
     crossing_edges: dict[int, list] = {b: [] for b in range(nb)}
