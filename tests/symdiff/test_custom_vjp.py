@@ -240,3 +240,17 @@ def test_graph_view_groups_a_call_into_one_named_box():
         tagged = {t.name for t in graph.tasklets() if t.meta.get("custom_vjp_call") == "softmax#0"
                   and t.backward == label.endswith("backward")}
         assert tagged <= set(lines.members[gid])
+
+
+def test_vjp_of_a_program_returning_the_custom_output_itself():
+    """The output container is renamed to the program's result after the call
+    is recorded; the record finds it through the tagged tasklet's edge."""
+    @sd.differentiable_program
+    def f(x: sd.f64[2, 4]):
+        return softmax(x)
+
+    x, ct = np.random.default_rng(6).standard_normal((2, 2, 4))
+    value, grads = f.vjp(x, cotangent=ct, device="numpy")
+    ref_value, vjp = jax.vjp(lambda x: jax.nn.softmax(x, axis=-1), x)
+    np.testing.assert_allclose(value, np.asarray(ref_value), rtol=1e-12)
+    np.testing.assert_allclose(grads["x"], np.asarray(vjp(ct)[0]), rtol=1e-10, atol=1e-14)
