@@ -312,7 +312,8 @@ def _add_cotangents(trace: context.Trace, graph: DataflowGraph, record: CustomCa
         subs = dict(zip(placeholders(len(ref.shape)), syms))
         index = tuple(sympy.sympify(e).xreplace(subs) for e in ref.index)
         source = graph.access(ct.container)
-        graph.add_tasklet(f"grad_{record.call.replace('#', '_')}_{k}", tuple((s, 0, d) for s, d in zip(syms, ref.shape)),
+        domain = tuple((s, 0, d) for s, d in zip(syms, ref.shape))
+        graph.add_tasklet(f"grad_{record.call.replace('#', '_')}_{k}", domain,
                           {"d": connector_symbol("g", ct.dtype_name)}, {"g": (source, ct.container_index(syms))},
                           {"d": (graph.access(grads[access], 0), index, mode(access, index, syms))},
                           source=record.source)
