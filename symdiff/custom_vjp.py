@@ -139,7 +139,8 @@ def _trace_call(op: custom_vjp, trace: context.Trace, args: tuple):
     arg_access = {k: g.access(a.container) for k, a in enumerate(args) if isinstance(a, TracedArray)}
     result = op.fwd(*args)
     if not (isinstance(result, tuple) and len(result) == 2):
-        raise CustomVJPError(op.name, f"the forward {op.fwd.__name__} must return (output, residuals), a pair; "
+        raise CustomVJPError(op.name, f"the forward {getattr(op.fwd, '__name__', 'fwd')} must return (output, "
+                                      "residuals), a pair; "
                                       f"it returned {type(result).__name__}", where)
     out, residuals = result
     several = isinstance(out, (tuple, list))
@@ -149,8 +150,8 @@ def _trace_call(op: custom_vjp, trace: context.Trace, args: tuple):
             raise CustomVJPError(op.name, f"output {k} of the forward is a {type(o).__name__}; a custom_vjp "
                                           "function returns traced arrays", where)
     region = set(_new_tasklets(g, before))
-    # every output and residual must be a whole container written by the call, or one of its
-    # arguments: anything else (a view, an argument returned as is) is copied inside the call
+    # an output must be a whole container the call writes, a residual that or an argument the call
+    # reads; anything else (a view, an argument returned as is) is copied inside the call
     outs = [o if _written_by(g, o, region) else o.copy() for o in outs]
     flat, rebuild = _flatten(residuals)
     flat = [r if not isinstance(r, TracedArray) or _written_by(g, r, region)
