@@ -275,19 +275,46 @@ def _written_per_component(index: Sequence, domain: Sequence[tuple], shape: Sequ
     return sympy.And(*conds), full
 
 
+def affine_coefficients(e: sympy.Expr, syms: list) -> dict | None:
+    """``{s: coefficient, 1: constant}`` of ``e`` affine in ``syms`` (coefficients free of them),
+    None when it is not.  Indices are mostly sums of ``c*s`` terms, read off directly; anything
+    else goes through ``sympy.Poly`` (an order of magnitude slower, and validation and the
+    injectivity proofs ask once per access of every tasklet)."""
+    coeffs = dict.fromkeys(syms, sympy.S.Zero)
+    coeffs[1] = sympy.S.Zero
+    chosen = set(syms)
+    for term in sympy.Add.make_args(e):
+        found = term.free_symbols & chosen
+        if not found:
+            coeffs[1] += term
+            continue
+        coeff, rest = term.as_independent(*syms, as_Add=False)
+        if len(found) > 1 or rest not in chosen:
+            return _poly_coefficients(e, syms)
+        coeffs[rest] += coeff
+    return coeffs
+
+
+def _poly_coefficients(e: sympy.Expr, syms: list) -> dict | None:
+    try:
+        poly = sympy.Poly(e, *syms)
+    except sympy.PolynomialError:
+        return None
+    if poly.total_degree() > 1:
+        return None
+    return {1: poly.coeff_monomial(1), **{s: poly.coeff_monomial(s) for s in syms}}
+
+
 def _affine(e: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> dict | None:
     """``{symbol: coefficient}`` of an index affine in ``symbols`` with
     integer coefficients of known nonzero sign, or None."""
     used = [s for s in symbols if s in e.free_symbols]
     if not used:
         return None
-    try:
-        poly = sympy.Poly(e, *used)
-    except sympy.PolynomialError:
+    found = affine_coefficients(e, used)
+    if found is None or all(found[s] == 0 for s in used) or not _constant(found[1], set(symbols)):
         return None
-    if poly.total_degree() != 1 or not _constant(poly.coeff_monomial(1), set(symbols)):
-        return None
-    coeffs = {s: poly.coeff_monomial(s) for s in used}
+    coeffs = {s: found[s] for s in used}
     if any(not (_constant(a, set(symbols)) and a.is_integer and (a.is_positive or a.is_negative))
            for a in coeffs.values()):
         return None

@@ -15,7 +15,7 @@ import networkx as nx
 import sympy
 
 from .graph import ACCUMULATIONS, AccessNode, Container, GraphError, Memlet, Tasklet, as_expr
-from .index_analysis import injective_over
+from .index_analysis import affine_coefficients, injective_over
 
 if TYPE_CHECKING:
     from .graph import DataflowGraph
@@ -75,8 +75,10 @@ def _check_edge(graph: "DataflowGraph", u: str, v: str, data: dict) -> None:
 class _TaskletChecker:
     """The per-tasklet rules; one instance per tasklet keeps the symbol sets at hand."""
 
-    def __init__(self, graph: "DataflowGraph", t: Tasklet):
+    def __init__(self, graph: "DataflowGraph", t: Tasklet, size_names: set[str] | None = None):
         self.graph, self.t = graph, t
+        # the graph's size symbols, computed once per validate() (per tasklet it was quadratic)
+        self.size_names = size_names
         self.reads = graph.reads(t.name)
         self.writes = graph.writes(t.name)
         self.index_syms = set(t.index_symbols)
@@ -130,7 +132,9 @@ class _TaskletChecker:
                 raise self.fail(f"read connector {conn!r} is not among its inputs {list(self.t.inputs)}")
             if read_conns.count(conn) > 1:
                 raise self.fail(f"input connector {conn!r} is read by more than one edge")
-        sizes = {s.name for s in self.graph.size_symbols()}
+        sizes = self.size_names
+        if sizes is None:
+            sizes = {s.name for s in self.graph.size_symbols()}
         for sym in self.index_syms:
             if sym.name in self.t.inputs or sym.name in sizes:
                 raise self.fail(f"index symbol {sym} shares its name with a connector or size symbol "
@@ -285,15 +289,12 @@ def _affine_range(e: sympy.Expr, box: dict) -> tuple[sympy.Expr, sympy.Expr] | N
         return None  # depends on a connector value (gather): not decidable here
     if not syms:
         return e, e
-    try:
-        poly = sympy.Poly(e, *syms)
-    except sympy.PolynomialError:
+    coeffs = affine_coefficients(e, syms)
+    if coeffs is None:
         return None
-    if poly.total_degree() > 1:
-        return None
-    lo = hi = poly.coeff_monomial(1)
+    lo = hi = coeffs[1]
     for s in syms:
-        coeff = poly.coeff_monomial(s)
+        coeff = coeffs[s]
         s_lo, s_hi = box[s]
         if coeff.is_nonnegative:
             lo, hi = lo + coeff * s_lo, hi + coeff * s_hi
@@ -339,9 +340,10 @@ def validate(graph: "DataflowGraph") -> None:
     if not nx.is_directed_acyclic_graph(graph.nx):
         cycle = [u for u, *_ in nx.find_cycle(graph.nx)]
         raise GraphError(f"the graph has a cycle through {cycle} (node {cycle[0]!r})")
+    size_names = {s.name for s in graph.size_symbols()}
     for node_id in graph.nx.nodes:
         node = graph.node(node_id)
         if isinstance(node, Tasklet):
-            _TaskletChecker(graph, node).check()
+            _TaskletChecker(graph, node, size_names).check()
         else:
             _check_versions(graph, node_id)

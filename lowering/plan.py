@@ -292,13 +292,18 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
     loop = tuple(rng for rng in t.domain if rng[0] not in par)
     box = tuple(extent(rng) for rng in parallel)
     reads = graph.reads(t.name)
-    for k, kernel in enumerate(kernels):
+    writers_of = {access: [w for w, _ in graph.writers(access)] for access, _ in reads}
+    # A kernel before one writing a version ``t`` reads can neither have that version finished
+    # nor pass it in a register: the search starts there (all kernels each time was quadratic).
+    first = max((kernel_of[w] for ws in writers_of.values() for w in ws), default=0)
+    for k in range(first, len(kernels)):
+        kernel = kernels[k]
         if kernel.box != box:
             continue
         step = Step(t, parallel, loop)
         ok = True
         for access, m in reads:
-            writers = [w for w, _ in graph.writers(access)]
+            writers = writers_of[access]
             if all(kernel_of[w] < k for w in writers):
                 step.reads.append(Read(m.connector, access, m))
                 continue

@@ -104,10 +104,14 @@ class SlangPrinter(C99CodePrinter):
 
     printmethod = "_slang"
     _MAX_POWER_BY_MULTIPLICATION = 16
+    # C's M_LN10, M_SQRT2...: not Slang.  A class attribute, not the ``math_macros`` setting:
+    # sympy evaluates its default (a dict of 20 sympy expressions) on every construction otherwise,
+    # and codegen makes a printer per expression.
+    math_macros: dict = {}
 
     def __init__(self, scalar: str = "float", names: Mapping[sympy.Symbol, str] | None = None,
                  precision: str | None = None):
-        super().__init__({"strict": False, "math_macros": {}})   # C's M_LN10, M_SQRT2...: not Slang
+        super().__init__({"strict": False})
         self.scalar = scalar
         self.precision = precision or (scalar if scalar != "int" else "float")
         self.names = dict(names or {})

@@ -18,6 +18,7 @@ needs no special case.
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import sympy
@@ -94,9 +95,16 @@ def _clamped(graph: DataflowGraph, access: str, index: tuple, targets: Sequence[
         e = sympy.sympify(e)
         in_range = any(e == o and n == m for o, m in zip(targets, target_shape))
         if e.free_symbols & set(targets) and not in_range:
-            e = sympy.Min(sympy.Max(e, 0), n - 1)
+            e = _clamp(e, n)
         out.append(e)
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _clamp(e: sympy.Expr, n: sympy.Expr) -> sympy.Expr:
+    """``min(max(e, 0), n - 1)``, cached: sympy's Max/Min look for redundant arguments at every
+    construction (milliseconds each), and an unrolled loop clamps the same index many times."""
+    return sympy.Min(sympy.Max(e, 0), n - 1)
 
 
 def _term(graph: DataflowGraph, t: Tasklet, m: Memlet, solution: dict, reads: _GatherReads,
