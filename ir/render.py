@@ -261,10 +261,10 @@ def _path(points: list[tuple[tuple[float, float], str]]) -> str:
     return " ".join(out)
 
 
-def _link_svg(link: Link, points) -> str:
+def _link_svg(link: Link, points, prefix: str) -> str:
     color = STYLE["backward" if link.backward else "container"][1]
     dash = ' stroke-dasharray="6 3"' if link.accumulate else ""
-    marker = "sd-arrow-b" if link.backward else "sd-arrow"
+    marker = f"{prefix}arrow-b" if link.backward else f"{prefix}arrow"
     return (f'<g class="edge"><title>{escape(link.title)}</title>'
             f'<path d="{_path(points)}" fill="none" stroke="{color}" stroke-width="1.3"{dash} '
             f'stroke-linejoin="round" marker-end="url(#{marker})"/></g>')
@@ -275,15 +275,17 @@ def _legend_svg(styles: Iterable[tuple[str, str]] = LEGEND) -> str:
     for style, text in styles:
         fill, stroke = STYLE[style]
         dash = ' stroke-dasharray="5 3"' if style == "gradient" else ""
-        parts.append(f'<rect x="{x:.1f}" y="8" width="18" height="12" rx="{6 if style in ("container", "gradient") else 2}" '
-                     f'fill="{fill}" stroke="{stroke}"{dash}/>')
+        rx = 6 if style in ("container", "gradient") else 2
+        parts.append(f'<rect x="{x:.1f}" y="8" width="18" height="12" rx="{rx}" fill="{fill}" stroke="{stroke}"{dash}/>')
         parts.append(_text(x + 24, 18, [text], font_size="11"))
         x += 24 + len(text) * 6.6 + 18
     return f'<g class="legend">{"".join(parts)}</g>'
 
 
-def scene_svg(scene: Scene, title: str, attrs: str = "") -> str:
-    """A standalone ``<svg>`` of ``scene``; ``attrs`` are extra attributes of the root."""
+def scene_svg(scene: Scene, title: str, attrs: str = "", prefix: str = "sd-") -> str:
+    """A standalone ``<svg>`` of ``scene``; ``attrs`` are extra attributes of the
+    root; ``prefix`` starts its element ids, which must be unique in a page
+    (a marker found by id in a hidden drawing is not drawn)."""
     d = place(scene)
     width = max(d.width, 620.0)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{d.height:.0f}" '
@@ -293,11 +295,11 @@ def scene_svg(scene: Scene, title: str, attrs: str = "") -> str:
              "<defs>" + "".join(
                  f'<marker id="{mid}" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
                  f'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="{STYLE[s][1]}"/></marker>'
-                 for mid, s in (("sd-arrow", "container"), ("sd-arrow-b", "backward"))) + "</defs>",
+                 for mid, s in ((f"{prefix}arrow", "container"), (f"{prefix}arrow-b", "backward"))) + "</defs>",
              '<rect class="sd-background" width="100%" height="100%" fill="white"/>', _legend_svg(),
              '<g class="sd-world">']
     links = {(link.source, link.target): link for link in scene.links}
-    parts += [_link_svg(links[e], pts) for e, pts in d.edges.items()]
+    parts += [_link_svg(links[e], pts, prefix) for e, pts in d.edges.items()]
     parts += [_item_svg(scene.items[v], box) for v, box in d.boxes.items()]
     parts.append("</g></svg>")
     return "\n".join(parts)

@@ -25,6 +25,7 @@ import itertools
 import json
 import linecache
 import os
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from .graph import DataflowGraph
 
 COLLAPSE_ABOVE = 80   # boxes; larger graphs open grouped
-_ids = itertools.count()
 
 
 @dataclass
@@ -209,7 +209,7 @@ class GraphView:
 
     def to_html(self) -> str:
         """The view as one HTML block (what Jupyter displays)."""
-        root = f"sdv{os.getpid():x}{next(_ids)}"
+        root = f"sdv{uuid.uuid4().hex[:12]}"   # unique among all views on a page, across kernels
         groupings = {gr.kind: gr for gr in self.groupings()}
         scenes = self.scenes()
         data = {v: self.node_details(v) for v in self.graph.nx.nodes}
@@ -218,9 +218,9 @@ class GraphView:
                 data[f"{gr.kind}/{gid}"] = self._group_details(gr, gid)
         start = "line" if self.collapse and groupings["line"].members else "all"
         svgs = []
-        for name, scene in scenes.items():
+        for k, (name, scene) in enumerate(scenes.items()):
             title = self.graph.name if ":" not in name else name
-            svgs.append(render.scene_svg(scene, title, attrs=(
+            svgs.append(render.scene_svg(scene, title, prefix=f"{root}-{k}-", attrs=(
                 f' class="sdv-scene" data-scene={_attr(name)}'
                 f' style="{"" if name == start else "display:none;"}width:100%;height:auto;max-width:'
                 f'{max(render.place(scene).width, 620.0):.0f}px;cursor:grab"')))

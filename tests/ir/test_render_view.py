@@ -14,6 +14,7 @@ from ir.view import GraphView
 N = size_symbol("N")
 i = index_symbol("i")
 x, y = sympy.Symbol("x", real=True), sympy.Symbol("y", real=True)
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def step(g, name, reads, out, source, backward=False):
@@ -95,8 +96,14 @@ def test_html_is_one_block_with_every_scene_and_parseable_details():
     data = json.loads(re.search(r'<script type="application/json" class="sdv-data">(.*?)</script>', page,
                                 re.S).group(1))
     assert set(g.nx.nodes) <= set(data)
+    ids = []
     for svg in re.findall(r"<svg .*?</svg>", page, re.S):
-        ET.fromstring(svg)   # each drawing is well-formed XML
+        root = ET.fromstring(svg)   # each drawing is well-formed XML
+        own = {e.get("id") for e in root.iter(f"{SVG}marker")}
+        used = set(re.findall(r"url\(#([^)]+)\)", svg))
+        assert used and used <= own, "arrowheads must come from the drawing's own markers (others may be hidden)"
+        ids += own
+    assert len(ids) == len(set(ids)), "marker ids unique on the page"
 
 
 @pytest.mark.parametrize("nodes, grouped", [(10, False), (200, True)])
