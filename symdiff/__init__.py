@@ -14,6 +14,7 @@ from .custom_vjp import CustomVJPError, custom_vjp
 from .errors import DifferentiationError
 from .forward import add_tangent_pass
 from .gradcheck import GradientCheckError
+from .loops import LoopError, fori_loop, while_loop
 from .interop import to_jax, to_torch
 from .program import DifferentiableProgram, ProgramError, clear_caches, differentiable_program, gradcheck
 from .registry import register_derivative, unregister_derivative
@@ -22,4 +23,5 @@ __all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f
            "symbol", "ArraySpec", "add_backward_pass", "add_tangent_pass", "gradcheck", "register_derivative",
            "unregister_derivative", "asarray", "DeviceArray", "available_devices", "ProgramError",
            "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError",
-           "custom_vjp", "CustomVJPError", "to_torch", "to_jax", "clear_caches", "cache_limit", "set_cache_limit"]
+           "custom_vjp", "CustomVJPError", "to_torch", "to_jax", "clear_caches", "cache_limit", "set_cache_limit",
+           "fori_loop", "while_loop", "LoopError"]

@@ -22,7 +22,7 @@ from lowering.devices import requested as requested_device
 from lowering.runtime import host_argument
 from lowering.source_view import tasklet_lines
 
-from .backward import add_backward_pass
+from . import loop_runtime, loops
 from .derivatives import tasklet_partials
 from .errors import DifferentiationError
 from .explain import Explanation, explain
@@ -97,6 +97,7 @@ class DifferentiableProgram:
     def _forward_graph(self, specs: tuple[ArraySpec, ...]) -> ir.DataflowGraph:
         if specs not in self._graphs:
             self._graphs[specs] = self._builder(specs)
+            loops.hint_unrolled(self._graphs[specs])  # many copies of one line: sd.fori_loop compiles faster
         self._last_specs = specs
         return self._graphs[specs]
 
@@ -123,9 +124,9 @@ class DifferentiableProgram:
             options = (wrt, self.stencil_gathers, pushed)
             if options not in derived:
                 graph = forward.copy()
-                graph.meta["gradients"] = add_backward_pass(graph, inputs=list(wrt), outputs=graph.results,
-                                                            stencil_gathers=self.stencil_gathers,
-                                                            accumulate=dict(pushed))
+                graph.meta["gradients"] = loop_runtime.add_backward_pass(  # sd.fori_loop: its loops too
+                    graph, inputs=list(wrt), outputs=graph.results, stencil_gathers=self.stencil_gathers,
+                    accumulate=dict(pushed))
                 derived[options] = graph
             self._backward[key] = derived[options]
         return self._backward[key]
@@ -136,8 +137,8 @@ class DifferentiableProgram:
         if key not in self._executables:
             compiled = graph.derived.setdefault("executables", {})
             if (device, self.deterministic) not in compiled:
-                compiled[device, self.deterministic] = lowering.compile(graph, device=device,
-                                                                        deterministic=self.deterministic)
+                compiled[device, self.deterministic] = loop_runtime.compile(graph, device=device,
+                                                                            deterministic=self.deterministic)
             self._executables[key] = compiled[device, self.deterministic]
         return self._executables[key]
 

@@ -1,0 +1,221 @@
+"""Running a program whose graph keeps loops out (``symdiff.loops``), forward and reverse.
+
+A program graph with loops is an ordinary graph in which each loop's state
+going in is a container (``Loop.inputs``) and its state coming out is an
+argument (``Loop.outputs``).  ``LoopProgram`` compiles that graph once (the
+*stage*, with the loop inputs made results) and each loop body once, and runs:
+
+* forward: the stage with the loop outputs still zero gives the first loop's
+  inputs (they cannot depend on any loop's outputs); the loop runs on the host
+  as a sequence of calls of its compiled body; the stage runs again with that
+  loop's outputs bound, giving the next loop's inputs, and so on; the last run
+  gives the results.  Loops run in trace order, so K loops cost K + 1 stage runs.
+* reverse (a graph from ``add_backward_pass`` here): the stage's reverse pass
+  with the user's cotangents gives the gradients through the code between
+  loops and the cotangents of every loop's outputs; loops are then reversed
+  last to first: the body's vector-Jacobian product runs backwards over the
+  iterations from checkpoints (``Loop.checkpoint_interval``: the state is
+  stored every k iterations and the k states in between recomputed from it,
+  O(N/k + k) states held), and the cotangent reaching the loop's inputs is
+  sent back through the stage's reverse pass, which is linear in its
+  cotangents, so the contributions add.
+
+Every run is an ordinary compiled executable (``lowering.compile``), so loops
+run on every device, the numpy interpreter included, and the compile time does
+not depend on the trip count.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+import ir
+import lowering
+
+from . import backward
+from .errors import DifferentiationError
+from .loops import Loop, LoopError, loops_of
+
+
+def add_backward_pass(graph: ir.DataflowGraph, inputs: Sequence[str], outputs: Sequence[str],
+                      **options: Any) -> dict[str, str]:
+    """``symdiff.add_backward_pass`` for a graph that may keep loops out: the loops' float
+    outputs are differentiated as inputs and their float inputs as outputs, so that
+    ``LoopProgram`` can chain the stage's reverse pass with the loops'
+    (``meta["loop_gradients"]``, ``meta["loop_seeds"]``).  Returns the gradients of ``inputs``."""
+    loops = loops_of(graph)
+    if not loops:
+        return backward.add_backward_pass(graph, inputs=inputs, outputs=outputs, **options)
+    if "loop_seeds" in graph.meta:
+        raise DifferentiationError("second-order gradients through sd.fori_loop / sd.while_loop are not "
+                                   "supported yet (the first reverse pass of a loop runs outside the graph)")
+    extra_in = [o for loop in loops for o, d in zip(loop.outputs, loop.dtypes) if d in ir.FLOAT_DTYPES]
+    extra_out = [c for loop in loops for c, d in zip(loop.inputs, loop.dtypes) if d in ir.FLOAT_DTYPES]
+    for loop in loops:
+        for c in loop.inputs:
+            graph.containers[c].role = "result"
+    grads = backward.add_backward_pass(graph, inputs=[*inputs, *extra_in], outputs=[*outputs, *extra_out],
+                                       **options)
+    graph.meta["loop_gradients"] = {o: grads.pop(o) for o in extra_in}
+    graph.meta["loop_seeds"] = {c: graph.meta["seeds"][c] for c in extra_out}
+    return grads
+
+
+def compile(graph: ir.DataflowGraph, device: str | None = None, deterministic: bool = False):  # noqa: A001
+    """``lowering.compile``, or a ``LoopProgram`` where the graph keeps loops out."""
+    if not loops_of(graph):
+        return lowering.compile(graph, device=device, deterministic=deterministic)
+    meta = graph.meta
+    if "tangent_inputs" in meta or ("loop_seeds" in meta and not {"seeds", "gradients"} <= meta.keys()):
+        # a loop's derivative runs outside the graph: a jvp or a sealed gradient program would miss it
+        raise DifferentiationError("forward mode (jvp) and gradient programs (grad_program) through "
+                                   "sd.fori_loop / sd.while_loop are not supported yet; use value_and_grad or vjp")
+    return LoopProgram(graph, device, deterministic)
+
+
+@dataclass
+class _Tape:
+    """What the reverse pass of one loop needs from its forward run."""
+    trips: int
+    interval: int
+    checkpoints: list[tuple[int, list[np.ndarray]]] = field(default_factory=list)
+
+
+class _LoopRunner:
+    """One loop: its compiled body (and condition), run forward and reversed."""
+
+    def __init__(self, loop: Loop, device: str | None, deterministic: bool):
+        self.loop = loop
+        self.device, self.deterministic = device, deterministic
+        self.body = compile(loop.body, device=device, deterministic=deterministic)  # may hold loops itself
+        self.cond = compile(loop.cond, device=device, deterministic=deterministic) if loop.cond else None
+        self.results = list(loop.body.meta["result_names"])
+        self.floats = [k for k, d in enumerate(loop.dtypes) if d in ir.FLOAT_DTYPES]
+        self._vjp = None
+
+    def _args(self, n: int, state: Sequence[np.ndarray]) -> dict[str, Any]:
+        return {"i": np.asarray(self.loop.lo + n, dtype=np.int32), **{f"s{k}": v for k, v in enumerate(state)}}
+
+    def step(self, n: int, state: list[np.ndarray], check_bounds: bool) -> list[np.ndarray]:
+        out = self.body(self._args(n, state), check_bounds=check_bounds)
+        return [np.asarray(out[r]) for r in self.results]
+
+    def running(self, n: int, state: list[np.ndarray], check_bounds: bool) -> bool:
+        if self.cond is None:
+            return n < self.loop.hi - self.loop.lo
+        (result,) = self.loop.cond.meta["result_names"]
+        go = bool(np.asarray(self.cond({f"s{k}": v for k, v in enumerate(state)}, check_bounds=check_bounds)[result]))
+        if go and n >= self.loop.max_iters:
+            raise LoopError(f"while_loop ({self.loop.where}) still running after max_iters={self.loop.max_iters} "
+                            "iterations; raise max_iters if the loop converges more slowly (no truncated result "
+                            "is returned)")
+        return go
+
+    def forward(self, state: list[np.ndarray], keep: bool, check_bounds: bool) -> tuple[list[np.ndarray], _Tape]:
+        planned = self.loop.hi - self.loop.lo if self.cond is None else self.loop.max_iters
+        tape = _Tape(0, self.loop.checkpoint_interval(planned))
+        n = 0
+        while self.running(n, state, check_bounds):
+            if keep and n % tape.interval == 0:
+                tape.checkpoints.append((n, [np.array(v) for v in state]))
+            state = self.step(n, state, check_bounds)
+            n += 1
+        tape.trips = n
+        return state, tape
+
+    def _reverse_step(self):
+        """The body's vector-Jacobian product, compiled on first use."""
+        if self._vjp is None:
+            graph = self.loop.body.copy()
+            grads = add_backward_pass(graph, inputs=[f"s{k}" for k in self.floats],
+                                      outputs=[self.results[k] for k in self.floats])
+            graph.meta["gradients"] = grads
+            seeds = [graph.meta["seeds"][self.results[k]] for k in self.floats]
+            exe = compile(graph, device=self.device, deterministic=self.deterministic)
+            self._vjp = exe, seeds, [grads[f"s{k}"] for k in self.floats]
+        return self._vjp
+
+    def reverse(self, tape: _Tape, cotangent: list[np.ndarray], check_bounds: bool) -> list[np.ndarray]:
+        """Cotangents of the float state going in, from those of the state coming out."""
+        exe, seeds, grads = self._reverse_step()
+        for start, saved in reversed(tape.checkpoints):
+            end = min(start + tape.interval, tape.trips)
+            states = [saved]
+            for n in range(start, end - 1):
+                states.append(self.step(n, states[-1], check_bounds))
+            for n in range(end - 1, start - 1, -1):
+                out = exe({**self._args(n, states[n - start]), **dict(zip(seeds, cotangent))},
+                          check_bounds=check_bounds)
+                cotangent = [np.asarray(out[g]) for g in grads]
+        return cotangent
+
+
+class LoopProgram:
+    """An executable (``lowering.Executable``'s call) for a graph that keeps loops out."""
+
+    def __init__(self, graph: ir.DataflowGraph, device: str | None, deterministic: bool):
+        self.graph = graph
+        self.loops = loops_of(graph)
+        stage = graph.copy()
+        for loop in self.loops:
+            for c in loop.inputs:
+                stage.containers[c].role = "result"
+        self.stage = lowering.compile(stage, device=device, deterministic=deterministic)
+        self.device = self.stage.device
+        self.runners = [_LoopRunner(loop, self.device, deterministic) for loop in self.loops]
+        self.loop_seeds: dict[str, str] = graph.meta.get("loop_seeds", {})
+        self.loop_gradients: dict[str, str] = graph.meta.get("loop_gradients", {})
+
+    def _zeros(self, name: str) -> np.ndarray:
+        c = self.graph.containers[name]
+        return np.zeros(tuple(int(d) for d in c.shape), dtype=ir.DTYPES[c.dtype])
+
+    def __call__(self, inputs: Mapping[str, Any], sizes: Mapping[str, int] | None = None,
+                 return_device_arrays: bool = False, check_bounds: bool = True) -> dict[str, Any]:
+        """Results (and gradients) as numpy arrays; ``return_device_arrays`` is not supported
+        across loops and gives numpy arrays too."""
+        if sizes:
+            raise lowering.LoweringError("symbolic sizes are not supported in a program with sd.fori_loop yet")
+        values = {k: (v.numpy() if isinstance(v, lowering.DeviceArray) else v) for k, v in inputs.items()}
+        for loop in self.loops:
+            values.update({o: self._zeros(o) for o in loop.outputs})
+        values.update({s: self._zeros(s) for s in self.loop_seeds.values()})
+        user_seeds = {s: values[s] for s in self.graph.meta.get("seeds", {}).values() if s not in
+                      self.loop_seeds.values()}
+        if user_seeds:  # forward runs with zero cotangents: the gradients are not wanted yet
+            values.update({s: self._zeros(s) for s in user_seeds})
+        tapes = []
+        for runner in self.runners:
+            res = self.stage(values, check_bounds=check_bounds)
+            state, tape = runner.forward([np.asarray(res[c]) for c in runner.loop.inputs], bool(self.loop_seeds),
+                                         check_bounds)
+            tapes.append(tape)
+            values.update(zip(runner.loop.outputs, state))
+        values.update(user_seeds)
+        results = {k: np.asarray(v) for k, v in self.stage(values, check_bounds=check_bounds).items()}
+        if not self.loop_seeds:
+            return results
+        self._reverse(values, user_seeds, tapes, results, check_bounds)
+        return results
+
+    def _reverse(self, values: dict, user_seeds: dict, tapes: list[_Tape], results: dict, check_bounds: bool) -> None:
+        """Add the gradients through the loops to ``results`` (which has those through the stage)."""
+        gradients = [g for g in self.graph.meta["gradients"].values()]
+        outs = {o: np.array(results[g]) for o, g in self.loop_gradients.items()}
+        quiet = {s: np.zeros_like(np.asarray(v)) for s, v in user_seeds.items()}
+        for j in range(len(self.runners) - 1, -1, -1):
+            runner = self.runners[j]
+            floats = runner.floats
+            loop = runner.loop
+            cotangent = runner.reverse(tapes[j], [outs[loop.outputs[k]] for k in floats], check_bounds)
+            seeds = {s: self._zeros(s) for s in self.loop_seeds.values()}
+            seeds.update({self.loop_seeds[loop.inputs[k]]: ct for k, ct in zip(floats, cotangent)})
+            back = self.stage({**values, **quiet, **seeds}, check_bounds=check_bounds)
+            for g in gradients:
+                results[g] = results[g] + np.asarray(back[g])
+            for earlier in self.runners[:j]:
+                for k in earlier.floats:
+                    o = earlier.loop.outputs[k]
+                    outs[o] = outs[o] + np.asarray(back[self.loop_gradients[o]])

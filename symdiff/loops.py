@@ -1,0 +1,249 @@
+"""Loops that stay loops: ``sd.fori_loop`` and ``sd.while_loop``.
+
+A Python ``for`` in a traced program unrolls: every iteration becomes its own
+tasklets, planned, generated and compiled again (compile time grows with the
+trip count).  ``fori_loop(lo, hi, body, state)`` instead traces ``body`` once
+into a graph of its own and keeps the loop out of the program's graph:
+
+* the state going in is copied into fresh containers (``loopK_in*``), which the
+  loop reads, and the state coming out is a set of new *argument* containers
+  (``loopK_out*``) of the program's graph, so that graph stays an ordinary
+  DAG that every stage (validation, differentiation, planning, every device)
+  handles as before;
+* ``graph.meta["loops"]`` lists the loops (``Loop``: bounds, body graph, which
+  containers go in and come out), and ``symdiff.loop_runtime`` runs such a
+  graph: the program's stages between loops, and each loop as a host-side
+  loop of calls of the compiled body;
+* the reverse pass runs the body's vector-Jacobian product backwards over the
+  iterations from states checkpointed every ``k`` iterations (recomputed in
+  between: memory O(N/k + k) states).
+
+Outside a trace both functions run eagerly on numpy values, so a program
+written with them still runs under plain numpy (and its JAX twin uses
+``jax.lax.fori_loop`` / ``while_loop`` with the same arguments).
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+import ir
+from ir.specs import ArraySpec
+from ir.tracer import context
+from ir.tracer.errors import TraceError, user_location
+from ir.tracer.trace import _trace
+from ir.tracer.traced_array import TracedArray
+
+_LOOP_IDS = itertools.count()
+_HERE = os.path.dirname(os.path.abspath(__file__))  # errors name the user's line, not ours
+
+
+UNROLLED_HINT_TASKLETS = 64   # tasklets traced from one line before the hint below is given
+_hinted: set[str] = set()
+
+
+class UnrolledLoopWarning(UserWarning):
+    """A Python loop unrolled into many copies of the same tasklets (``hint_unrolled``)."""
+
+
+class LoopError(RuntimeError):
+    """A ``while_loop`` ran past ``max_iters``: its result would be truncated, so there is none."""
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One loop kept out of a program's graph (``graph.meta["loops"]``).
+
+    ``body`` is the traced body: arguments ``i`` (int32, the iteration) and the
+    state (``s0, s1, ...``), results the new state in the same order; ``cond``
+    (while loops) has the state as arguments and one bool result.  ``inputs``
+    are the program's containers holding the state going in, ``outputs`` the
+    program's argument containers holding the state coming out."""
+
+    name: str
+    lo: int
+    hi: int | None               # None: a while loop, ``cond`` decides
+    body: ir.DataflowGraph
+    cond: ir.DataflowGraph | None
+    max_iters: int | None
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    checkpoint_every: int | None  # None: about sqrt(trip count)
+    where: str | None            # the user's line, for errors
+
+    def checkpoint_interval(self, trips: int) -> int:
+        return self.checkpoint_every or max(1, math.isqrt(max(trips, 1)))
+
+
+def fori_loop(lo: int, hi: int, body: Callable, state: Any, *, checkpoint_every: int | None = None) -> Any:
+    """``state = body(i, state)`` for ``i`` in ``range(lo, hi)``, traced once and kept a loop.
+
+    ``state`` is an array or a tuple of arrays; ``body`` returns the new state
+    with the same shapes and dtypes.  In a traced program ``i`` is an int32
+    scalar array.  The reverse pass stores the state every
+    ``checkpoint_every`` iterations (default about sqrt(hi - lo)) and
+    recomputes the others."""
+    where = user_location(skip=(_HERE,))
+    lo, hi = _bound(lo, "lo", where), _bound(hi, "hi", where)
+    if context.active() is None:
+        for i in range(lo, hi):
+            state = body(i, state)
+        return state
+    return _traced_loop(lo, hi, body, body, None, None, state, checkpoint_every, where)
+
+
+def while_loop(cond: Callable, body: Callable, state: Any, *, max_iters: int,
+               checkpoint_every: int | None = None) -> Any:
+    """``while cond(state): state = body(state)``, at most ``max_iters`` times.
+
+    A loop still running after ``max_iters`` iterations raises ``LoopError``
+    when the program runs (never a truncated result).  ``cond`` returns a
+    scalar bool array; no gradient flows through it (the trip count is
+    piecewise constant)."""
+    where = user_location(skip=(_HERE,))
+    max_iters = _bound(max_iters, "max_iters", where)
+    if context.active() is None:
+        for _ in range(max_iters):
+            if not bool(cond(state)):
+                return state
+            state = body(state)
+        if bool(cond(state)):
+            raise LoopError(f"while_loop ({where}) still running after max_iters={max_iters} iterations; "
+                            "raise max_iters if the loop converges more slowly")
+        return state
+    return _traced_loop(0, None, lambda i, s: body(s), body, cond, max_iters, state, checkpoint_every, where)
+
+
+def _bound(value: Any, what: str, where: str | None) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TraceError("fori_loop", f"{what} must be a Python int (got {type(value).__name__}); a trip count "
+                         "that depends on data is a while_loop(cond, body, state, max_iters=N)", where)
+    return int(value)
+
+
+def _leaves(state: Any, where: str | None) -> tuple[list[TracedArray], bool]:
+    single = not isinstance(state, (tuple, list))
+    leaves = [state] if single else list(state)
+    for k, leaf in enumerate(leaves):
+        if not isinstance(leaf, TracedArray):
+            raise TraceError("fori_loop", f"state element {k} is a {type(leaf).__name__}; the state of a traced "
+                             "loop is traced arrays (np.asarray(value) inside the program makes one)", where)
+    return leaves, single
+
+
+class _Traceable:
+    """What ``ir.tracer.trace._trace`` needs of a function: a name, the user's
+    globals (``np.zeros`` inside the body is traced) and a call."""
+
+    def __init__(self, name: str, fn: Callable, user_fn: Callable):
+        self.__name__ = name
+        self.__globals__ = getattr(user_fn, "__globals__", {})
+        self._fn = fn
+
+    def __call__(self, *args):
+        return self._fn(*args)
+
+
+def _trace_part(name: str, fn: Callable, user_fn: Callable, names: list[str], specs: tuple[ArraySpec, ...],
+                outer: ir.DataflowGraph, where: str | None) -> ir.DataflowGraph:
+    """Trace ``fn`` on its own; an outer traced array used inside is an error naming the line."""
+    nodes = outer.nx.number_of_nodes()
+    try:
+        graph = _trace(_Traceable(name, fn, user_fn), names, specs)
+    except KeyError as exc:
+        raise TraceError("fori_loop", f"the loop body uses an array from outside the loop ({exc}); pass it in "
+                         "the state (and return it unchanged)", where) from None
+    if outer.nx.number_of_nodes() != nodes:
+        raise TraceError("fori_loop", "the loop body uses an array from outside the loop; pass it in the state "
+                         "(and return it unchanged)", where)
+    return graph
+
+
+def _traced_loop(lo: int, hi: int | None, body: Callable, user_body: Callable, cond: Callable | None,
+                 max_iters: int | None,
+                 state: Any, checkpoint_every: int | None, where: str | None) -> Any:
+    tr = context.current("fori_loop")
+    if tr.map_ranges:
+        raise TraceError("fori_loop", "a loop cannot run inside an sd.map body", where)
+    leaves, single = _leaves(state, where)
+    outer = tr.graph
+    name = f"loop{next(_LOOP_IDS)}"
+    specs = tuple(ArraySpec(leaf.dtype_name)[leaf.sym_shape] if leaf.sym_shape else ArraySpec(leaf.dtype_name)
+                  for leaf in leaves)
+    if any(s.is_symbolic for s in specs):
+        raise TraceError("fori_loop", "loop state with symbolic sizes is not supported yet; annotate the "
+                         "program with concrete shapes", where)
+    state_names = [f"s{k}" for k in range(len(leaves))]
+
+    def body_fn(i, *s):
+        new = body(i, s[0] if single else tuple(s))
+        new_leaves = [new] if single else (list(new) if isinstance(new, (tuple, list)) else [new])
+        if len(new_leaves) != len(leaves):
+            raise TraceError("fori_loop", f"the body returns {len(new_leaves)} state element(s) for "
+                             f"{len(leaves)} going in; it must return the state's structure", where)
+        for k, (a, b) in enumerate(zip(leaves, new_leaves)):
+            shape = getattr(b, "sym_shape", None)
+            dtype = getattr(b, "dtype_name", None)
+            if shape is not None and (tuple(shape) != tuple(a.sym_shape) or dtype != a.dtype_name):
+                raise TraceError("fori_loop", f"state element {k} goes in as {a.dtype_name}{list(a.sym_shape)} "
+                                 f"and comes out as {dtype}{list(shape)}; the body must keep shapes and dtypes",
+                                 where)
+        return tuple(new_leaves)
+
+    body_graph = _trace_part(f"{name}_body", body_fn, user_body, ["i", *state_names],
+                             (ArraySpec("int32"), *specs), outer, where)
+    cond_graph = None
+    if cond is not None:
+        def cond_fn(*s):
+            return cond(s[0] if single else tuple(s))
+        cond_graph = _trace_part(f"{name}_cond", cond_fn, cond, state_names, specs, outer, where)
+        (result,) = cond_graph.meta["result_names"]
+        c = cond_graph.containers[result]
+        if c.dtype != "bool" or c.shape != ():
+            raise TraceError("while_loop", f"cond returns {c.dtype}{list(c.shape)}; it must return one bool "
+                             "(a scalar comparison such as `np.max(abs(r)) > tol`)", where)
+    inputs, outputs, new_state = [], [], []
+    for k, leaf in enumerate(leaves):
+        copied = leaf.copy()  # a container of its own, written once: the loop's input
+        inputs.append(copied.container)
+        out = outer.unique_name(f"{name}_out{k}")
+        outer.add_container(out, leaf.sym_shape, leaf.dtype_name, role="argument")
+        outer.access(out)
+        outputs.append(out)
+        new_state.append(TracedArray(tr, out, leaf.sym_shape, leaf.dtype_name))
+    loop = Loop(name, lo, hi, body_graph, cond_graph, max_iters, tuple(inputs), tuple(outputs),
+                tuple(leaf.dtype_name for leaf in leaves), checkpoint_every, where)
+    outer.meta["loops"] = [*outer.meta.get("loops", ()), loop]
+    return new_state[0] if single else tuple(new_state)
+
+
+def loops_of(graph: ir.DataflowGraph) -> list[Loop]:
+    """The loops kept out of ``graph`` (empty for a loop-free program)."""
+    return list(graph.meta.get("loops", ()))
+
+
+def hint_unrolled(graph: ir.DataflowGraph, threshold: int = UNROLLED_HINT_TASKLETS) -> None:
+    """Warn, once per source line, where one line of the program traced into ``threshold`` or more
+    tasklets of the same structure: a Python loop unrolled around it, and every copy is planned,
+    generated and compiled again (first-call time grows with the trip count); ``sd.fori_loop``
+    traces the body once."""
+    shapes = collections.Counter((t.source, len(t.domain), tuple(sorted(t.inputs)), tuple(t.body))
+                                 for t in graph.tasklets() if t.source and not t.backward)
+    for (line, *_), count in shapes.most_common():
+        if count < threshold:
+            return
+        if line in _hinted:
+            continue
+        _hinted.add(line)
+        warnings.warn(f"{line}: this line was traced {count} times with the same structure: a Python loop "
+                      "around it is unrolled, and the first call compiles every copy. "
+                      "sd.fori_loop(lo, hi, body, state) traces the body once and compiles in a time that "
+                      "does not grow with the trip count.", UnrolledLoopWarning, stacklevel=2)
