@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import networkx as nx
 import sympy
 
-from ir.graph import DataflowGraph, connector_symbol, index_symbol
+from ir.graph import AccessNode, DataflowGraph, connector_symbol, index_symbol
 from ir.scalar_functions import compare
 
 from .activity import Activity, Pair, analyse, latest_versions
@@ -62,6 +63,7 @@ def add_tangent_pass(graph: DataflowGraph, inputs: Sequence[str], outputs: Seque
     input_nodes = {x: graph.access(x, 0) for x in inputs}
     latest = latest_versions(graph)
     output_nodes = {o: latest.get(o) or graph.access(o, 0) for o in outputs}
+    _refuse_loops(graph, input_nodes.values())
     activity = analyse(graph, input_nodes.values(), output_nodes.values())
 
     tangent_inputs = {}
@@ -87,6 +89,24 @@ def add_tangent_pass(graph: DataflowGraph, inputs: Sequence[str], outputs: Seque
     graph.meta.setdefault("tangent_passes", []).append(
         {"inputs": inputs, "outputs": outputs, "tangent_inputs": tangent_inputs, "tangents": tangents})
     return tangents
+
+
+def _refuse_loops(graph: DataflowGraph, input_nodes) -> None:
+    """A loop kept out of the graph (``sd.fori_loop``, ``graph.meta["loops"]``)
+    hands its state back through new argument containers, which would carry no
+    tangent: refuse a loop the tangents reach rather than drop their tangent."""
+    loops = graph.meta.get("loops", ())
+    if not loops:
+        return
+    reached = set(input_nodes).union(*(nx.descendants(graph.nx, n) for n in input_nodes))
+    containers = {graph.node(n).container for n in reached if isinstance(graph.node(n), AccessNode)}
+    for loop in loops:
+        if containers & set(loop.inputs):
+            where = f"{loop.where}: " if getattr(loop, "where", None) else ""
+            raise DifferentiationError(
+                f"{where}forward mode (jvp) does not go through loop {loop.name!r} (sd.fori_loop / "
+                "sd.while_loop) yet; write the loop as a Python for loop (unrolled) to take its jvp, or use "
+                "reverse mode (grad, vjp)")
 
 
 class _TangentPass:
