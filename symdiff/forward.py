@@ -174,7 +174,8 @@ class _TangentPass:
         result = body.read(g, f"f_{wm.connector}", write_access, wm.index)
         if wm.accumulate in ("max", "min"):
             count = body.read(g, "count", helpers["count"], wm.index)
-            return sympy.Piecewise((total / count, compare(sympy.Eq, value, result)), (0, True)), True
+            # as the reverse pass and JAX: a NaN maximum equals no element, count is 0, the tangent NaN
+            return total * sympy.Piecewise((1, compare(sympy.Eq, value, result)), (0, True)) / count, True
         zeros = body.read(g, "zeros", helpers["zeros"], wm.index)
         nonzero = body.read(g, "nonzero", helpers["nonzero"], wm.index)
         return sympy.Piecewise((total * nonzero / value, sympy.Eq(zeros, 0)),

@@ -119,6 +119,23 @@ def test_ties_split_as_the_reverse_pass_and_jax_split_them(device):
     _close(tangent, ref_tangent, tol, "tangent")
 
 
+def row_max(x):
+    return np.max(x, axis=1) * 2.0
+
+
+@pytest.mark.parametrize("device", ["numpy"] + SLANG)
+def test_a_nan_maximum_has_a_nan_tangent_as_in_jax(device):
+    """A NaN maximum equals no element: the tie count is 0 and the tangent NaN
+    (JAX, and the reverse pass's gradient); the other row splits its tie."""
+    _need(device)
+    x = np.array([[1.0, np.nan, 0.5], [2.0, 2.0, -1.0]], np.float32)
+    t = np.array([[0.1, 0.2, 0.3], [1.0, 3.0, 5.0]], np.float32)
+    _, tangent = sd.differentiable_program(row_max).jvp(x, tangents={"x": t}, device=device)
+    ref = jax.jvp(lambda x: jnp.max(x, axis=1) * 2.0, (np.float64(x),), (np.float64(t),))[1]
+    assert np.isnan(tangent[0]) and np.isnan(ref[0])
+    _close(tangent[1:], ref[1:], 1e-6, "tied row")
+
+
 def products(a: sd.f64[3, 4]):
     return np.sum(np.sin(np.prod(a, axis=1)))
 
