@@ -324,7 +324,10 @@ _CSS_DETAILS = ("margin-top:4px;padding:6px 8px;border:1px solid #ddd;background
 # size); details from the JSON block; groups open their own drawing.
 _JS = r"""
 (function () {
-  var root = document.getElementById("@ROOT@");
+  // Found from the script itself first: JupyterLab and VS Code may run it
+  // before the output is attached to the document.
+  var me = document.currentScript;
+  var root = (me && me.closest && me.closest(".symdiff-view")) || document.getElementById("@ROOT@");
   if (!root || root.getAttribute("data-ready")) return;
   root.setAttribute("data-ready", "1");
   var data = JSON.parse(root.querySelector("script.sdv-data").textContent);

@@ -10,6 +10,7 @@ in Python, not from the page), a group opens.  Screenshots go to
 Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them),
 selenium and nbconvert; skips with a message where they are missing."""
 
+import functools
 import os
 import shutil
 import sys
@@ -101,6 +102,7 @@ def tutorial_html(tmp_path_factory) -> Path:
     return page
 
 
+@functools.lru_cache(maxsize=None)
 def heat_program():
     """The tutorial's program, run from the notebook's own cells."""
     nb = tutorial_graph_notebook()
@@ -201,3 +203,32 @@ def test_mlp_backward_graph_grouped_and_whole_in_chromium(browser, tmp_path):
     conn, expr = next(iter(tasklet.body.items()))
     assert f"{conn} = {expr}" in click_and_read(browser, root, tasklet.name)
     screenshot(browser, "graph_view_mlp_all.png")
+
+
+# What JupyterLab does with an HTML output: innerHTML on a detached node, each
+# script replaced by a fresh copy (which runs once the node is attached).
+JUPYTERLAB_INSERT = """
+var host = document.createElement('div');
+host.innerHTML = arguments[0];
+host.querySelectorAll('script').forEach(function (s) {
+  var c = document.createElement('script');
+  Array.from(s.attributes).forEach(function (a) { c.setAttribute(a.name, a.value); });
+  c.textContent = s.textContent;
+  s.parentNode.replaceChild(c, s);
+});
+document.body.appendChild(host);
+"""
+
+
+def test_view_inserted_the_way_jupyterlab_does(browser, tmp_path):
+    forward = heat_program().graph
+    blank = tmp_path / "blank.html"
+    blank.write_text("<!DOCTYPE html><html><body></body></html>")
+    browser.set_window_size(1000, 1000)
+    browser.get(blank.as_uri())
+    browser.execute_script(JUPYTERLAB_INSERT, forward.view().to_html())
+    (view,) = browser.execute_script(MEASURE)
+    check_layout([view])
+    tasklet = forward.tasklets()[-1]
+    conn, expr = next(iter(tasklet.body.items()))
+    assert f"{conn} = {expr}" in click_and_read(browser, view["id"], tasklet.name)
