@@ -94,3 +94,20 @@ def test_gather_with_bounds_flag_and_size_symbols():
         table.astype(np.float64), w.astype(np.float64))
     np.testing.assert_allclose(ran["table"], np.asarray(expected[0]), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(ran["w"], np.asarray(expected[1]), rtol=1e-4, atol=1e-6)
+
+
+def test_jvp_entry_points_by_exporting_the_jvp_program():
+    """A forward-mode module is the export of ``jvp_program()``: its output is
+    the directional derivative, here checked against JAX's jvp."""
+    target = "vulkan" if "vulkan" in devices.available_devices() else "cpu"
+    inputs = _inputs()
+    tangent = np.random.default_rng(8).standard_normal(inputs["w"].shape).astype(np.float32)
+    exported = example.regression.jvp_program(tangent_of=["w"]).export_slang(forward_only=True, target=target)
+    assert exported.manifest["arguments"]["t_w"] == "t_w_v0"
+    ran = example.run_exported(devices.get_device(target), exported.source, exported.manifest,
+                               {**inputs, "t_w": tangent})
+    f64 = {k: v.astype(np.float64) for k, v in inputs.items()}
+    _, expected = jax.jvp(lambda w: _jax_loss(f64["x"], w, f64["b"], f64["y"]), (f64["w"],),
+                          (tangent.astype(np.float64),))
+    (name,) = exported.manifest["results"]
+    assert float(ran[name]) == pytest.approx(float(expected), rel=1e-4, abs=1e-6)
