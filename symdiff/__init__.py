@@ -6,6 +6,7 @@ The public API ties the three pipeline stages together: ``ir`` traces,
 from ir import map  # noqa: A004 (sd.map[lo:hi] index-level loops)
 from ir import trace
 from ir import IndexOutOfRange
+from ir.tracer import ImplicitBroadcastError
 from ir.specs import ArraySpec, bool_, f32, f64, i32, symbol
 from lowering import ArgumentError, DeviceArray, asarray, available_devices, cache_limit, set_cache_limit
 
@@ -23,5 +24,5 @@ __all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f
            "symbol", "ArraySpec", "add_backward_pass", "add_tangent_pass", "gradcheck", "register_derivative",
            "unregister_derivative", "asarray", "DeviceArray", "available_devices", "ProgramError",
            "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError",
-           "custom_vjp", "CustomVJPError", "to_torch", "to_jax", "clear_caches", "cache_limit", "set_cache_limit",
+           "custom_vjp", "CustomVJPError", "ImplicitBroadcastError", "to_torch", "to_jax", "clear_caches", "cache_limit", "set_cache_limit",
            "fori_loop", "while_loop", "LoopError"]

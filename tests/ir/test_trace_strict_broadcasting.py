@@ -71,7 +71,7 @@ def test_program_option_and_gradient_of_the_explicit_form():
     program = sd.differentiable_program(implicit, strict_broadcasting=True)
     a = np.ones((4, 3), np.float32)
     b = np.arange(3, dtype=np.float32)
-    with pytest.raises(ImplicitBroadcastError):
+    with pytest.raises(sd.ImplicitBroadcastError):
         program(a, b)
     fixed = sd.differentiable_program(explicit_none, strict_broadcasting=True)
     grads = fixed.grad(a, b, device="numpy")
