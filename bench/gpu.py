@@ -224,10 +224,11 @@ def gradient_executable(program: Any) -> Any:
 
 def symdiff_bytes(exe: Any, inputs: dict[str, np.ndarray], out: tuple[float, dict[str, Any]]) -> int:
     """Device bytes symdiff holds for one call: the inputs, the gradient
-    executable's buffers (intermediates, partials, gradients) and the returned
+    executable's buffers (intermediates, partials, gradients; a buffer shared
+    by several versions once, ``lowering.buffer_plan``) and the returned
     gradient arrays."""
-    buffers = exe._last.buffers.values() if exe._last is not None else ()
-    return (sum(v.nbytes for v in inputs.values()) + sum(b.size for b in buffers)
+    held = exe._last.held_bytes if exe._last is not None else 0
+    return (sum(v.nbytes for v in inputs.values()) + held
             + sum(g.buffer.size for g in out[1].values() if isinstance(g, lowering.DeviceArray)))
 
 
@@ -325,6 +326,10 @@ def _mb(entry: dict[str, Any]) -> str:
     return f"{mib:.0f}" if mib >= 10 else f"{mib:.2g}"
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
 def _num(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
@@ -335,7 +340,8 @@ def geomean(xs: list[float]) -> float | None:
 
 def render(results: dict[str, Any]) -> str:
     header = ["workload", "size", "symdiff ms", "JAX ms", "JAX ready ms", "torch ms", "x JAX", "x torch",
-              "floor ms", "kernels", "symdiff MiB", "JAX MiB", "torch MiB", "err vs JAX"]
+              "floor ms", "kernels", "symdiff MiB", "JAX MiB", "torch MiB", "mem x (in+grad)", "mem x JAX",
+              "err vs JAX"]
     lines = []
     for row in results["rows"]:
         s, jax_, torch_ = row["symdiff"], row["peers"].get("jax", {}), row["peers"].get("torch", {})
@@ -346,7 +352,9 @@ def render(results: dict[str, Any]) -> str:
                       _num(jax_.get("ms_ready"), ".3g"),
                       _cell(torch_) if torch_ else "-", _num(row.get("x_jax"), ".2f"),
                       _num(row.get("x_torch"), ".2f"), f"{row['floor_ms']:.3g}", str(s.get("kernels", "-")),
-                      _mb(s), _mb(jax_), _mb(torch_), _num(s.get("grad_error"), ".1e")])
+                      _mb(s), _mb(jax_), _mb(torch_), _num(_ratio(s.get("device_bytes"), row["floor_bytes"]), ".2f"),
+                      _num(_ratio(s.get("device_bytes"), jax_.get("device_bytes")), ".2f"),
+                      _num(s.get("grad_error"), ".1e")])
     r = results
     intro = (f"`{r['command']}` on {r['date']}, {r['elapsed_s']:.0f} s. symdiff on `{r['device']}`; "
              f"peers: {', '.join(r['peers'])}. Median of up to {r['settings']['k_max']} calls in "
@@ -354,7 +362,8 @@ def render(results: dict[str, Any]) -> str:
              f"(JAX ready: block_until_ready only, no read). "
              f"floor: inputs read once + gradients written once at {r['bandwidth_gbps']:g} GB/s. "
              f"MiB: device memory (symdiff: inputs + executable buffers + returned gradients; JAX: XLA's "
-             f"memory analysis; torch on cuda: max_memory_allocated). err: max relative L2 error of value and "
+             f"memory analysis; torch on cuda: max_memory_allocated); mem x (in+grad): symdiff's MiB over the bytes of "
+             f"the inputs and gradients (the floor's bytes); mem x JAX: over JAX's. err: max relative L2 error of value and "
              f"gradients against {TOLERANCE:g} tolerance.")
     gm = r["geomean_x_jax"]
     footer = f"geometric mean of x JAX over {r['geomean_rows']} rows: {_num(gm, '.2f')}"

@@ -8,9 +8,10 @@ from .cache import SlangGenerationError
 from .devices import DeviceUnavailable, available_devices
 from .memory import clear_caches, held_bytes, limit as cache_limit, set_limit as set_cache_limit
 from .plan import LoweringError
-from .runtime import ArgumentError, DeviceArray, Executable, UnsupportedOnDevice, asarray, compile
+from .runtime import ArgumentError, DeviceArray, Executable, UnsupportedOnDevice, asarray, compile, planned_buffers
 from .source_view import SlangSource, highlight_html
 
 __all__ = ["compile", "Executable", "DeviceArray", "asarray", "available_devices", "LoweringError",
            "SlangGenerationError", "UnsupportedOnDevice", "DeviceUnavailable", "SlangSource",
-           "highlight_html", "ArgumentError", "clear_caches", "held_bytes", "cache_limit", "set_cache_limit"]
+           "highlight_html", "ArgumentError", "clear_caches", "held_bytes", "cache_limit", "set_cache_limit",
+           "planned_buffers"]

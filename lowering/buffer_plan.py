@@ -23,10 +23,22 @@ start of its launch.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .codegen import KernelEntry
+import numpy as np
+
+from .codegen import KernelEntry, Module
+from .plan import Plan
+
+STORAGE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "bool": np.int32}  # bool: 4-byte words
+
+
+def buffer_bytes(dtype: str, count: int) -> int:
+    """A buffer's size for ``count`` elements of graph dtype ``dtype``
+    (empty buffers are invalid: at least one element)."""
+    return max(count, 1) * np.dtype(STORAGE[dtype]).itemsize
 
 
 @dataclass
@@ -105,3 +117,22 @@ def assign(launches: Sequence[Sequence[KernelEntry]], nbytes: dict[str, int], sh
         out.first_launch[access] = launch_of[access]
     out.own_bytes = {a: b for a, b in nbytes.items() if a not in out.slot_of}
     return out
+
+
+def plan_buffers(p: Plan, module: Module, sequential: bool) -> tuple[BufferPlan, list[list[KernelEntry]]]:
+    """The buffer plan of a planned and generated program, and its launches.
+    Arguments' first versions are the caller's (uploads or device arrays) and
+    get no slot; results are handed over or read after the last kernel, and a
+    version that is neither overwritten nor filled by every call keeps the
+    zeros it was cleared to once: those keep buffers of their own."""
+    g = p.graph
+    latest = {g.latest(r) for r in g.results}
+    nbytes = {}
+    for access in p.stored:
+        node = g.node(access)
+        c = g.containers[node.container]
+        if not (c.role == "argument" and node.version == 0):
+            nbytes[access] = buffer_bytes(c.dtype, int(math.prod(c.shape)))
+    shareable = {a for a in nbytes if a not in latest and (a in p.overwritten or a in p.fills)}
+    launches = launches_of(module.kernels, sequential)
+    return assign(launches, nbytes, shareable, {a for a, v in p.fills.items() if v == 0}), launches

@@ -372,7 +372,8 @@ def check_order(graph: DataflowGraph, kernels: list[Kernel]) -> None:
 
 
 def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Target | None" = None) -> Plan:
-    """Bind sizes, split multi-output tasklets, fold elementwise producers into reductions, split long
+    """Bind sizes, split multi-output tasklets, recompute the producers ``graph.meta["rematerialise"]``
+    names where they are read (``lowering.rematerialise``), fold elementwise producers into reductions, split long
     reductions, group tasklets into kernels and decide buffers, fills and write modes.  ``target``
     (a ``lowering.targets`` name or ``Target``) sets which producers are recomputed, how long
     reductions are split and how long a row kernel's rows may be; without one the plan suits
@@ -381,7 +382,9 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     g = bind(graph, sizes)
     empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
-    from .reduce_fusion import fold_producers  # built on this module's index analysis
+    from .rematerialise import rematerialise  # built on this module's index analysis
+    rematerialise(g, g.meta.get("rematerialise", ()))
+    from .reduce_fusion import fold_producers
     fold_producers(g, target is not None and target.recompute_transcendentals)
     split_large_reductions(g, target)
     kernels: list[Kernel] = []

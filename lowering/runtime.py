@@ -33,7 +33,7 @@ from ir.graph import DTYPES, DataflowGraph
 
 from . import cache, devices, dlpack, memory, targets
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation
-from .buffer_plan import BufferPlan, assign, launches_of
+from .buffer_plan import STORAGE, BufferPlan, buffer_bytes, plan_buffers
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
 from .deterministic import check_atomic_free, owner_computes
 from .plan import LoweringError, Plan, plan
@@ -48,7 +48,6 @@ def _usage() -> "spy.BufferUsage":
             | spy.BufferUsage.copy_source | spy.BufferUsage.copy_destination)
 
 
-_STORAGE_NUMPY = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "bool": np.int32}
 
 
 class UnsupportedOnDevice(LoweringError):
@@ -77,15 +76,11 @@ def host_argument(name: str, value, dtype: str) -> np.ndarray:
     return host.astype(DTYPES[dtype], copy=False)
 
 
-def _bytes(dtype: str, count: int) -> int:
-    return max(count, 1) * np.dtype(_STORAGE_NUMPY[dtype]).itemsize  # empty buffers are invalid
-
-
 def _new_buffer(device: spy.Device, dtype: str, count: int, data: np.ndarray | None = None) -> spy.Buffer:
     if data is not None and data.size:
-        return device.create_buffer(size=_bytes(dtype, count), usage=_usage(),
-                                    data=dlpack.uploadable(np.ascontiguousarray(data, dtype=_STORAGE_NUMPY[dtype])))
-    return device.create_buffer(size=_bytes(dtype, count), usage=_usage())
+        return device.create_buffer(size=buffer_bytes(dtype, count), usage=_usage(),
+                                    data=dlpack.uploadable(np.ascontiguousarray(data, dtype=STORAGE[dtype])))
+    return device.create_buffer(size=buffer_bytes(dtype, count), usage=_usage())
 
 
 def _readback(buffer: spy.Buffer, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -97,7 +92,7 @@ def _host_array(raw: np.ndarray, dtype: str, shape: tuple[int, ...]) -> np.ndarr
     count = math.prod(shape)
     if count == 0:
         return np.zeros(shape, dtype=DTYPES[dtype])
-    values = raw.view(_STORAGE_NUMPY[dtype])[:count].reshape(shape)
+    values = raw.view(STORAGE[dtype])[:count].reshape(shape)
     return values.astype(np.bool_) if dtype == "bool" else values
 
 
@@ -153,7 +148,7 @@ def asarray(array, device: str | None = None, dtype: str | None = None) -> Devic
         return array
     host = dlpack.host_array(array)  # a DLPack producer's host memory, read in place by the upload
     name = dtype or (host.dtype.name if host.dtype.name in DTYPES else "float32")
-    host = dlpack.staged(array, host, _STORAGE_NUMPY[name])
+    host = dlpack.staged(array, host, STORAGE[name])
     buffer = _new_buffer(devices.get_device(kind), name, host.size, host)
     return DeviceArray(buffer, host.shape, name, kind)
 
@@ -275,19 +270,10 @@ class Executable:
             g = p.graph
             shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
             latest = {r: g.latest(r) for r in g.results}
-            nbytes = {}
-            for access in p.stored:
-                node = g.node(access)
-                if g.containers[node.container].role == "argument" and node.version == 0:
-                    continue  # bound per call: the caller's upload or DeviceArray
-                nbytes[access] = _bytes(g.containers[node.container].dtype, math.prod(shapes[access]))
-            # every call recomputes these from scratch, so they may share (lowering.buffer_plan)
-            shareable = {a for a in nbytes if a not in latest.values() and (a in p.overwritten or a in p.fills)}
-            launches = launches_of(module.kernels, target.sequential)
-            bplan = assign(launches, nbytes, shareable, {a for a, v in p.fills.items() if v == 0})
+            bplan, launches = plan_buffers(p, module, target.sequential)
             slots = [dev.create_buffer(size=n, usage=_usage()) for n in bplan.slot_bytes]
-            buffers = {a: slots[bplan.slot_of[a]] if a in bplan.slot_of else dev.create_buffer(size=n, usage=_usage())
-                       for a, n in nbytes.items()}
+            buffers = {a: dev.create_buffer(size=n, usage=_usage()) for a, n in bplan.own_bytes.items()}
+            buffers.update({a: slots[s] for a, s in bplan.slot_of.items()})
             enc = dev.create_command_encoder()
             for buffer in {id(b): b for b in buffers.values()}.values():
                 enc.clear_buffer(buffer)  # versions nobody writes read as zeros
@@ -370,7 +356,7 @@ class Executable:
                                      f"the program needs {dtype} on {self.device!r}")
                 bindings[access] = value.buffer
                 continue
-            host = np.ascontiguousarray(host_argument(name, value, dtype), dtype=_STORAGE_NUMPY[dtype])
+            host = np.ascontiguousarray(host_argument(name, value, dtype), dtype=STORAGE[dtype])
             if access not in inst.buffers:
                 inst.buffers[access] = _new_buffer(dev, dtype, host.size)
                 self._stats["buffers_allocated"] += 1
@@ -514,6 +500,18 @@ class Executable:
             d.kernel.dispatch(thread_count=d.thread_count, command_encoder=enc, **uniforms,
                               **d.params, **{n: bindings[a] for n, a in d.per_call.items()})
         return len(launches)
+
+
+def planned_buffers(graph: DataflowGraph, device: str | None, sizes: Mapping[str, int]) -> BufferPlan:
+    """The buffers a call binding ``sizes`` would allocate on ``device``
+    (``lowering.buffer_plan``), planned without compiling or allocating:
+    what ``symdiff.memory_budget`` weighs its choices by."""
+    kind = devices.resolve(device)
+    if kind == "numpy":
+        raise ValueError("the numpy device runs the IR interpreter: it plans no buffers")
+    target = devices.target(kind)
+    p = plan(graph, dict(sizes), target)
+    return plan_buffers(p, generate(p, target), target.sequential)[0]
 
 
 def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str, int] | None = None,

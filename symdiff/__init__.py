@@ -17,6 +17,7 @@ from .forward import add_tangent_pass
 from .gradcheck import GradientCheckError
 from .loops import LoopError, fori_loop, while_loop
 from .interop import to_jax, to_torch
+from .memory_budget import MemoryBudgetError, MemoryPlan
 from .program import DifferentiableProgram, ProgramError, clear_caches, differentiable_program, gradcheck
 from .registry import register_derivative, unregister_derivative
 

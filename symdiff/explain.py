@@ -51,9 +51,10 @@ class Explanation:
     wrt: tuple[str, ...]
     kernels: dict[str, list[str]]
     tasklets: list[TaskletView]  # forward tasklets in execution order
+    memory: str | None = None  # under a memory budget: each value stored or recomputed (symdiff.memory_budget)
 
     def __str__(self) -> str:
-        lines = [self._headline(), ""]
+        lines = [self._headline(), ""] + ([self.memory, ""] if self.memory else [])
         for n, t in enumerate(self.tasklets, 1):
             lines.append(f"[{n}] {t.name}" + (f"  {t.source}" if t.source else "")
                          + (f"  {t.code}" if t.code else ""))
@@ -70,6 +71,7 @@ class Explanation:
     def _repr_html_(self) -> str:
         e = html.escape
         parts = [f"<div class=\"symdiff-explain\"><p><b>{e(self._headline())}</b></p>",
+                 *([f"<pre>{e(self.memory)}</pre>"] if self.memory else []),
                  "<table style=\"border-collapse:collapse;text-align:left\">"]
         for n, t in enumerate(self.tasklets, 1):
             head = f"[{n}] {e(t.name)}" + (f" <small>{e(t.source)}</small>" if t.source else "")

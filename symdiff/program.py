@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+import sympy
 
 import ir
 import ir.view
@@ -26,6 +27,7 @@ from . import loop_runtime, loops
 from .derivatives import tasklet_partials
 from .errors import DifferentiationError
 from .explain import Explanation, explain
+from .memory_budget import MemoryBudgetError, MemoryPlan, fit
 from .forward import add_tangent_pass
 from .gradcheck import check_graph_gradients
 
@@ -58,6 +60,8 @@ class DifferentiableProgram:
         self.stencil_gathers = stencil_gathers
         self._graphs: dict[tuple, ir.DataflowGraph] = {}
         self._backward: dict[tuple, ir.DataflowGraph] = {}
+        self._memory_plans: dict[tuple, tuple[ir.DataflowGraph, MemoryPlan]] = {}  # (specs, wrt, ..., budget)
+        self.memory_budget: int | None = None  # bytes (symdiff.memory_budget); a call may pass its own
         self._executables: dict[tuple, Any] = {}
         self._shapes: dict[tuple, list[tuple[int, ...]]] = {}
         self._last_specs: tuple[ArraySpec, ...] | None = None
@@ -187,19 +191,32 @@ class DifferentiableProgram:
             exported.write(path)
         return exported
 
-    def explain(self, wrt: Sequence[str] | str | None = None, device: str | None = None) -> Explanation:
+    def explain(self, wrt: Sequence[str] | str | None = None, device: str | None = None,
+                memory_budget: int | None = None) -> Explanation:
         """Per forward tasklet in execution order: the user's line, the
         expression, its partials, the backward tasklets derived from it and
-        the kernel each was fused into.  Prints as text, renders as HTML in
-        Jupyter.  Compiles for ``device`` so the kernels are the real ones."""
+        the kernel each was fused into; under a memory budget (this one or
+        the program's), each value stored or recomputed and what it saved.
+        Prints as text, renders as HTML in Jupyter.  Compiles for ``device``
+        so the kernels are the real ones."""
         specs = self._specs_for(None)
         forward = self._forward_graph(specs)
         names = self._resolve_wrt(forward, wrt)
-        backward = self._backward_graph(specs, names)
+        budget = self.memory_budget if memory_budget is None else memory_budget
+        placeholders = {}
+        if budget is not None:
+            if not all(isinstance(d, (int, sympy.Integer)) for s in specs for d in s.shape):
+                raise ProgramError(f"{self.name}'s shapes use size symbols: call it once with memory_budget=..., "
+                                   "then ask explain() again")
+            placeholders = {n: np.broadcast_to(np.zeros((), ir.DTYPES[s.dtype]), tuple(map(int, s.shape)))
+                            for n, s in zip(self.arg_names, specs)}
+        backward, plan = self._gradient_graph(specs, forward, placeholders, names, None, device, budget)
         exe = self._executable(backward, device)
         fn = getattr(self, "function", None)
-        return explain(forward, backward, exe.kernels(), program=self.name,
-                       device=exe.device, wrt=names, source_file=fn.__code__.co_filename if fn else None)
+        out = explain(forward, backward, exe.kernels(), program=self.name,
+                      device=exe.device, wrt=names, source_file=fn.__code__.co_filename if fn else None)
+        out.memory = str(plan) if plan else None
+        return out
 
     def view(self, wrt: Sequence[str] | str | None = None, device: str | None = None,
              collapse: bool | None = None) -> "ir.view.GraphView":
@@ -279,23 +296,58 @@ class DifferentiableProgram:
 
     def vjp(self, *args, cotangent: Any, wrt: Sequence[str] | str | None = None,
             device: str | None = None, device_arrays: bool = False,
-            accumulate: Mapping[str, str] | None = None, **kwargs) -> tuple[Any, dict[str, Any]]:
+            accumulate: Mapping[str, str] | None = None, memory_budget: int | None = None,
+            **kwargs) -> tuple[Any, dict[str, Any]]:
         """``(value, {input: cotangent @ d value / d input})`` for any output shape.
 
         ``cotangent``: one array for a single output, a tuple for several.
         ``accumulate={"w": "push"}``: per-sample gradients of an input
-        broadcast against a batch, shaped ``batch + w.shape`` (``symdiff.push``)."""
+        broadcast against a batch, shaped ``batch + w.shape`` (``symdiff.push``).
+        ``memory_budget``: bytes the call's buffers may take (``symdiff.memory_budget``;
+        overrides the program's)."""
         values = self._bind(args, kwargs)
         specs = self._specs_for(values)
         forward = self._forward_graph(specs)
         return self._vjp(specs, forward, self._inputs(forward, values), cotangent, wrt, device, device_arrays,
-                         accumulate)
+                         accumulate, memory_budget)
+
+    def _gradient_graph(self, specs: tuple[ArraySpec, ...], forward: ir.DataflowGraph, inputs: Mapping[str, Any],
+                        wrt: tuple[str, ...], accumulate: Mapping[str, str] | None, device: str | None,
+                        budget: int | None) -> tuple[ir.DataflowGraph, MemoryPlan | None]:
+        """The backward graph a call runs: as differentiated, or, under a
+        memory budget, with the values ``fit`` chose for the device and the
+        sizes the inputs bind recomputed where they are read (and the plan
+        of those choices)."""
+        if budget is None:
+            return self._backward_graph(specs, wrt, accumulate), None
+        kind = lowering.devices.resolve(requested_device(device or self.device))
+        if kind == "numpy":
+            raise ProgramError("memory_budget plans the buffers of the Slang devices; the numpy device "
+                               "interprets the graph without them: pass device='cpu' (or a GPU device)")
+        sizes = ir.bind_sizes(forward, inputs)
+        key = (specs, wrt, tuple(sorted((accumulate or {}).items())), kind, tuple(sorted(sizes.items())), budget)
+        if key not in self._memory_plans:
+            try:
+                self._memory_plans[key] = fit(
+                    self._backward_graph(specs, wrt, accumulate), sizes, budget,
+                    planned_peak=lambda graph: lowering.planned_buffers(graph, kind, sizes).peak_bytes)
+            except MemoryBudgetError as exc:
+                raise MemoryBudgetError(f"{self.name}: {exc}") from None
+        return self._memory_plans[key]
+
+    def memory_plan(self) -> MemoryPlan | None:
+        """The choices of the latest call made under a memory budget: each
+        forward value stored or recomputed, the bytes it saved and the
+        operations it costs (None before such a call)."""
+        return next(reversed(self._memory_plans.values()))[1] if self._memory_plans else None
 
     def _vjp(self, specs: tuple[ArraySpec, ...], forward: ir.DataflowGraph, inputs: dict[str, Any],
              cotangent: Any, wrt: Sequence[str] | str | None, device: str | None,
-             device_arrays: bool, accumulate: Mapping[str, str] | None = None) -> tuple[Any, dict[str, Any]]:
+             device_arrays: bool, accumulate: Mapping[str, str] | None = None,
+             memory_budget: int | None = None) -> tuple[Any, dict[str, Any]]:
         wrt = self._resolve_wrt(forward, wrt)
-        graph = self._backward_graph(specs, wrt, accumulate)
+        budget = self.memory_budget if memory_budget is None else memory_budget
+        graph, _ = self._gradient_graph(specs, forward, inputs, wrt, accumulate, device, budget)
         outputs = forward.meta.get("result_names", forward.results)
         cts = (cotangent,) if len(outputs) == 1 else tuple(cotangent)
         if len(cts) != len(outputs):
@@ -322,7 +374,7 @@ class DifferentiableProgram:
 
     def value_and_grad(self, *args, wrt: Sequence[str] | str | None = None, device: str | None = None,
                        device_arrays: bool = False, accumulate: Mapping[str, str] | None = None,
-                       **kwargs) -> tuple[Any, dict[str, Any]]:
+                       memory_budget: int | None = None, **kwargs) -> tuple[Any, dict[str, Any]]:
         """``(value, {input: gradient})`` of a program with one scalar output.
 
         ``accumulate={"w": "push"}``: for an input broadcast against a batch,
@@ -338,12 +390,15 @@ class DifferentiableProgram:
             raise ProgramError(f"value_and_grad needs one scalar output; {self.name} returns "
                                f"{len(outputs)} output(s) of shape(s) {shapes}. "
                                "Use .vjp(..., cotangent=...) for non-scalar outputs.")
-        return self._vjp(specs, forward, inputs, np.ones(()), wrt, device, device_arrays, accumulate)
+        return self._vjp(specs, forward, inputs, np.ones(()), wrt, device, device_arrays, accumulate,
+                         memory_budget)
 
     def grad(self, *args, wrt: Sequence[str] | str | None = None, device: str | None = None,
-             accumulate: Mapping[str, str] | None = None, **kwargs) -> dict[str, Any]:
+             accumulate: Mapping[str, str] | None = None, memory_budget: int | None = None,
+             **kwargs) -> dict[str, Any]:
         """``{input: gradient}`` of a program with one scalar output."""
-        return self.value_and_grad(*args, wrt=wrt, device=device, accumulate=accumulate, **kwargs)[1]
+        return self.value_and_grad(*args, wrt=wrt, device=device, accumulate=accumulate,
+                                   memory_budget=memory_budget, **kwargs)[1]
 
     def grad_program(self, wrt: Sequence[str] | str | None = None) -> "DifferentiableProgram":
         """A new program with the same arguments whose outputs are the gradients
@@ -535,7 +590,7 @@ def clear_caches() -> int:
 
 def differentiable_program(fn: Callable | None = None, *, device: str | None = None, deterministic: bool = False,
                            check_bounds: bool = True, stencil_gathers: bool = True,
-                           strict_broadcasting: bool = False):
+                           strict_broadcasting: bool = False, memory_budget: int | None = None):
     """Decorate a numpy-style function (or index-level code with ``sd.map``).
 
     Arguments annotated with ``sd.f32[...]``-style specs fix their dtype and
@@ -558,11 +613,17 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
     ``strict_broadcasting=True``: an elementwise op between arrays of different
     ranks is a trace error unless the broadcast is written (``x[None, :]``,
     ``np.broadcast_to``); scalars still broadcast.
+    ``memory_budget``: bytes the buffers of a gradient call may take on a
+    Slang device (intermediates and results, not the arguments): expensive
+    forward values are recomputed in the reverse pass instead of stored until
+    the plan fits, and a call that cannot fit raises ``sd.MemoryBudgetError``
+    (``symdiff.memory_budget``; ``program.memory_plan()`` shows the choices).
     """
     if fn is None:
         return lambda f: differentiable_program(f, device=device, deterministic=deterministic,
                                                 check_bounds=check_bounds, stencil_gathers=stencil_gathers,
-                                                strict_broadcasting=strict_broadcasting)
+                                                strict_broadcasting=strict_broadcasting,
+                                                memory_budget=memory_budget)
     params = array_parameters(fn)
     hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items()
              if k in params and isinstance(v, ArraySpec)}
@@ -573,6 +634,7 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
     program = DifferentiableProgram(build, params, hints, fn.__name__, device, deterministic, check_bounds,
                                     stencil_gathers)
     program.function = fn
+    program.memory_budget = memory_budget
     return program
 
 

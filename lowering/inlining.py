@@ -1,0 +1,89 @@
+"""Inlining an elementwise producer into a reader: the reader computes the
+value from the producer's inputs instead of reading it.
+
+Two strategies use it: ``reduce_fusion`` folds producers into the reductions
+consuming them (always, where it saves traffic), and ``rematerialise``
+recomputes the producers a memory budget names in every kernel that reads
+them (``symdiff.memory_budget``).
+"""
+from __future__ import annotations
+
+import sympy
+
+from ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
+from ir.index_analysis import covers, injective
+
+from .plan import uses_connectors
+
+
+def producer(graph: DataflowGraph, access: str) -> Tasklet | None:
+    """The elementwise tasklet that alone writes ``access`` plainly, one point
+    per element, from floats of the same dtype; None if there is none."""
+    writers = graph.writers(access)
+    if len(writers) != 1:
+        return None
+    name, w = writers[0]
+    p = graph.node(name)
+    dtype = graph.containers[w.container].dtype
+    if (w.accumulate is not None or p.condition is not sympy.true or len(graph.writes(name)) != 1
+            or dtype not in ("float32", "float64")):
+        return None
+    reads = graph.reads(name)
+    if any(graph.containers[r.container].dtype != dtype or uses_connectors(r.index, p) for _, r in reads):
+        return None
+    syms = p.index_symbols
+    if not injective(w.index, syms) or not covers(w.index, p.domain, graph.containers[w.container].shape):
+        return None
+    return p
+
+
+def producer_point(p: Tasklet, w: Memlet, read: Memlet) -> dict:
+    """``p``'s domain point that wrote the element ``read`` reads (each component of
+    ``p``'s write index is ``s + c`` or constant)."""
+    at = {s: b for s, b, _ in p.domain}
+    for wi, ri in zip(w.index, read.index):
+        wi = sympy.sympify(wi)
+        if wi.free_symbols:
+            (s,) = wi.free_symbols
+            at[s] = sympy.sympify(ri) - (wi - s)
+    return at
+
+
+def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None:
+    """Replace ``t``'s read through ``connector`` by ``p``'s body at the same
+    element; reads of one element through several connectors become one."""
+    (_, w), = graph.writes(p.name)
+    (_, read), = [(a, m) for a, m in graph.reads(t.name) if m.connector == connector]
+    at = producer_point(p, w, read)
+    reads = {m.connector: (a, m.index) for a, m in graph.reads(t.name) if m.connector != connector}
+    by_element = {(a, tuple(sympy.expand(i) for i in idx)): c for c, (a, idx) in reads.items()}
+    taken = set(reads) | {s.name for s in t.index_symbols}
+    subs: dict = {s: v for s, v in at.items()}
+    for a, m in graph.reads(p.name):
+        index = tuple(sympy.expand(sympy.sympify(i).xreplace(at)) for i in m.index)
+        c = by_element.get((a, index))
+        if c is None:
+            c = _fresh(m.connector, taken)
+            taken.add(c)
+            reads[c] = (a, index)
+            by_element[(a, index)] = c
+        subs[p.inputs[m.connector]] = connector_symbol(c, graph.containers[m.container].dtype)
+    value = next(iter(p.body.values())).xreplace(subs)
+    body = {k: e.xreplace({t.inputs[connector]: value}) for k, e in t.body.items()}
+    inputs = {c: connector_symbol(c, graph.containers[graph.node(a).container].dtype) for c, (a, _) in reads.items()}
+    # the producer's graph tasklets now run here (explain/kernels() name them with this tasklet's kernel)
+    folded = (*t.meta.get("folded", ()), p.meta["origin"], *p.meta.get("folded", ()))
+    fused = Tasklet(t.name, t.domain, body, inputs, t.condition, t.source, t.backward, {**t.meta, "folded": folded})
+    graph.nx.nodes[t.name]["node"] = fused  # in place: the tasklet keeps its position in the graph's order
+    for a, _, key in list(graph.nx.in_edges(t.name, keys=True)):
+        graph.nx.remove_edge(a, t.name, key)
+    for c, (a, index) in reads.items():
+        graph.nx.add_edge(a, t.name, memlet=Memlet(graph.node(a).container, index, c))
+
+
+def _fresh(base: str, taken: set) -> str:
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name

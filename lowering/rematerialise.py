@@ -1,0 +1,71 @@
+"""Values recomputed where they are read instead of stored: the lowering's
+side of store vs recompute.
+
+A program's reverse pass reads forward values (``x - mean``, ``tanh(x)``)
+and its own partial results in kernels far from the ones that computed them,
+so each such value is a buffer live from its writer to its last reader.
+Rematerialising an elementwise producer substitutes its body into every
+reader (``inlining.inline``): the readers compute the value from the
+producer's inputs, and once nothing reads the value, neither the producer nor
+its buffer remains.  The readers then read the producer's inputs instead,
+which may keep those alive longer; whether a choice pays is measured on the
+buffer plan by the caller (``symdiff.memory_budget``).
+
+Which producers: those the graph names in ``meta["rematerialise"]`` (tasklet
+names), when they qualify as elementwise producers (``inlining.producer``)
+and no reader indexes the value through a connector (a gather keeps its
+buffer).  A result's latest version is recomputed for its readers but still
+written.
+"""
+from __future__ import annotations
+
+from typing import Collection
+
+from ir.graph import DataflowGraph, Tasklet
+
+from .inlining import inline, producer
+from .plan import uses_connectors
+
+
+def candidates(graph: DataflowGraph) -> list[str]:
+    """Tasklets ``rematerialise`` can recompute where their value is read: the
+    elementwise producers whose value is no result and is read, by no reader
+    through a connector index or in a condition."""
+    results = {graph.latest(c) for c in graph.results}
+    out = []
+    for t in graph.tasklets():
+        writes = graph.writes(t.name)
+        if len(writes) == 1 and writes[0][0] not in results and _recomputable(graph, t.name, writes[0][0]):
+            out.append(t.name)
+    return out
+
+
+def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:
+    readers = graph.readers(access)
+    return bool(readers) and producer(graph, access) is graph.node(name) and not any(
+        uses_connectors(m.index, graph.node(r)) or graph.node(r).condition.free_symbols & set(graph.node(r).inputs.values())
+        for r, m in readers)
+
+
+def rematerialise(graph: DataflowGraph, names: Collection[str]) -> list[str]:
+    """Inline each qualifying producer named in ``names`` (by its tasklet's
+    ``meta["origin"]``) into every reader, consumers before producers so that
+    chains compose; returns the names rematerialised."""
+    wanted = set(names)
+    order = [n for n in graph.topological_order() if isinstance(graph.node(n), Tasklet)
+             and graph.node(n).meta.get("origin", n) in wanted]
+    done = []
+    results = {graph.latest(c) for c in graph.results}
+    for name in reversed(order):
+        origin = graph.node(name).meta.get("origin", name)
+        writes = graph.writes(name)
+        if len(writes) != 1 or not _recomputable(graph, name, writes[0][0]):
+            continue
+        access = writes[0][0]
+        for r, m in graph.readers(access):
+            inline(graph, graph.node(r), m.connector, graph.node(name))
+        if access not in results:
+            graph.remove_tasklet(name)
+            graph.nx.remove_node(access)
+        done.append(origin)
+    return done

@@ -1,0 +1,130 @@
+"""Store or recompute, chosen to fit a memory budget.
+
+A program's kernels pass values to later kernels through buffers: the
+forward values the reverse pass reads (``x - mean``, ``tanh(x)``), and the
+reverse pass's own partial results.  Each is a buffer live from the kernel
+that writes it to the last that reads it (``lowering.buffer_plan`` shares a
+buffer only between values whose lifetimes do not overlap).  Recomputing an
+elementwise value in every kernel that reads it instead
+(``lowering.rematerialise``) removes its buffer, at the price of evaluating
+its expression again there, and may keep its own inputs alive longer.
+
+``fit`` starts from storing everything and, while the planned buffers exceed
+the budget, switches values to recompute, the most bytes per recomputed
+operation first, keeping a switch only where the plan's peak really drops;
+a value passed over is tried again once after the others (its inputs may
+have been switched since).  Each trial re-plans the program (no Slang
+compile): a greedy search measured on the real plan, not the ILP of the DaCe
+AD paper (arXiv 2509.02197), which models costs instead.  When no switch
+helps any more and the plan still exceeds the budget, the program is refused
+with the smallest peak found.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+import sympy
+
+import ir
+import lowering.rematerialise
+from ir.sizes import substitute_sizes
+
+
+
+class MemoryBudgetError(ValueError):
+    """No choice of recomputation fits the program's buffers in the budget."""
+
+
+@dataclass
+class Choice:
+    """One forward tasklet's decision and what it was measured to cost."""
+
+    tasklet: str
+    source: str | None  # the user's line
+    decision: str  # "recompute" | "store"
+    bytes_saved: int  # drop of the planned peak this switch made (0 for "store")
+    ops: int  # operations recomputed per call by one reader (sympy's count of the value, times its points)
+    reason: str
+
+
+@dataclass
+class MemoryPlan:
+    """What ``fit`` chose (``program.memory_plan()`` returns it)."""
+
+    budget: int
+    stored_peak_bytes: int  # store everything
+    peak_bytes: int  # with the choices made
+    choices: list[Choice] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"memory budget {self.budget:,} bytes: planned buffers {self.peak_bytes:,} bytes "
+                 f"(storing every forward value: {self.stored_peak_bytes:,})"]
+        for c in self.choices:
+            where = f" ({c.source})" if c.source else ""
+            saved = f", saves {c.bytes_saved:,} bytes" if c.decision == "recompute" else ""
+            lines.append(f"  {c.tasklet}{where}: {c.decision}{saved}, {c.ops:,} ops a reader; {c.reason}")
+        return "\n".join(lines)
+
+
+def ranked(graph: ir.DataflowGraph, sizes: Mapping[str, int]) -> list[tuple[str, int, int]]:
+    """``(tasklet, bytes, ops)`` of each value ``lowering.rematerialise`` could
+    recompute, the most bytes per recomputed operation first."""
+    out = []
+    for name in lowering.rematerialise.candidates(graph):
+        t = graph.node(name)
+        (_, m), = graph.writes(name)
+        c = graph.containers[m.container]
+        nbytes = math.prod(c.concrete_shape(sizes)) * np.dtype(ir.DTYPES[c.dtype]).itemsize
+        points = math.prod(max(int(substitute_sizes(sympy.sympify(e) - b, sizes)), 0) for _, b, e in t.domain)
+        ops = max(points, 1) * max(int(sympy.count_ops(t.body[m.connector])), 1)
+        out.append((name, nbytes, ops))
+    return sorted(out, key=lambda c: (-c[1] / c[2], c[0]))
+
+
+def with_recomputed(graph: ir.DataflowGraph, names: frozenset[str]) -> ir.DataflowGraph:
+    """``graph`` whose lowering recomputes ``names`` where they are read."""
+    if not names:
+        return graph
+    out = graph.copy()
+    out.meta["rematerialise"] = sorted(names)
+    return out
+
+
+def fit(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
+        planned_peak: Callable[[ir.DataflowGraph], int]) -> tuple[ir.DataflowGraph, MemoryPlan]:
+    """``graph`` (a backward graph) with the values its lowering recomputes
+    chosen so that its planned buffers fit ``budget`` bytes, storing as much
+    as fits; ``planned_peak`` plans.  Raises ``MemoryBudgetError`` when no
+    choice fits."""
+    if budget < 0:
+        raise MemoryBudgetError(f"memory_budget is a number of bytes >= 0, not {budget}")
+    chosen: frozenset[str] = frozenset()
+    peak = stored_peak = planned_peak(graph)
+    decisions: dict[str, Choice] = {}
+    candidates = ranked(graph, sizes)
+    for _ in range(2):  # a second round retries what did not pay before
+        for name, nbytes, ops in candidates:
+            if peak <= budget or name in chosen:
+                continue
+            trial_peak = planned_peak(with_recomputed(graph, chosen | {name}))
+            source = graph.node(name).source
+            if trial_peak < peak:
+                decisions[name] = Choice(name, source, "recompute", peak - trial_peak, ops,
+                                         f"its {nbytes:,}-byte value is recomputed where it is read")
+                chosen, peak = chosen | {name}, trial_peak
+            else:
+                decisions[name] = Choice(name, source, "store", 0, ops,
+                                         "recomputing it did not lower the planned peak")
+    plan = MemoryPlan(budget, stored_peak, peak,
+                      [decisions.get(name) or Choice(name, graph.node(name).source, "store", 0, ops,
+                                                     "the plan fits without recomputing it")
+                       for name, _, ops in candidates])
+    if peak > budget:
+        raise MemoryBudgetError(
+            f"the program's buffers need at least {peak:,} bytes, over memory_budget={budget:,}, even "
+            f"recomputing every value that helps (storing everything: {stored_peak:,} bytes).\n{plan}\n"
+            "Raise the budget, or split the program (smaller batches, or fewer values returned).")
+    return with_recomputed(graph, chosen), plan
