@@ -158,3 +158,17 @@ def test_push_over_an_sd_map_range_that_starts_past_zero():
     pushed = conv.grad(x, w, wrt=["w"], accumulate={"w": "push"}, device="numpy")["w"]
     taps = np.stack([x[0:6], x[1:7], x[2:8]], axis=1)      # iteration i = 1..6 is batch element i - 1
     np.testing.assert_allclose(pushed, np.cos(taps @ w)[:, None] * taps, rtol=1e-12)
+
+
+def test_push_with_a_symbolic_batch_size():
+    batch = sd.symbol("B")
+
+    @sd.differentiable_program
+    def f(x: sd.f64[batch, N], w: sd.f64[N]):
+        return np.sum(np.tanh(x * w[None, :]))
+
+    w = np.linspace(-1.0, 1.0, N)
+    for b in (2, 5):   # one trace, sizes bound per call
+        x = np.random.default_rng(b).standard_normal((b, N))
+        pushed = f.grad(x, w, wrt=["w"], accumulate={"w": "push"}, device="numpy")["w"]
+        np.testing.assert_allclose(pushed, x * (1 - np.tanh(x * w) ** 2), rtol=1e-12)
