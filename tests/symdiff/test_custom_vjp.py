@@ -254,3 +254,38 @@ def test_vjp_of_a_program_returning_the_custom_output_itself():
     ref_value, vjp = jax.vjp(lambda x: jax.nn.softmax(x, axis=-1), x)
     np.testing.assert_allclose(value, np.asarray(ref_value), rtol=1e-12)
     np.testing.assert_allclose(grads["x"], np.asarray(vjp(ct)[0]), rtol=1e-10, atol=1e-14)
+
+
+def test_two_outputs_one_of_them_unused_downstream():
+    @sd.custom_vjp
+    def sincos(x, scale):
+        return np.sin(x) * scale, np.cos(x) * scale
+
+    def fwd(x, scale):
+        return sincos(x, scale), (x, scale)
+
+    def bwd(res, cts):
+        x, scale = res
+        g_sin, g_cos = cts
+        return (scale * (g_sin * np.cos(x) - g_cos * np.sin(x)),
+                np.sum(g_sin * np.sin(x) + g_cos * np.cos(x), keepdims=True))
+
+    sincos.defvjp(fwd, bwd)
+
+    @sd.differentiable_program
+    def both(x: sd.f64[4], scale: sd.f64[1]):
+        s, c = sincos(x, scale)
+        return np.sum(s * c)
+
+    @sd.differentiable_program
+    def first_only(x: sd.f64[4], scale: sd.f64[1]):
+        s, _ = sincos(x, scale)   # the cosine's cotangent is zero
+        return np.sum(s ** 2)
+
+    x, scale = np.array([0.3, -1.2, 2.0, 0.0]), np.array([1.5])
+    for program, ref in ((both, lambda x, a: jnp.sum(jnp.sin(x) * a * jnp.cos(x) * a)),
+                         (first_only, lambda x, a: jnp.sum((jnp.sin(x) * a) ** 2))):
+        grads = program.grad(x, scale, device="numpy")
+        expected = jax.grad(ref, argnums=(0, 1))(x, scale)
+        np.testing.assert_allclose(grads["x"], np.asarray(expected[0]), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(grads["scale"], np.asarray(expected[1]), rtol=1e-12)
