@@ -51,7 +51,10 @@ def add_tangent_pass(graph: DataflowGraph, inputs: Sequence[str], outputs: Seque
       (zeros, no tasklet).
     * ``tan_<container>_<version>``: transient tangent of an intermediate
       version; ``jvp_<tasklet>`` the tangent tasklet of a forward tasklet,
-      with ``meta["tangent_of"]`` naming it.
+      with ``meta["tangent_of"]`` naming it, ``meta["forward_values"]``
+      (``"stored"``, ``"recompute"`` or ``"none"``, as in the reverse pass)
+      and ``meta["cse"]``; ``count_``/``zeros_``/``nonzero_`` helpers of a
+      max/min/prod reduction (``backward.accumulation_helpers``).
 
     The meta dicts are merged across calls; ``graph.meta["tangent_passes"]``
     lists every call's inputs, outputs, tangent inputs and tangents.
@@ -120,7 +123,7 @@ class _TangentPass:
 
     def build(self) -> None:
         g = self.graph
-        for access in self.activity.versions:
+        for access in [n for n in g.nx.nodes if n in self.activity.versions]:  # graph order: stable names
             if access in self.tangent:
                 continue
             if access in self.outputs:
@@ -201,7 +204,10 @@ class _TangentPass:
             writes[conn] = (g.access(self.tangent[access], 0), wm.index, acc)
         add_forward_reads(g, tasklet, body.reads, list(exprs.values()),
                           [index for _, index in body.reads.values()] + [w[1] for w in writes.values()])
+        values = set().union(*(e.free_symbols for e in exprs.values()))
+        recomputed = any(sym in values for sym in t.inputs.values())
         replacements, reduced = shared_subexpressions(tuple(exprs.items()))
         g.add_tasklet(f"jvp_{tasklet}", t.domain, exprs, body.reads, writes, condition=t.condition,
-                      source=t.source, tangent_of=tasklet, forward_values="stored" if stored else "recompute",
+                      source=t.source, tangent_of=tasklet,
+                      forward_values="stored" if stored else ("recompute" if recomputed else "none"),
                       cse={"replacements": replacements, "body": reduced})
