@@ -283,7 +283,8 @@ def trace_backward(graph: DataflowGraph, record: CustomCall, grads: dict[str, st
     for name in _new_tasklets(graph, before):
         t = graph.node(name)
         t.backward = True
-        t.meta.update(custom_vjp=record.name, custom_vjp_call=record.call, forward_tasklet=None)
+        t.meta.update(custom_vjp=record.name, custom_vjp_call=record.call, forward_tasklet=None,
+                      forward_values="custom_vjp")
 
 
 def _add_cotangents(trace: context.Trace, graph: DataflowGraph, record: CustomCall, returned,

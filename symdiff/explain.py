@@ -40,6 +40,7 @@ class TaskletView:
     partials: list[str] = field(default_factory=list)  # forward tasklets: "dy/da_1 = 1/4"
     forward_values: str | None = None  # backward tasklets: "stored" | "recompute" | "none"
     backward: list["TaskletView"] = field(default_factory=list)
+    custom_vjp: str | None = None  # forward tasklets of an sd.custom_vjp call: the call's id
 
 
 @dataclass
@@ -107,7 +108,10 @@ def _forward_rows(t: TaskletView) -> list[tuple[str, str]]:
     rows += [("forward", x) for x in t.expressions]
     rows += [("partial", p) for p in t.partials] or [("partial", "none (no float input reaches a float output)")]
     rows.append(("kernel", _kernels_text(t)))
-    if not t.backward:
+    if t.custom_vjp and not t.backward:
+        rows.append(("backward", f"by the custom backward of {t.custom_vjp} (sd.custom_vjp), listed at the "
+                                 "call's first tasklet"))
+    elif not t.backward:
         rows.append(("backward", "none (not on a path from the inputs to the outputs)"))
     return rows
 
@@ -127,7 +131,8 @@ def explain(forward: DataflowGraph, backward: DataflowGraph, kernels: Mapping[st
     for node in backward.topological_order():
         t = backward.node(node)
         if isinstance(t, Tasklet) and t.name not in forward.nx:
-            derived.setdefault(t.meta.get("forward_tasklet"), []).append(t)
+            # a custom backward's tasklets are listed at the first forward tasklet of their call
+            derived.setdefault(t.meta.get("custom_vjp_call") or t.meta.get("forward_tasklet"), []).append(t)
     views = []
     for node in forward.topological_order():
         t = forward.node(node)
@@ -135,7 +140,8 @@ def explain(forward: DataflowGraph, backward: DataflowGraph, kernels: Mapping[st
             continue
         view = _view(forward, t, kernel_of, source_file)
         view.partials = _partials(t)
-        for b in derived.get(t.name, []):
+        view.custom_vjp = t.meta.get("custom_vjp_call")
+        for b in derived.pop(view.custom_vjp, []) + derived.get(t.name, []):
             bview = _view(backward, b, kernel_of, source_file)
             bview.forward_values = b.meta.get("forward_values")
             view.backward.append(bview)

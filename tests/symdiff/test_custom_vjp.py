@@ -289,3 +289,19 @@ def test_two_outputs_one_of_them_unused_downstream():
         expected = jax.grad(ref, argnums=(0, 1))(x, scale)
         np.testing.assert_allclose(grads["x"], np.asarray(expected[0]), rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(grads["scale"], np.asarray(expected[1]), rtol=1e-12)
+
+
+def test_explain_lists_the_custom_backward_at_the_call():
+    program = PROGRAMS[np.float64]["softmax"]
+    program(*_inputs([(3, 5), (5, 5), (3, 5)], np.float64))
+    explanation = program.explain(device="numpy")
+    views = [v for v in explanation.tasklets if v.custom_vjp == "softmax#0"]
+    tagged = [t for t in program.graph.tasklets() if t.meta.get("custom_vjp_call") == "softmax#0"]
+    assert [v.name for v in views] == [t.name for t in tagged]
+    custom = {t.name for t in program.backward_graph().tasklets() if t.backward
+              and t.meta.get("custom_vjp_call") == "softmax#0"}
+    assert {b.name for b in views[0].backward} == custom            # all listed at the first tasklet
+    assert all(not v.backward for v in views[1:])
+    text = str(explanation)
+    assert text.count("by the custom backward of softmax#0") == len(views) - 1
+    assert "not on a path" not in text
