@@ -14,8 +14,8 @@ reader; (2) a dummy node on every layer a long edge crosses, so edges are
 routed between boxes, never through them; (3) barycenter sweeps to reduce
 crossings; (4) x coordinates pulled towards neighbours under a minimum
 separation; (5) consecutive layers cut into bands, placed left to right, the
-cuts chosen where few edges cross and their number so that the whole shows
-large in a notebook cell.  An edge crossing from one band into the
+cuts chosen where few edges cross, as few bands as keep the whole from being
+a tall strip, so that it shows large at a notebook's width.  An edge crossing from one band into the
 next runs down past the band's bottom, up a lane in the gutter between
 bands, and into the next band from above.
 
@@ -39,8 +39,7 @@ LANE = 6.0            # between parallel edges in a gutter
 DUMMY_W = 8.0
 ORDER_SWEEPS = 8
 PLACE_SWEEPS = 8
-FIT = (960.0, 1400.0)  # a notebook cell: the frame the band count is chosen for
-MAX_ASPECT = 2.5      # a drawing wider or taller than this (either way) is a strip
+MAX_ASPECT = 2.8      # a drawing taller (or wider) than this many times its width is a strip
 
 
 @dataclass
@@ -148,39 +147,58 @@ def order(g: nx.DiGraph, rows: list[list]) -> list[list]:
     return best
 
 
-def _pack(wanted: list[float], widths: list[float]) -> list[float]:
-    """Centres as close to ``wanted`` as a left-to-right order with ``NODE_GAP``
-    between boxes allows: the mean of a left-pushing and a right-pushing pass
-    (each keeps the gaps, so their mean does too)."""
-    n = len(wanted)
-    sep = [(widths[k] + widths[k + 1]) / 2 + NODE_GAP for k in range(n - 1)]
-    right = list(wanted)
-    for k in range(1, n):
-        right[k] = max(right[k], right[k - 1] + sep[k - 1])
-    left = list(wanted)
-    for k in range(n - 2, -1, -1):
-        left[k] = min(left[k], left[k + 1] - sep[k])
-    return [(a + b) / 2 for a, b in zip(left, right)]
+def _pack(wanted: list[float], widths: list[float], weights: list[float]) -> list[float]:
+    """Centres in the given left-to-right order, ``NODE_GAP`` between boxes,
+    closest to ``wanted`` in weighted least squares: with ``o`` the least
+    offsets, ``x - o`` must not decrease, which is weighted isotonic
+    regression, solved exactly by pooling adjacent violators.  Heavy boxes
+    (the graph's own nodes) stay put; light ones (edge points, leaves) move
+    aside."""
+    offset = [0.0]
+    for k in range(len(wanted) - 1):
+        offset.append(offset[-1] + (widths[k] + widths[k + 1]) / 2 + NODE_GAP)
+    blocks: list[list[float]] = []   # [weighted sum, weight, count]
+    for want, o, w in zip(wanted, offset, weights):
+        blocks.append([(want - o) * w, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, weight, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += weight
+            blocks[-1][2] += count
+    out = []
+    for total, weight, count in blocks:
+        out += [total / weight] * count
+    return [y + o for y, o in zip(out, offset)]
 
 
 def _x_centres(h: nx.DiGraph, rows: list[list], width: Mapping) -> dict:
     """Centres of ``rows`` (one band; neighbours outside it are ignored)."""
     x: dict = {}
+    weight = {v: 1.0 if isinstance(v, _Dummy) or h.degree(v) <= 1 else 4.0 for row in rows for v in row}
     for row in rows:
-        _place_row(row, [0.0] * len(row), width, x)
-    preds = {v: [u for u in h.predecessors(v) if u in x] for row in rows for v in row}
-    succs = {v: [u for u in h.successors(v) if u in x] for row in rows for v in row}
+        _place_row(row, [0.0] * len(row), width, x, weight)
+    preds = {v: _pulling(h, v, h.predecessors(v), x, h.in_degree) for row in rows for v in row}
+    succs = {v: _pulling(h, v, h.successors(v), x, h.out_degree) for row in rows for v in row}
     for sweep in range(PLACE_SWEEPS):
         down = sweep % 2 == 0
         nbrs = preds if down else succs
         for row in (rows if down else rows[::-1]):
             wanted = [sum(x[u] for u in nbrs[v]) / len(nbrs[v]) if nbrs[v] else x[v] for v in row]
-            _place_row(row, wanted, width, x)
+            _place_row(row, wanted, width, x, weight)
     return x
 
 
-def _place_row(row: list, wanted: list[float], width: Mapping, x: dict) -> None:
-    for v, c in zip(row, _pack(wanted, [width[v] for v in row])):
+def _pulling(h: nx.DiGraph, v, nbrs, x: Mapping, degree) -> list:
+    """The neighbours ``v`` is centred under: those in the band, less the
+    leaves among them (an argument read by a chain would otherwise pull the
+    chain sideways at every step, a staircase) unless only leaves are left."""
+    nbrs = [u for u in nbrs if u in x]
+    inner = [u for u in nbrs if degree(u)]
+    return inner or nbrs
+
+
+def _place_row(row: list, wanted: list[float], width: Mapping, x: dict, weight: Mapping) -> None:
+    for v, c in zip(row, _pack(wanted, [width[v] for v in row], [weight[v] for v in row])):
         x[v] = c
 
 
@@ -207,13 +225,15 @@ def _cuts(rows: list[list], h: nx.DiGraph, heights: list[float], bands: int) -> 
 
 
 def layout(g: nx.DiGraph, sizes: Mapping[Hashable, tuple[float, float]], margin: float = 10.0,
-           top: float = 0.0, fit: tuple[float, float] = FIT) -> Layout:
+           top: float = 0.0) -> Layout:
     """Place ``g``'s nodes (boxes of ``sizes``) top to bottom in bands; see the module docstring.
 
-    The band count is the one that shows the drawing largest in a ``fit``
-    (width, height) frame, among those no more than ``MAX_ASPECT`` wide or
-    tall (when any is): text stays readable at notebook width without the
-    drawing becoming a strip either way.  Ties go to fewer bands."""
+    The band count is the smallest that makes the drawing no more than
+    ``MAX_ASPECT`` times taller than wide: the narrowest drawing that is not
+    a strip, so that fitted to a notebook's width its text is as large as it
+    can be (the view scrolls and pans down a tall drawing).  Where that one
+    is a strip the other way (a few very wide rows), whichever of it and one
+    band less is nearer to square."""
     if g.number_of_nodes() == 0:
         return Layout({}, {}, 2 * margin, 2 * margin + top)
     rows0 = layers(g)
@@ -221,22 +241,16 @@ def layout(g: nx.DiGraph, sizes: Mapping[Hashable, tuple[float, float]], margin:
     rows = order(h, rows)
     width = {v: (DUMMY_W if isinstance(v, _Dummy) else sizes[v][0]) for v in h.nodes}
     heights = [max((sizes[v][1] for v in row if not isinstance(v, _Dummy)), default=0.0) for row in rows]
-
-    def key(placed: Layout) -> tuple:
-        aspect = placed.width / placed.height
-        scale = min(1.0, fit[0] / placed.width, fit[1] / placed.height)
-        return (1 / MAX_ASPECT <= aspect <= MAX_ASPECT, round(scale, 2), -placed.bands)
-
-    best = None
+    previous = None
     for bands in range(1, len(rows) + 1):
         placed = _banded(g, h, rows, width, heights, sizes, bands, margin, top)
-        if best is None or key(placed) > key(best):
-            best = placed
-        width_bound = fit[0] / placed.width <= fit[1] / placed.height
-        if placed.bands < bands or width_bound and key(placed)[0] or placed.width > placed.height * MAX_ASPECT:
-            break   # more bands would only make it wider
-    best.layers = rows0
-    return best
+        if placed.width * MAX_ASPECT >= placed.height or placed.bands < bands:
+            if previous and placed.width / placed.height * (previous.width / previous.height) > 1:
+                placed = previous   # one band less is nearer to square
+            break
+        previous = placed
+    placed.layers = rows0
+    return placed
 
 
 def _banded(g: nx.DiGraph, h: nx.DiGraph, rows: list[list], width: Mapping,

@@ -375,7 +375,7 @@ _JS = r"""
     d.rows.forEach(function (r) {
       var line = document.createElement("div");
       var label = document.createElement("span");
-      label.style.color = "#666"; label.textContent = (r[0] + "          ").slice(0, 13);
+      label.style.cssText = "color:#666;display:inline-block;min-width:9em"; label.textContent = r[0];
       var text = document.createElement("span"); text.className = "sdv-value"; text.textContent = r[1];
       line.appendChild(label); line.appendChild(text); panel.appendChild(line);
     });

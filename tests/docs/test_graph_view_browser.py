@@ -128,7 +128,7 @@ def screenshot(driver, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / name
     height = driver.execute_script("return document.body.scrollHeight")
-    driver.set_window_size(1000, min(max(height + 40, 600), 6000))
+    driver.set_window_size(1000, min(max(height + 200, 600), 6000))   # the window, not the page: room for its frame
     driver.save_screenshot(str(path))
     print(f"screenshot: {path}", file=sys.stderr)
     return path
