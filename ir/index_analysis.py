@@ -152,6 +152,25 @@ def solve_shifts(index: Sequence, domain: Sequence[tuple],
     return solution, conditions, unsolved
 
 
+def holds_on_ranges(condition: sympy.Basic, ranges: dict) -> bool:
+    """Whether ``condition`` (``a <= b`` or ``a < b``) holds at every point of
+    ``ranges`` (``{symbol: (begin, end)}``, half-open): its sides' difference
+    is linear in each ranged symbol, so checking every corner of the box
+    decides it.  False when that cannot be shown (other relations, nonlinear
+    sides, sizes sympy cannot compare)."""
+    if not isinstance(condition, (sympy.Le, sympy.Lt)):
+        return False
+    used = [s for s in ranges if s in condition.free_symbols]
+    difference = sympy.expand(condition.rhs - condition.lhs)
+    if any(not difference.is_polynomial(s) or sympy.degree(difference, s) > 1 for s in used):
+        return False
+    corners = [{}]
+    for s in used:
+        begin, end = ranges[s]
+        corners = [{**c, s: v} for c in corners for v in (begin, end - 1)]
+    return all(condition.xreplace(c) is sympy.true for c in corners)
+
+
 class Unanalysable(ValueError):
     """An index component :func:`written_elements` cannot invert; ``reason``
     is ``"data-dependent"``, ``"several symbols"`` or ``"not affine"``."""

@@ -24,7 +24,7 @@ from typing import Sequence
 import sympy
 
 from ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, connector_symbol, index_symbol
-from ir.index_analysis import solve_shifts, unit_shift
+from ir.index_analysis import holds_on_ranges, solve_shifts, unit_shift
 from ir.rewrite import drop_outputs
 
 from .derivatives import shared_subexpressions
@@ -136,8 +136,10 @@ def _gather(graph: DataflowGraph, access: str, targets: tuple, candidates: list)
     container = graph.containers[graph.node(access).container]
     reads = _GatherReads(graph)
     total = sympy.S.Zero
+    ranges = {o: (0, n) for o, n in zip(targets, container.shape)}
     for t, m, (solution, conditions) in candidates:
-        valid = sympy.And(*conditions, t.condition.xreplace(solution))
+        # a shift-0 write over the whole container exists for every gathered element: no guard
+        valid = sympy.And(*(c for c in conditions if not holds_on_ranges(c, ranges)), t.condition.xreplace(solution))
         term = _term(graph, t, m, solution, reads, targets, container.shape)
         total += term if valid is sympy.true else sympy.Piecewise((term, valid), (0, True))
     sole = len(candidates) == len(graph.writers(access))

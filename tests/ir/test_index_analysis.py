@@ -8,7 +8,7 @@ import pytest
 import sympy
 
 from ir import connector_symbol, index_symbol, size_symbol
-from ir.index_analysis import (FLOOR_DIVIDE, Unanalysable, covers, exact_integer_division, injective, injective_over,
+from ir.index_analysis import (FLOOR_DIVIDE, Unanalysable, covers, holds_on_ranges, exact_integer_division, injective, injective_over,
                                solve_shifts, unit_shift, unit_shifts, written_elements)
 
 i, j, k = index_symbol("i"), index_symbol("j"), index_symbol("k")
@@ -176,3 +176,22 @@ def test_exact_integer_division_is_exact_where_float_floor_is_not():
     assert [fn(v) for v in range(-4, 12)] == [(v - 1) // 3 for v in range(-4, 12)]
     x = sympy.Symbol("x", real=True)
     assert exact_integer_division(sympy.floor(x / 2)) == sympy.floor(x / 2)   # a float floor stays one
+
+
+def test_holds_on_ranges_decides_linear_bounds_at_the_corners():
+    o, p = index_symbol("o0"), index_symbol("o1")
+    n = size_symbol("N")
+    box = {o: (0, n), p: (2, 7)}
+    assert holds_on_ranges(sympy.Le(0, o), box)
+    assert holds_on_ranges(sympy.Lt(o, n), box)
+    assert holds_on_ranges(sympy.Le(1, p - 1), box) and holds_on_ranges(sympy.Lt(p + o - n, 7), box)
+    assert not holds_on_ranges(sympy.Lt(o + 1, n), box)  # fails at o = N - 1
+    assert not holds_on_ranges(sympy.Le(3, p), box)  # fails at p = 2
+    assert not holds_on_ranges(sympy.Le(0, o * o - 1), box)  # nonlinear: not shown
+    assert not holds_on_ranges(sympy.Eq(o, o), box)  # only <= and <
+    # brute force on a concrete box agrees wherever it says yes
+    concrete = {o: (0, 5), p: (2, 7)}
+    for c in [sympy.Le(0, o - 1), sympy.Lt(o + p, 11), sympy.Lt(o + p, 10), sympy.Le(2 - o, p)]:
+        everywhere = all(bool(c.xreplace({o: a, p: b})) for a in range(0, 5) for b in range(2, 7))
+        assert holds_on_ranges(c, concrete) == everywhere, c
+
