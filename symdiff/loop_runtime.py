@@ -83,6 +83,12 @@ class _Tape:
     checkpoints: list[tuple[int, list[np.ndarray]]] = field(default_factory=list)
 
 
+def _kept(value: Any) -> Any:
+    """A checkpointed state element: a ``DeviceArray`` result is the caller's own buffer (the
+    executable allocates another for its next call); a numpy one is copied to be sure."""
+    return value if isinstance(value, lowering.DeviceArray) else np.array(value)
+
+
 class _LoopRunner:
     """One loop: its compiled body (and condition), run forward and reversed."""
 
@@ -93,14 +99,18 @@ class _LoopRunner:
         self.cond = compile(loop.cond, device=device, deterministic=deterministic) if loop.cond else None
         self.results = list(loop.body.meta["result_names"])
         self.floats = [k for k, d in enumerate(loop.dtypes) if d in ir.FLOAT_DTYPES]
+        # the state stays on the device between iterations (not for a body holding loops itself)
+        self.on_device = device != "numpy" and isinstance(self.body, lowering.Executable)
         self._vjp = None
 
     def _args(self, n: int, state: Sequence[np.ndarray]) -> dict[str, Any]:
         return {"i": np.asarray(self.loop.lo + n, dtype=np.int32), **{f"s{k}": v for k, v in enumerate(state)}}
 
-    def step(self, n: int, state: list[np.ndarray], check_bounds: bool) -> list[np.ndarray]:
-        out = self.body(self._args(n, state), check_bounds=check_bounds)
-        return [np.asarray(out[r]) for r in self.results]
+    def step(self, n: int, state: list, check_bounds: bool) -> list:
+        """One iteration; the state stays on the device between iterations (``DeviceArray``s,
+        numpy arrays on the numpy device)."""
+        out = self.body(self._args(n, state), check_bounds=check_bounds, return_device_arrays=self.on_device)
+        return [out[r] for r in self.results]
 
     def running(self, n: int, state: list[np.ndarray], check_bounds: bool) -> bool:
         if self.cond is None:
@@ -119,7 +129,7 @@ class _LoopRunner:
         n = 0
         while self.running(n, state, check_bounds):
             if keep and n % tape.interval == 0:
-                tape.checkpoints.append((n, [np.array(v) for v in state]))
+                tape.checkpoints.append((n, [_kept(v) for v in state]))
             state = self.step(n, state, check_bounds)
             n += 1
         tape.trips = n
@@ -147,9 +157,9 @@ class _LoopRunner:
                 states.append(self.step(n, states[-1], check_bounds))
             for n in range(end - 1, start - 1, -1):
                 out = exe({**self._args(n, states[n - start]), **dict(zip(seeds, cotangent))},
-                          check_bounds=check_bounds)
-                cotangent = [np.asarray(out[g]) for g in grads]
-        return cotangent
+                          check_bounds=check_bounds, return_device_arrays=self.on_device)
+                cotangent = [out[g] for g in grads]
+        return [np.asarray(c) for c in cotangent]
 
 
 class LoopProgram:
@@ -191,6 +201,7 @@ class LoopProgram:
             res = self.stage(values, check_bounds=check_bounds)
             state, tape = runner.forward([np.asarray(res[c]) for c in runner.loop.inputs], bool(self.loop_seeds),
                                          check_bounds)
+            state = [np.asarray(v) for v in state]
             tapes.append(tape)
             values.update(zip(runner.loop.outputs, state))
         values.update(user_seeds)

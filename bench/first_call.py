@@ -1,0 +1,315 @@
+"""Where the first ``value_and_grad`` call of an unrolled loop program spends its time:
+``python -m bench.first_call [--device cpu] [--profile N] [KERNEL ...]``.
+
+The first call of a program traces it, validates the graph, differentiates it
+(``add_backward_pass``), validates again, plans kernels, generates Slang and
+compiles it (g++ on slangpy's CPU device).  This runs each stage alone on
+NPBench-style kernels whose Python loops unroll (ludcmp, seidel-2d, adi and a
+lid-driven cavity flow) and prints one row per kernel with seconds per stage,
+so a change to any stage shows where it helped.  Each kernel runs in a fresh
+process with an empty shader cache (a cold first call, as a user gets it).
+Stage times are CPU seconds of the process and its g++ children, which other
+work on a shared machine does not inflate as it does wall time.  ``--profile N``
+adds cProfile's N most expensive functions per kernel.  The gradient is
+checked against ``device="numpy"``, so a fast wrong answer never prints a time.
+
+``--fori``: a jacobi-2d of ``--steps`` time steps written with ``sd.fori_loop``
+against JAX's ``jit(value_and_grad)`` of ``lax.fori_loop`` (float64): first
+call (CPU seconds), steady call (wall, best of 3) and the peak memory of
+symdiff's host arrays (the checkpoints); gradients compared with JAX's.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import importlib.util
+import json
+import os
+import pstats
+import resource
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ("trace", "validate", "differentiate", "validate_bw", "plan", "codegen", "compile", "run")
+
+
+def _polybench():
+    """tests/kernels/polybench.py, the kernels' single definition (not a package)."""
+    spec = importlib.util.spec_from_file_location("polybench", ROOT / "tests" / "kernels" / "polybench.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["polybench"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def cavity_flow(u, v, p):
+    """Lid-driven cavity (NPBench's cavity_flow, "12 steps to Navier-Stokes"): per time step a
+    pressure source, ``nit`` Jacobi sweeps of the pressure Poisson equation with its boundary
+    conditions, then the momentum update of u and v.  Loops unroll: nt * (nit + 1) bodies."""
+    nt, nit = 3, 5
+    ny, nx = u.shape
+    dx, dy = 2.0 / (nx - 1), 2.0 / (ny - 1)
+    dt, rho, nu = 0.001, 1.0, 0.1
+    b = np.zeros_like(u)
+    for _ in range(nt):
+        un = u.copy()
+        vn = v.copy()
+        dudx = (un[1:-1, 2:] - un[1:-1, :-2]) / (2 * dx)
+        dudy = (un[2:, 1:-1] - un[:-2, 1:-1]) / (2 * dy)
+        dvdx = (vn[1:-1, 2:] - vn[1:-1, :-2]) / (2 * dx)
+        dvdy = (vn[2:, 1:-1] - vn[:-2, 1:-1]) / (2 * dy)
+        b[1:-1, 1:-1] = rho * ((dudx + dvdy) / dt - dudx ** 2 - 2 * dudy * dvdx - dvdy ** 2)
+        for _ in range(nit):
+            pn = p.copy()
+            p[1:-1, 1:-1] = (((pn[1:-1, 2:] + pn[1:-1, :-2]) * dy ** 2 + (pn[2:, 1:-1] + pn[:-2, 1:-1]) * dx ** 2)
+                             / (2 * (dx ** 2 + dy ** 2))
+                             - dx ** 2 * dy ** 2 / (2 * (dx ** 2 + dy ** 2)) * b[1:-1, 1:-1])
+            p[:, -1] = p[:, -2]
+            p[0, :] = p[1, :]
+            p[:, 0] = p[:, 1]
+            p[-1, :] = 0.0
+        c = un[1:-1, 1:-1]
+        lap_u = (un[1:-1, 2:] - 2 * c + un[1:-1, :-2]) / dx ** 2 + (un[2:, 1:-1] - 2 * c + un[:-2, 1:-1]) / dy ** 2
+        u[1:-1, 1:-1] = (c - c * dt / dx * (c - un[1:-1, :-2]) - vn[1:-1, 1:-1] * dt / dy * (c - un[:-2, 1:-1])
+                         - dt / (2 * rho * dx) * (p[1:-1, 2:] - p[1:-1, :-2]) + nu * dt * lap_u)
+        w = vn[1:-1, 1:-1]
+        lap_v = (vn[1:-1, 2:] - 2 * w + vn[1:-1, :-2]) / dx ** 2 + (vn[2:, 1:-1] - 2 * w + vn[:-2, 1:-1]) / dy ** 2
+        v[1:-1, 1:-1] = (w - c * dt / dx * (w - vn[1:-1, :-2]) - w * dt / dy * (w - vn[:-2, 1:-1])
+                         - dt / (2 * rho * dy) * (p[2:, 1:-1] - p[:-2, 1:-1]) + nu * dt * lap_v)
+        u[0, :] = 0.0
+        u[:, 0] = 0.0
+        u[:, -1] = 0.0
+        u[-1, :] = 1.0
+        v[0, :] = 0.0
+        v[-1, :] = 0.0
+        v[:, 0] = 0.0
+        v[:, -1] = 0.0
+    return np.sum(u * u) + np.sum(v * v) + np.sum(p * p)
+
+
+def kernels() -> dict[str, tuple[Callable, dict[str, tuple[int, ...]]]]:
+    """name -> (body, argument shapes).  Sizes as in tests/kernels, seidel-2d and ludcmp larger
+    so the unrolled body count is in the hundreds."""
+    pb = _polybench()
+    return {
+        "ludcmp": (pb.ludcmp, {"A": (8, 8), "b": (8,)}),
+        "seidel_2d": (pb.seidel_2d, {"A": (6, 7)}),
+        "adi": (pb.adi, {"u": (8, 8)}),
+        "cavity_flow": (cavity_flow, {"u": (8, 8), "v": (8, 8), "p": (8, 8)}),
+    }
+
+
+def _inputs(name: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = {n: rng.uniform(0.1, 0.5, s) for n, s in shapes.items()}
+    if name == "ludcmp":  # diagonally dominant: no pivoting needed
+        out["A"] += np.eye(shapes["A"][0]) * shapes["A"][0]
+    return out
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children (g++ on the CPU device): unlike
+    wall time, not inflated by other work on a shared machine."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def measure(name: str, device: str) -> dict[str, float]:
+    """CPU seconds per stage of one cold first call of kernel ``name`` (run in this process)."""
+    import ir
+    import lowering
+    import symdiff as sd
+    from lowering import cache, devices
+    from lowering.codegen import generate
+    from lowering.plan import plan
+    from lowering.runtime import PROGRAM
+
+    body, shapes = kernels()[name]
+    specs = [sd.f64[s] for s in shapes.values()]
+    t: dict[str, float] = {}
+
+    def stage(key: str, fn: Callable):
+        start = cpu_seconds()
+        out = fn()
+        t[key] = cpu_seconds() - start
+        return out
+
+    graph = stage("trace", lambda: ir.trace(body, *specs))
+    stage("validate", graph.validate)
+    backward = graph.copy()
+    grads = stage("differentiate", lambda: sd.add_backward_pass(backward, inputs=list(shapes),
+                                                                outputs=backward.results))
+    stage("validate_bw", backward.validate)
+    target = devices.target(device)
+    p = stage("plan", lambda: plan(backward, {}, target))
+    module = stage("codegen", lambda: generate(p, target))
+    dev = devices.get_device(device)
+    entries = [PROGRAM] if target.sequential else [f"{k.name}_main" for k in module.kernels]
+    stage("compile", lambda: cache.kernels(device, dev, module.source, entries))
+    inputs = _inputs(name, shapes)
+    seeds = {s: np.ones(()) for s in backward.meta["seeds"].values()}
+
+    exe = lowering.compile(backward, device=device)  # repeats validate, plan and codegen (compile is cached)
+    results = stage("run", lambda: exe({**inputs, **seeds}))
+    reference = lowering.compile(backward, device="numpy")({**inputs, **seeds})
+    for w, g in grads.items():
+        want, got = np.asarray(reference[g]), np.asarray(results[g])
+        if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
+            raise AssertionError(f"{name}: gradient of {w} on {device} differs from the numpy device")
+    t["tasklets_fw"] = len(graph.tasklets())
+    t["tasklets_bw"] = len(backward.tasklets())
+    t["kernels"] = len(p.kernels)
+    return t
+
+
+def child(name: str, device: str, profile: int) -> None:
+    if profile:
+        prof = cProfile.Profile()
+        result = prof.runcall(measure, name, device)
+        stats = pstats.Stats(prof, stream=sys.stderr)
+        stats.sort_stats("cumulative").print_stats(profile)
+    else:
+        result = measure(name, device)
+    print(json.dumps(result))
+
+
+def _jacobi_step(t, state):
+    A, B = state
+    B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+    A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+    return A, B
+
+
+def fori_row(impl: str, device: str, steps: int, n: int) -> dict[str, Any]:
+    """One implementation of the fori_loop jacobi-2d, measured in this (fresh) process."""
+    rng = np.random.default_rng(0)
+    A, B = rng.uniform(0, 1, (n, n)), rng.uniform(0, 1, (n, n))
+    if impl == "jax":
+        import jax
+        import jax.numpy as jnp
+        jax.config.update("jax_enable_x64", True)
+
+        def step(t, state):
+            A, B = state
+            B = B.at[1:-1, 1:-1].set(0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1]))
+            A = A.at[1:-1, 1:-1].set(0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1]))
+            return A, B
+
+        def loss(A, B):
+            A, B = jax.lax.fori_loop(0, steps, step, (A, B))
+            return jnp.sum(A * A)
+        fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+
+        def call():
+            value, (gA, gB) = fn(A, B)
+            return float(value), {"A": np.asarray(gA), "B": np.asarray(gB)}
+    else:
+        import symdiff as sd
+
+        @sd.differentiable_program
+        def jacobi_2d(A: sd.f64[n, n], B: sd.f64[n, n]):
+            A, B = sd.fori_loop(0, steps, _jacobi_step, (A, B))
+            return np.sum(A * A)
+
+        def call():
+            return jacobi_2d.value_and_grad(A, B, device=device)
+    start = cpu_seconds()
+    value, grads = call()
+    first = cpu_seconds() - start
+    steady = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        call()
+        steady.append(time.perf_counter() - t0)
+    peak = None
+    if impl != "jax":  # host memory of a steady call: checkpoints and state copies are numpy arrays
+        tracemalloc.start()
+        call()
+        peak = tracemalloc.get_traced_memory()[1] / 2 ** 20
+        tracemalloc.stop()
+    return {"first": first, "steady": min(steady), "peak_mib": peak, "value": float(value),
+            "grads": {k: np.asarray(v).tolist() for k, v in grads.items()}}
+
+
+def fori_table(device: str, steps: int, n: int) -> None:
+    print(f"jacobi-2d {n}x{n}, {steps} steps with fori_loop, value_and_grad (float64); first: CPU s of a "
+          "fresh process, empty shader cache; steady: wall s, best of 3; host MiB: numpy memory at the peak of a "
+          "steady call (tracemalloc; JAX's buffers are not seen by it)")
+    print(f"{'impl':<16} {'first':>8} {'steady':>8} {'host MiB':>8}  check")
+    rows = {}
+    for impl in ("jax", "symdiff"):
+        with tempfile.TemporaryDirectory() as cache_home:
+            env = dict(os.environ, XDG_CACHE_HOME=cache_home)
+            cmd = [sys.executable, "-m", "bench.first_call", "--child-fori", impl, "--device", device,
+                   "--steps", str(steps), "--n", str(n)]
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        if proc.returncode:
+            print(f"{impl:<16} FAILED: {proc.stderr.strip().splitlines()[-1:]}")
+            continue
+        rows[impl] = json.loads(proc.stdout.strip().splitlines()[-1])
+    ref = rows.get("jax")
+    for impl, r in rows.items():
+        check = ""
+        if impl != "jax" and ref is not None:
+            err = max(np.max(np.abs(np.array(r["grads"][k]) - np.array(ref["grads"][k])))
+                      / max(np.max(np.abs(ref["grads"][k])), 1e-30) for k in ref["grads"])
+            check = "WRONG" if not err <= 1e-9 else f"grads rel err {err:.1e} vs JAX"
+        name = impl if impl == "jax" else f"symdiff-{device}"
+        peak = "n/a" if r["peak_mib"] is None else f"{r['peak_mib']:.1f}"
+        print(f"{name:<16} {r['first']:>8.2f} {r['steady']:>8.3f} {peak:>8}  {check}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kernels", nargs="*", help="kernel names (default: all)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions per kernel")
+    parser.add_argument("--fori", action="store_true", help="the fori_loop jacobi-2d row instead")
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--n", type=int, default=64)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-fori", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child_fori:
+        print(json.dumps(fori_row(args.child_fori, args.device, args.steps, args.n)))
+        return
+    if args.fori:
+        fori_table(args.device, args.steps, args.n)
+        return
+    names = args.kernels or list(kernels())
+    if args.child:
+        child(names[0], args.device, args.profile)
+        return
+    print(f"first value_and_grad call, device={args.device}, CPU seconds per stage (g++ included; cold: fresh "
+          "process, empty shader cache); wall: the whole child process")
+    header = f"{'kernel':<12} {'tasklets':>9} {'kernels':>7} " + " ".join(f"{s:>13}" for s in STAGES) + f" {'total':>7} {'wall':>6}"
+    print(header)
+    for name in names:
+        with tempfile.TemporaryDirectory() as cache_home:
+            env = dict(os.environ, XDG_CACHE_HOME=cache_home)
+            cmd = [sys.executable, "-m", "bench.first_call", "--child", "--device", args.device,
+                   "--profile", str(args.profile), name]
+            start = time.perf_counter()
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - start
+        if args.profile:
+            print(proc.stderr, file=sys.stderr)
+        if proc.returncode:
+            print(f"{name:<12} FAILED: {proc.stderr.strip().splitlines()[-1:]}")
+            continue
+        t = json.loads(proc.stdout.strip().splitlines()[-1])
+        tasklets = f"{t['tasklets_fw']}/{t['tasklets_bw']}"
+        print(f"{name:<12} {tasklets:>9} {t['kernels']:>7} " + " ".join(f"{t[s]:>13.2f}" for s in STAGES)
+              + f" {sum(t[s] for s in STAGES):>7.2f} {wall:>6.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
