@@ -20,6 +20,7 @@ The view knows only ``ir``: kernels and extra details come in as plain data
 """
 from __future__ import annotations
 
+import dataclasses
 import html
 import itertools
 import json
@@ -68,6 +69,11 @@ class GraphView:
         self.source_file = source_file
         self.collapse = graph.nx.number_of_nodes() > COLLAPSE_ABOVE if collapse is None else collapse
         self._scenes: dict[str, render.Scene] | None = None
+        self.loops = _loops(graph)
+        self.flow = nx.MultiDiGraph(graph.nx)
+        for box in self.loops:
+            self.flow.add_edges_from((v, box.id) for v in box.reads)
+            self.flow.add_edges_from((box.id, v) for v in box.writes)
         self._groupings: list[_Grouping] | None = None
 
     # -- what Jupyter calls ---------------------------------------------------------
@@ -87,13 +93,13 @@ class GraphView:
 
     # -- the pieces ---------------------------------------------------------------
     def _make_groupings(self) -> list[_Grouping]:
-        out = [_group(self.graph, "line", self._line_of)]
+        out = [_group(self.graph, self.flow, "line", self._line_of)]
         if self.kernels:
             kernel_of = {}
             for kernel, names in self.kernels.items():
                 for name in names:
                     kernel_of.setdefault(name, kernel)
-            out.append(_group(self.graph, "kernel", lambda t: kernel_of.get(t.name)))
+            out.append(_group(self.graph, self.flow, "kernel", lambda t: kernel_of.get(t.name)))
         return out
 
     def _line_of(self, t: Tasklet) -> str | None:
@@ -177,18 +183,29 @@ class GraphView:
     def _make_scenes(self) -> dict[str, render.Scene]:
         g = self.graph
         every = {v: render.graph_item(g, v) for v in g.nx.nodes}
-        links = render.graph_links(g)
+        every.update((box.id, box.item()) for box in self.loops)
+        loop_links = [link for box in self.loops for link in box.links()]
+        links = render.graph_links(g) + loop_links
         out = {"all": render.Scene(every, links)}
         for grouping in self.groupings():
             mapping = {v: gid for gid, vs in grouping.members.items() for v in vs}
             items = {v: item for v, item in every.items() if v not in mapping}
             for gid, vs in grouping.members.items():
                 items[gid] = self._group_item(grouping, gid, vs)
-            out[grouping.kind] = render.Scene(items, render.graph_links(g, mapping))
+            out[grouping.kind] = render.Scene(items, render.graph_links(g, mapping) + [
+                render.Link(mapping.get(k.source, k.source), mapping.get(k.target, k.target), k.title, k.backward)
+                for k in loop_links])
             for gid, vs in grouping.members.items():
-                inside = set(vs) | {n for v in vs for n in itertools.chain(g.nx.predecessors(v), g.nx.successors(v))}
-                out[f"{grouping.kind}:{gid}"] = render.Scene({v: every[v] for v in g.nx.nodes if v in inside}, [
+                inside = set(vs) | {n for v in vs for n in itertools.chain(self.flow.predecessors(v),
+                                                                            self.flow.successors(v))}
+                out[f"{grouping.kind}:{gid}"] = render.Scene({v: item for v, item in every.items() if v in inside}, [
                     link for link in links if link.source in inside and link.target in inside])
+        for box in self.loops:   # a loop opens to its body
+            inner = render.graph_scene(box.body)
+            out[f"loop:{box.id}"] = render.Scene(
+                {f"{box.id}/{v}": dataclasses.replace(item, id=f"{box.id}/{v}") for v, item in inner.items.items()},
+                [dataclasses.replace(k, source=f"{box.id}/{k.source}", target=f"{box.id}/{k.target}")
+                 for k in inner.links])
         return out
 
     def _group_item(self, grouping: _Grouping, gid: str, members: list[str]) -> render.Item:
@@ -213,6 +230,10 @@ class GraphView:
         groupings = {gr.kind: gr for gr in self.groupings()}
         scenes = self.scenes()
         data = {v: self.node_details(v) for v in self.graph.nx.nodes}
+        for box in self.loops:
+            data[box.id] = {"title": box.id, "rows": [list(r) for r in box.rows], "scene": f"loop:{box.id}"}
+            body = GraphView(box.body)
+            data.update((f"{box.id}/{v}", body.node_details(v)) for v in box.body.nx.nodes)
         for gr in groupings.values():
             for gid in gr.members:
                 data[f"{gr.kind}/{gid}"] = self._group_details(gr, gid)
@@ -241,6 +262,62 @@ class GraphView:
                 f"<script>{_JS.replace('@ROOT@', root)}</script></div>")
 
 
+@dataclass
+class _LoopBox:
+    """A loop kept out of the graph, drawn as one box from the containers its
+    state comes from to those it goes to (its backward: from the gradients of
+    those to the seeds of these)."""
+
+    id: str
+    reads: list[str]
+    writes: list[str]
+    rows: list[tuple[str, str]]
+    backward: bool
+    body: "DataflowGraph"
+
+    def item(self) -> render.Item:
+        lines = [render._shorten(self.id), render._shorten(self.rows[1][1]),
+                 f"body: {len(self.body.tasklets())} tasklets"]
+        title = "\n".join(text for _, text in self.rows[:3])
+        return render.Item(self.id, lines, "backward" if self.backward else "tasklet", title, group=True)
+
+    def links(self) -> list[render.Link]:
+        return ([render.Link(v, self.id, f"{self.id}: state in {v}", self.backward) for v in self.reads]
+                + [render.Link(self.id, v, f"{self.id}: state out {v}", self.backward) for v in self.writes])
+
+
+def _loops(graph: "DataflowGraph") -> list[_LoopBox]:
+    """The loops ``sd.fori_loop`` / ``sd.while_loop`` keep out of a graph,
+    from ``graph.meta["loops"]`` (entries with ``name``, ``lo``, ``hi``
+    (``None`` for a while loop), ``body`` (a graph), ``inputs``, ``outputs``,
+    ``where``) and, in a backward graph, ``meta["loop_gradients"]`` /
+    ``meta["loop_seeds"]``: one box each way, its body in the details."""
+
+    def access(container: str | None, last: bool) -> list[str]:
+        versions = graph.versions(container) if container in graph.containers else []
+        return [f"{container}#{versions[-1 if last else 0]}"] if versions else []
+
+    out = []
+    grads, seeds = graph.meta.get("loop_gradients", {}), graph.meta.get("loop_seeds", {})
+    for loop in graph.meta.get("loops", ()):
+        body = loop.body
+        trips = f"i in [{loop.lo}, {loop.hi})" if loop.hi is not None else "while its condition holds"
+        rows = [("loop", f"{'fori_loop' if loop.hi is not None else 'while_loop'} {loop.name}"), ("iterations", trips),
+                ("source", str(loop.where)), ("state in", ", ".join(loop.inputs)),
+                ("state out", ", ".join(loop.outputs))]
+        rows += [("body", line.strip()) for line in body.summary().splitlines()[1:]]
+        forward = _LoopBox(f"{loop.name} (loop)", [a for c in loop.inputs for a in access(c, True)],
+                           [a for c in loop.outputs for a in access(c, False)], rows, False, body)
+        out.append(forward)
+        back_reads = [a for c in loop.outputs for a in access(grads.get(c), True)]
+        back_writes = [a for c in loop.inputs for a in access(seeds.get(c), False)]
+        if back_reads or back_writes:
+            rows = [("loop", f"reverse of {loop.name}: its body's vector-Jacobian product, iterations backwards")]
+            out.append(_LoopBox(f"{loop.name} (loop), backward", back_reads, back_writes,
+                                rows + forward.rows[1:], True, body))
+    return out
+
+
 def _attr(text: str) -> str:
     return '"' + html.escape(text, quote=True) + '"'
 
@@ -250,15 +327,16 @@ def _json(data) -> str:
     return json.dumps(data).replace("</", "<\\/")
 
 
-def _group(graph: "DataflowGraph", kind: str, key: Callable[[Tasklet], str | None]) -> _Grouping:
+def _group(graph: "DataflowGraph", flow: nx.MultiDiGraph, kind: str,
+           key: Callable[[Tasklet], str | None]) -> _Grouping:
     """Tasklets with the same ``key``, connected through the containers they
     write, form a group with those containers.  A lone node is left as it
     is, and where groups would make the grouped graph
     cyclic the smallest on the cycle is dissolved, so the grouped drawing is layered like the graph."""
-    g = graph.nx
-    keyed = {v: key(graph.node(v)) for v in g.nodes if isinstance(graph.node(v), Tasklet)}
+    g = flow   # the graph's nodes and edges plus its loops' boxes
+    keyed = {v: key(graph.node(v)) for v in graph.nx.nodes if isinstance(graph.node(v), Tasklet)}
     member_key = {v: k for v, k in keyed.items() if k is not None}
-    for v in g.nodes:  # a container goes with the group that writes it
+    for v in graph.nx.nodes:  # a container goes with the group that writes it
         writers = {member_key.get(n) for n in g.predecessors(v)} if v not in keyed else {None}
         if len(writers) == 1 and None not in writers:
             member_key[v] = next(iter(writers))
@@ -368,6 +446,10 @@ _JS = r"""
     if (!at) { var vb = svg.viewBox.baseVal; at = {x: vb.width / 2, y: vb.height / 2}; }
     v.x = at.x - (at.x - v.x) * f; v.y = at.y - (at.y - v.y) * f; v.k *= f; apply();
   }
+  function key(scene, box) {  // a group's details are per grouping, a node's and a loop's by id
+    var id = box.getAttribute("data-id");
+    return data[scene.split(":")[0] + "/" + id] ? scene.split(":")[0] + "/" + id : id;
+  }
   function describe(id) {
     var d = data[id]; if (!d) return;
     panel.textContent = "";
@@ -409,11 +491,11 @@ _JS = r"""
       box.classList.add("sdv-selected");
       box.querySelector("rect:last-of-type").style.strokeWidth = "4";
       var id = box.getAttribute("data-id");
-      describe(box.classList.contains("group") ? name + "/" + id : id);
+      describe(key(name, box));
     });
     svg.addEventListener("dblclick", function (e) {
-      var box = e.target.closest("g.group");
-      if (box) show(name + ":" + box.getAttribute("data-id"), "open");
+      var box = e.target.closest("g.group"), d = box && data[key(name, box)];
+      if (d && d.scene) show(d.scene, "open");
     });
   });
   root.querySelectorAll("button[data-show]").forEach(function (b) {

@@ -228,8 +228,10 @@ class DifferentiableProgram:
         names = self._resolve_wrt(self._forward_graph(specs), wrt)
         graph = self._backward_graph(specs, names)
         exe = self._executable(graph, device)
-        kernels = exe.kernels()
-        slang = tasklet_lines(exe.source) if exe.device != "numpy" and exe.source is not None else {}
+        # a program with sd.fori_loop runs as several executables: no one kernel plan to show
+        kernels = exe.kernels() if hasattr(exe, "kernels") else {}
+        source = getattr(exe, "source", None) if exe.device != "numpy" else None
+        slang = tasklet_lines(source) if source is not None else {}
         details: dict[str, list[tuple[str, str]]] = {}
         for t in graph.tasklets():
             rows = details.setdefault(t.name, [])

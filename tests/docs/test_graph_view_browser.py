@@ -232,3 +232,28 @@ def test_view_inserted_the_way_jupyterlab_does(browser, tmp_path):
     tasklet = forward.tasklets()[-1]
     conn, expr = next(iter(tasklet.body.items()))
     assert f"{conn} = {expr}" in click_and_read(browser, view["id"], tasklet.name)
+
+
+def test_loop_box_opens_to_its_body(browser, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    @sd.differentiable_program
+    def looped(x: sd.f32[16], w: sd.f32[16]):
+        s = np.tanh(x * w)
+        s = sd.fori_loop(0, 10, lambda i, u: u * 0.5 + np.sin(u), s)
+        return np.sum(s * s)
+
+    page = tmp_path / "loop.html"
+    looped.backward_graph().view().save(str(page))
+    browser.set_window_size(1000, 1000)
+    browser.get(page.as_uri())
+    (whole,) = browser.execute_script(MEASURE)
+    check_layout([whole])
+    box = next(b[0] for b in whole["boxes"] if b[0].endswith("(loop)"))
+    assert "fori_loop" in click_and_read(browser, whole["id"], box)
+    ActionChains(browser).double_click(browser.find_element(
+        By.CSS_SELECTOR, f'#{whole["id"]} svg.sdv-scene[data-scene="all"] g[data-id="{box}"]')).perform()
+    (inside,) = browser.execute_script(MEASURE)
+    assert inside["scene"] == f"loop:{box}" and len(inside["boxes"]) >= 3
+    check_layout([inside])

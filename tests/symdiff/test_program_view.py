@@ -41,3 +41,30 @@ def test_view_on_numpy_has_no_kernel_grouping():
     assert [gr.kind for gr in view.groupings()] == ["line"]
     assert view.graph.nx.number_of_nodes() == smooth.backward_graph().nx.number_of_nodes()
     np.testing.assert_allclose(len(view.graph.tasklets()), len(smooth.backward_graph().tasklets()))
+
+
+@sd.differentiable_program
+def looped(x: sd.f32[16], w: sd.f32[16]):
+    s = np.tanh(x * w)
+    s = sd.fori_loop(0, 10, lambda i, u: u * 0.5 + np.sin(u), s)
+    return np.sum(s * s)
+
+
+def test_a_loop_is_one_box_each_way_that_opens_to_its_body():
+    graph = looped.backward_graph()
+    (loop,) = graph.meta["loops"]
+    view = looped.view(device="numpy")
+    boxes = {box.id: box for box in view.loops}
+    assert set(boxes) == {f"{loop.name} (loop)", f"{loop.name} (loop), backward"}
+    forward, backward = boxes[f"{loop.name} (loop)"], boxes[f"{loop.name} (loop), backward"]
+    assert [graph.node(v).container for v in forward.reads] == list(loop.inputs)
+    assert [graph.node(v).container for v in forward.writes] == list(loop.outputs)
+    assert [graph.node(v).container for v in backward.reads] == [graph.meta["loop_gradients"][c] for c in loop.outputs]
+    assert [graph.node(v).container for v in backward.writes] == [graph.meta["loop_seeds"][c] for c in loop.inputs]
+    scenes = view.scenes()
+    inside = scenes[f"loop:{forward.id}"]
+    assert len(inside.items) == loop.body.nx.number_of_nodes()
+    assert forward.id in scenes["all"].items and forward.id in scenes["line"].items
+    html = view.to_html()
+    sin = next(t for t in loop.body.tasklets() if "sin" in str(t.body))
+    assert f"{forward.id}/{sin.name}" in html and str(next(iter(sin.body.values()))) in html
