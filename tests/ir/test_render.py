@@ -191,3 +191,48 @@ def test_mimebundle_and_empty_graph():
 def test_unknown_engine_rejected():
     with pytest.raises(ValueError, match="engine"):
         render.layout(DataflowGraph(), "dot")
+
+
+def brute_force_pack(wanted, widths, weights):
+    """The weighted least-squares placement under the gap constraints, by trying
+    every way of cutting the row into runs of touching boxes (each run sits at
+    its weighted mean) and keeping the best feasible one."""
+    from itertools import product
+    n = len(wanted)
+    offset = [0.0]
+    for k in range(n - 1):
+        offset.append(offset[-1] + (widths[k] + widths[k + 1]) / 2 + layout.NODE_GAP)
+    best = None
+    for cuts in product([False, True], repeat=n - 1):
+        runs, start = [], 0
+        for k, cut in enumerate(cuts, 1):
+            if cut:
+                runs.append(range(start, k))
+                start = k
+        runs.append(range(start, n))
+        y = [0.0] * n
+        for run in runs:
+            mean = sum(weights[k] * (wanted[k] - offset[k]) for k in run) / sum(weights[k] for k in run)
+            for k in run:
+                y[k] = mean
+        if any(y[k + 1] < y[k] - 1e-9 for k in range(n - 1)):
+            continue
+        x = [a + o for a, o in zip(y, offset)]
+        cost = sum(w * (a - b) ** 2 for w, a, b in zip(weights, x, wanted))
+        if best is None or cost < best[0] - 1e-9:
+            best = (cost, x)
+    return best[1]
+
+
+def test_row_packing_is_the_weighted_least_squares_placement():
+    import random
+    rng = random.Random(7)
+    for _ in range(200):
+        n = rng.randint(1, 6)
+        wanted = [rng.uniform(-100, 100) for _ in range(n)]
+        widths = [rng.uniform(8, 120) for _ in range(n)]
+        weights = [rng.choice([1.0, 4.0]) for _ in range(n)]
+        got = layout._pack(wanted, widths, weights)
+        assert got == pytest.approx(brute_force_pack(wanted, widths, weights), abs=1e-6)
+        for k in range(n - 1):   # boxes never overlap
+            assert got[k + 1] - got[k] >= (widths[k] + widths[k + 1]) / 2 + layout.NODE_GAP - 1e-9
