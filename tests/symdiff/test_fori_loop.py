@@ -137,6 +137,86 @@ def test_trip_count_does_not_grow_the_graph():
     assert len(few.backward_graph().tasklets()) == len(many.backward_graph().tasklets())
 
 
+# -- fdtd-2d (the iteration index reads the source term) and heat-3d ----------------------------------
+
+def fdtd_step(t, s):
+    ex, ey, hz, fict = s
+    ey[0, :] = fict[t]
+    ey[1:, :] -= 0.5 * (hz[1:, :] - hz[:-1, :])
+    ex[:, 1:] -= 0.5 * (hz[:, 1:] - hz[:, :-1])
+    hz[:-1, :-1] -= 0.7 * (ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1] - ey[:-1, :-1])
+    return ex, ey, hz, fict
+
+
+def fdtd_step_jax(t, s):
+    ex, ey, hz, fict = s
+    ey = ey.at[0, :].set(fict[t])
+    ey = ey.at[1:, :].add(-0.5 * (hz[1:, :] - hz[:-1, :]))
+    ex = ex.at[:, 1:].add(-0.5 * (hz[:, 1:] - hz[:, :-1]))
+    hz = hz.at[:-1, :-1].add(-0.7 * (ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1] - ey[:-1, :-1]))
+    return ex, ey, hz, fict
+
+
+def _heat(X):
+    return (0.125 * (X[2:, 1:-1, 1:-1] - 2.0 * X[1:-1, 1:-1, 1:-1] + X[:-2, 1:-1, 1:-1])
+            + 0.125 * (X[1:-1, 2:, 1:-1] - 2.0 * X[1:-1, 1:-1, 1:-1] + X[1:-1, :-2, 1:-1])
+            + 0.125 * (X[1:-1, 1:-1, 2:] - 2.0 * X[1:-1, 1:-1, 1:-1] + X[1:-1, 1:-1, :-2]) + X[1:-1, 1:-1, 1:-1])
+
+
+def heat_step(t, s):
+    A, B = s
+    B[1:-1, 1:-1, 1:-1] = _heat(A)
+    A[1:-1, 1:-1, 1:-1] = _heat(B)
+    return A, B
+
+
+def heat_step_jax(t, s):
+    A, B = s
+    B = B.at[1:-1, 1:-1, 1:-1].set(_heat(A))
+    A = A.at[1:-1, 1:-1, 1:-1].set(_heat(B))
+    return A, B
+
+
+def _loss(state, xp):
+    return sum(xp.sum(x * x) for x in state)
+
+
+def test_fdtd_2d_matches_jax(device):
+    spec = _spec(device)
+
+    @sd.differentiable_program
+    def fdtd(ex: spec[4, 5], ey: spec[4, 5], hz: spec[4, 5], fict: spec[3]):
+        return _loss(sd.fori_loop(0, 3, fdtd_step, (ex, ey, hz, fict)), np)
+
+    def fdtd_jax(*xs):
+        return _loss(jax.lax.fori_loop(0, 3, fdtd_step_jax, xs), jnp)
+
+    _check_vs_jax(fdtd, fdtd_jax, [(4, 5), (4, 5), (4, 5), (3,)], device)
+
+
+def test_heat_3d_matches_jax(device):
+    spec = _spec(device)
+
+    @sd.differentiable_program
+    def heat(A: spec[4, 4, 5], B: spec[4, 4, 5]):
+        return _loss(sd.fori_loop(0, 4, heat_step, (A, B)), np)
+
+    def heat_jax(*xs):
+        return _loss(jax.lax.fori_loop(0, 4, heat_step_jax, xs), jnp)
+
+    _check_vs_jax(heat, heat_jax, [(4, 4, 5), (4, 4, 5)], device)
+
+
+def _check_vs_jax(program, program_jax, shapes, device):
+    rng = np.random.default_rng(4)
+    xs = [rng.uniform(-1, 1, s) for s in shapes]
+    value, grads = program.value_and_grad(*[x.astype(_dtype(device)) for x in xs], device=device)
+    want, gj = jax.value_and_grad(program_jax, argnums=tuple(range(len(xs))))(*xs)
+    np.testing.assert_allclose(value, want, **_tol(device))
+    for name, g in zip(program.arg_names, gj):
+        np.testing.assert_allclose(grads[name], g, **_tol(device))
+
+
 # -- seidel-2d: reads of values written in the same iteration, in place -----------------------------
 
 def seidel_step(t, A):
