@@ -222,6 +222,7 @@ class Executable:
                        "peak_bytes": 0, "saved_bytes": 0}
         # One call at a time: instances (their buffers) are reused by every call.
         self._lock = threading.RLock()
+        self._results_in_host_memory = dlpack.in_host_memory(device)
         if device != "numpy" and not (graph.size_symbols() - {ir.size_symbol(k) for k in self.sizes}):
             self._instance(dict(self.sizes))
 
@@ -377,10 +378,20 @@ class Executable:
                 enc.copy_buffer(copy, 0, bindings[access], 0, copy.size)
                 results[r] = DeviceArray(copy, inst.shapes[access], dtype, self.device)
         read = [] if return_device_arrays else list(inst.latest.items())
+        if read and self._results_in_host_memory:
+            # slangpy's CPU device: a large result's buffer is host memory, handed over as the
+            # caller's array (a view, no copy; its buffer goes back to the spares when dropped)
+            for r, access in [(r, a) for r, a in read if a in inst.buffers and
+                              inst.buffers[a].size > READ_PACKED_BYTES and g.containers[r].dtype != "bool"]:
+                results[r] = self._hand_over(inst, enc, access, g.containers[r].dtype)
+                read.remove((r, access))
         flagged = check_bounds and FLAG in inst.buffers
         if flagged:
             read.append((FLAG, FLAG))
         host = self._read(dev, enc, inst, [bindings[a] for _, a in read])
+        for r, array in [(r, a) for r, a in results.items() if not return_device_arrays]:
+            results[r] = dlpack.host_view(array)  # waits for the call's kernels
+            moved += results[r].nbytes
         for (r, access), raw in zip(read, host):
             if r != FLAG:
                 results[r] = _host_array(raw, g.containers[r].dtype, inst.shapes[access])

@@ -76,3 +76,27 @@ def test_clear_caches_gives_everything_back_and_programs_still_run(device):
 def test_a_limit_is_a_number_of_bytes():
     with pytest.raises(ValueError, match="bytes"):
         lowering.set_cache_limit(-1)
+
+
+def test_large_results_on_the_cpu_device_are_the_buffers_the_kernels_wrote():
+    """slangpy's CPU device keeps buffers in host memory: a large result is
+    handed over as a view of its buffer (no copy), a later call writes into
+    another buffer, and a dropped result's buffer serves the next call."""
+    if "cpu" not in lowering.available_devices():
+        pytest.skip("no cpu device here")
+    program = _program()
+    x = np.linspace(-2, 2, 1 << 19, dtype=np.float32)  # 2 MiB: over READ_PACKED_BYTES
+    _, first = program.value_and_grad(x, device="cpu")
+    kept = first["x"].copy()
+    _, second = program.value_and_grad(2 * x, device="cpu")
+    assert first["x"].base is not None and not first["x"].flags.owndata
+    assert not np.shares_memory(first["x"], second["x"])
+    np.testing.assert_array_equal(first["x"], kept)
+    np.testing.assert_allclose(second["x"], program.grad(2 * x, device="numpy")["x"], rtol=1e-5, atol=1e-8)
+    (exe,) = [e for e in program._executables.values() if e.device == "cpu" and e.graph.meta.get("gradients")]
+    allocated = exe.stats()["buffers_allocated"]
+    del first, second
+    gc.collect()
+    for _ in range(3):
+        program.value_and_grad(x, device="cpu")
+    assert exe.stats()["buffers_allocated"] == allocated
