@@ -149,6 +149,8 @@ class _LoopRunner:
 
     def reverse(self, tape: _Tape, cotangent: list[np.ndarray], check_bounds: bool) -> list[np.ndarray]:
         """Cotangents of the float state going in, from those of the state coming out."""
+        if not self.floats:
+            return []  # integer state only: nothing to differentiate
         exe, seeds, grads = self._reverse_step()
         for start, saved in reversed(tape.checkpoints):
             end = min(start + tape.interval, tape.trips)

@@ -481,3 +481,17 @@ def test_second_order_and_forward_mode_through_a_loop_are_refused():
         looped.grad_program()(a, device="numpy")
     with pytest.raises(sd.DifferentiationError, match="yet"):
         looped.jvp(a, tangents={"a": np.ones(3)}, device="numpy")
+
+
+def test_empty_loops_and_integer_only_loops():
+    @sd.differentiable_program
+    def edge(a: sd.f64[3]):
+        a = sd.fori_loop(4, 4, lambda i, s: s * s, a)                        # no iteration
+        a = sd.fori_loop(5, 2, lambda i, s: s * s, a)                        # hi < lo: none either
+        n = sd.fori_loop(0, 6, lambda i, k: k + i, np.zeros((), dtype=np.int32))   # no float state
+        return np.sum(a * a) * n
+
+    a = np.array([0.5, -1.0, 2.0])
+    value, grads = edge.value_and_grad(a, device="numpy")
+    assert value == np.sum(a * a) * 15
+    np.testing.assert_allclose(grads["a"], 2 * a * 15, rtol=1e-14)
