@@ -134,6 +134,15 @@ class DeviceArray:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device={self.device!r})"
 
 
+def _device_dtype(dtype: np.dtype) -> str:
+    """The graph dtype an array of ``dtype`` becomes on a device: its own where
+    the IR has it, int32 for other integers (numpy's and torch's default int64
+    index arrays), float32 for other floats."""
+    if dtype.name in DTYPES:
+        return dtype.name
+    return "int32" if dtype.kind in "iu" else "float32"
+
+
 def asarray(array, device: str | None = None, dtype: str | None = None) -> DeviceArray:
     """Upload ``array`` once to a device (``None``: the default device).
 
@@ -147,7 +156,9 @@ def asarray(array, device: str | None = None, dtype: str | None = None) -> Devic
     if isinstance(array, DeviceArray) and array.device == kind and (dtype is None or dtype == array.dtype):
         return array
     host = dlpack.host_array(array)  # a DLPack producer's host memory, read in place by the upload
-    name = dtype or (host.dtype.name if host.dtype.name in DTYPES else "float32")
+    name = dtype or _device_dtype(host.dtype)
+    if name == "int32":
+        host = host_argument("array", host, "int32")  # int64 indices: range-checked, never wrapped
     host = dlpack.staged(array, host, STORAGE[name])
     buffer = _new_buffer(devices.get_device(kind), name, host.size, host)
     return DeviceArray(buffer, host.shape, name, kind)

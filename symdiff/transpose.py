@@ -121,13 +121,13 @@ def _term(graph: DataflowGraph, t: Tasklet, m: Memlet, solution: dict, reads: _G
             return
         access, index = read_of[conn]
         for e in index:
-            for s in sympy.sympify(e).free_symbols & conn_of.keys():
+            for s in sorted(sympy.sympify(e).free_symbols & conn_of.keys(), key=str):
                 bring(conn_of[s])
         shifted = tuple(sympy.sympify(e).xreplace(subs) for e in index)
         subs[sym] = reads.symbol(access, _clamped(graph, access, shifted, targets, target_shape), conn)
 
     expr = t.body[m.connector]
-    for s in sympy.sympify(expr).free_symbols & conn_of.keys():
+    for s in sorted(sympy.sympify(expr).free_symbols & conn_of.keys(), key=str):  # stable connector names
         bring(conn_of[s])
     return expr.xreplace(subs)
 

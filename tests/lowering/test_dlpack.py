@@ -123,3 +123,16 @@ def test_read_only_arrays_upload(device):
 
     np.testing.assert_array_equal(sd.asarray(x, device=device).numpy(), x)
     np.testing.assert_allclose(f(x, device=device), np.sum(x.astype(np.float64) ** 2), rtol=1e-6)
+
+
+def test_integer_arrays_become_int32_index_arrays_range_checked():
+    """numpy's and torch's default int64 index arrays are index arrays on the
+    device too (int32), and a value past int32's range is refused, not wrapped."""
+    device = next((d for d in ("cpu", "vulkan") if d in lowering.available_devices()), None)
+    if device is None:
+        pytest.skip("no slang device here")
+    a = sd.asarray(np.array([0, 5, -3], dtype=np.int64), device=device)
+    assert a.dtype == "int32"
+    np.testing.assert_array_equal(np.asarray(a), [0, 5, -3])
+    with pytest.raises(lowering.ArgumentError, match="range"):
+        sd.asarray(np.array([2 ** 40]), device=device)

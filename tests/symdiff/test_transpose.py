@@ -55,3 +55,21 @@ def test_an_elementwise_gradient_gathered_from_two_readers_has_no_guard():
     got = sd.differentiable_program(f).grad(x.astype(np.float32), device="numpy")["x"]
     np.testing.assert_allclose(got, (x / np.cosh(x) ** 2 + np.tanh(x)) / 32, rtol=1e-5)
 
+
+
+def test_gather_connectors_are_named_alike_in_every_process():
+    """The gather's read connectors were numbered in set order, which follows
+    Python's per-process string hashes: the same program generated different
+    Slang in different processes (and missed slangpy's on-disk cache)."""
+    import subprocess
+    import sys
+    code = ("import numpy as np, ir, symdiff as sd\n"
+            "def f(a: sd.f32[16], b: sd.f32[16]):\n"
+            "    return np.sum(a[1:-1] * b[2:] + a[:-2] * a[2:] * b[1:-1] + np.sin(a[1:-1]) * b[:-2])\n"
+            "g = ir.trace(f).copy()\n"
+            "sd.add_backward_pass(g, inputs=['a', 'b'], outputs=g.results)\n"
+            "print(sorted((t.name, sorted((m.connector, str(m)) for _, m in g.reads(t.name)), str(t.body))\n"
+            "             for t in g.tasklets() if t.meta.get('strategy') == 'gather'))\n")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**__import__("os").environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
+    assert len(outs) == 1, outs
