@@ -180,6 +180,27 @@ class LoopProgram:
         self.loop_seeds: dict[str, str] = graph.meta.get("loop_seeds", {})
         self.loop_gradients: dict[str, str] = graph.meta.get("loop_gradients", {})
 
+    # -- what the program's inspection methods ask of an executable ------------------------------
+    @property
+    def source(self) -> "lowering.SlangSource | None":
+        """The stage's Slang, then each loop body's (each its own module, run once per iteration)."""
+        parts = [self.stage.source]
+        for runner in self.runners:
+            for what, exe in (("body", runner.body), ("condition", runner.cond),
+                              ("reverse step", runner._vjp[0] if runner._vjp else None)):
+                if exe is not None and exe.source is not None:
+                    parts.append(f"// ---- {runner.loop.name} {what} ({runner.loop.where}), a module of its own ----\n"
+                                 + exe.source)
+        return None if parts[0] is None else lowering.SlangSource("\n\n".join(parts))
+
+    def kernels(self) -> dict[str, list[str]]:
+        """The stage's kernels (loop bodies are graphs of their own: see ``source``)."""
+        return self.stage.kernels()
+
+    def stats(self) -> dict:
+        """The stage's counts, with each loop's body executable's under ``loops``."""
+        return {**self.stage.stats(), "loops": {r.loop.name: r.body.stats() for r in self.runners}}
+
     def _zeros(self, name: str) -> np.ndarray:
         c = self.graph.containers[name]
         return np.zeros(tuple(int(d) for d in c.shape), dtype=ir.DTYPES[c.dtype])

@@ -213,6 +213,8 @@ def _traced_loop(lo: int, hi: int | None, body: Callable, user_body: Callable, c
     inputs, outputs, new_state = [], [], []
     for k, leaf in enumerate(leaves):
         copied = leaf.copy()  # a container of its own, written once: the loop's input
+        for writer, _ in outer.writers(outer.latest(copied.container)):
+            outer.node(writer).source = where  # the user's fori_loop line, not this module's
         inputs.append(copied.container)
         out = outer.unique_name(f"{name}_out{k}")
         outer.add_container(out, leaf.sym_shape, leaf.dtype_name, role="argument")

@@ -495,3 +495,20 @@ def test_empty_loops_and_integer_only_loops():
     value, grads = edge.value_and_grad(a, device="numpy")
     assert value == np.sum(a * a) * 15
     np.testing.assert_allclose(grads["a"], 2 * a * 15, rtol=1e-14)
+
+
+def test_inspection_of_a_program_with_a_loop():
+    @sd.differentiable_program
+    def f(a: sd.f64[8]):
+        a = sd.fori_loop(0, 5, lambda i, s: s * 0.5 + s * s, a)   # the loop's line
+        return np.sum(a * a)
+
+    f.value_and_grad(np.linspace(0, 1, 8), device="cpu")
+    text = str(f.explain(device="cpu"))
+    assert "loops.py" not in text and "test_fori_loop.py:" in text   # the copy going in is the user's line
+    source = f.slang_source(device="cpu")
+    assert "loop" in source and "body" in source and "reverse step" in source
+    (stats,) = f.stats().values()
+    # 5 iterations forward; the reverse pass recomputes iterations 0 and 2 from the checkpoints at
+    # 0, 2, 4 (every isqrt(5) = 2) to get the states 1 and 3 it needs
+    assert [body["calls"] for body in stats["loops"].values()] == [5 + 2]
