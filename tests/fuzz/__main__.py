@@ -22,7 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="numpy",
                     help="numpy, cpu, vulkan or cuda (comma-separated for several); vulkan+gpu-form runs "
-                         "lavapipe with a hardware GPU's kernels (workgroup reductions, recomputed transcendentals)")
+                         "lavapipe with a hardware GPU's kernels (workgroup reductions, recomputed transcendentals); "
+                         "a +recompute suffix (cpu+recompute) recomputes every value it can where it is read "
+                         "(lowering.rematerialise)")
     ap.add_argument("--n", type=int, default=100, help="programs per device")
     ap.add_argument("--seed", type=int, default=0, help="first seed (seeds are consecutive)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes at once")

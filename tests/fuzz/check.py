@@ -35,6 +35,15 @@ RTOL64 = 1e-6       # numpy device (float64) against JAX float64
 # reductions, recomputed transcendentals: lowering.targets), which lavapipe's own
 # target does not choose for speed; so campaigns here check the GPU kernels' logic.
 GPU_FORM = "+gpu-form"
+# "cpu+recompute" (any device + "+recompute"): every value lowering.rematerialise can
+# recompute is recomputed where it is read, as the tightest memory budget would
+# choose (symdiff.memory_budget), so campaigns check that rewrite on every program.
+RECOMPUTE = "+recompute"
+
+
+def base_device(device: str) -> str:
+    """The real device under a campaign's variants (``cpu+recompute`` -> ``cpu``)."""
+    return device.split("+", 1)[0]
 
 JAX_PRELUDE = '''
 def _abs(x):
@@ -157,10 +166,30 @@ def gpu_form():
         workgroups.MIN_LOOP, workgroups.FEW_POINTS = thresholds
 
 
+@contextlib.contextmanager
+def recompute_everything():
+    """Every plan made for the duration recomputes all it can where it is read."""
+    from lowering import rematerialise, runtime
+    own = runtime.plan
+
+    def everything(graph, sizes, target=None):
+        graph = graph.copy()
+        graph.meta["rematerialise"] = rematerialise.candidates(graph)
+        return own(graph, sizes, target)
+    runtime.plan = everything
+    try:
+        yield
+    finally:
+        runtime.plan = own
+
+
 def symdiff_result(prog: Program, inputs: dict, device: str) -> dict[str, np.ndarray]:
     if device.endswith(GPU_FORM):
         with gpu_form():
             return symdiff_result(prog, inputs, device[:-len(GPU_FORM)])
+    if device.endswith(RECOMPUTE):
+        with recompute_everything():
+            return symdiff_result(prog, inputs, device[:-len(RECOMPUTE)])
     float64 = device == "numpy"
     fn = build_symdiff(prog, float64)
     ftype = np.float64 if float64 else np.float32
@@ -229,5 +258,5 @@ def check(prog: Program, device: str, on_reference=lambda: None) -> Result:
     except Exception as e:
         tb = traceback.format_exc(limit=-4)
         return Result(prog.seed, device, "error", f"{type(e).__name__}: {e}"[:500] + "\n" + tb[-1500:])
-    ok, worst = compare(got, ref64, ref32, FLOOR32_DEVICE.get(device.removesuffix(GPU_FORM), FLOOR32))
+    ok, worst = compare(got, ref64, ref32, FLOOR32_DEVICE.get(base_device(device), FLOOR32))
     return Result(prog.seed, device, "ok" if ok else "wrong", "", worst)

@@ -12,16 +12,18 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.fuzz.check import FLOOR32, check, compare, jax_reference  # noqa: E402
+from tests.fuzz.check import base_device  # noqa: E402
 from tests.fuzz.gen import Arg, Assign, Node, Program, generate, make_inputs  # noqa: E402
 from tests.fuzz.runner import FAILURES, report_failure, run_batch  # noqa: E402
 
 # Fixed seeds per device: a budget that runs in well under 2 minutes on two cores.
-BUDGET = {"numpy": range(0, 24), "cpu": range(0, 8), "vulkan": range(0, 8), "vulkan+gpu-form": range(8, 16)}
+BUDGET = {"numpy": range(0, 24), "cpu": range(0, 8), "vulkan": range(0, 8), "vulkan+gpu-form": range(8, 16),
+          "cpu+recompute": range(16, 22)}
 
 
 def _present(device: str) -> bool:
     import symdiff as sd
-    return device.removesuffix("+gpu-form") in sd.available_devices()
+    return base_device(device) in sd.available_devices()
 
 
 def _tiny(tpl: str = "{ns}.sin({0}) * {0}") -> Program:
