@@ -9,13 +9,23 @@ import pytest  # noqa: E402
 import lowering  # noqa: E402
 
 
-def _slang_param(name: str):
+def _device_param(name: str):
     return pytest.param(name, marks=[pytest.mark.vulkan] if name == "vulkan" else [], id=name)
 
 
-@pytest.fixture(params=[_slang_param(d) for d in ("cpu", "vulkan", "cuda")])
+def _present(name: str) -> str:
+    if name != "numpy" and name not in lowering.available_devices():
+        pytest.skip(f"no {name} device here")
+    return name
+
+
+@pytest.fixture(params=[_device_param(d) for d in ("numpy", "cpu", "vulkan")])
+def device(request) -> str:
+    """The interpreter and the Slang devices CI has (Vulkan skipped without a driver)."""
+    return _present(request.param)
+
+
+@pytest.fixture(params=[_device_param(d) for d in ("cpu", "vulkan", "cuda")])
 def slang_device(request) -> str:
     """Each Slang device present (the numpy device plans no kernels or buffers)."""
-    if request.param not in lowering.available_devices():
-        pytest.skip(f"no {request.param} device here")
-    return request.param
+    return _present(request.param)

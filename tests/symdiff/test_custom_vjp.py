@@ -6,22 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import lowering
 import symdiff as sd
 
 jax.config.update("jax_enable_x64", True)
-
-
-def _device(name):
-    marks = [pytest.mark.vulkan] if name == "vulkan" else []
-    return pytest.param(name, marks=marks, id=name)
-
-
-@pytest.fixture(params=[_device(d) for d in ("numpy", "cpu", "vulkan")])
-def device(request):
-    if request.param != "numpy" and request.param not in lowering.available_devices():
-        pytest.skip(f"no {request.param} device here")
-    return request.param
 
 
 def _dtype(device):
