@@ -16,7 +16,7 @@ into a graph of its own and keeps the loop out of the program's graph:
   loop of calls of the compiled body;
 * the reverse pass runs the body's vector-Jacobian product backwards over the
   iterations from states checkpointed every ``k`` iterations (recomputed in
-  between: memory O(N/k + k) states).
+  between: memory O(N/k + k) states; k as small as ``CHECKPOINT_BYTES`` allows).
 
 Outside a trace both functions run eagerly on numpy values, so a program
 written with them still runs under plain numpy (and its JAX twin uses
@@ -45,6 +45,7 @@ _LOOP_IDS = itertools.count()
 _HERE = os.path.dirname(os.path.abspath(__file__))  # errors name the user's line, not ours
 
 
+CHECKPOINT_BYTES = 64 * 2 ** 20  # states a loop's reverse pass may hold by default (see Loop.checkpoint_interval)
 UNROLLED_HINT_TASKLETS = 64   # tasklets traced from one line before the hint below is given
 _hinted: set[str] = set()
 
@@ -76,11 +77,23 @@ class Loop:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     dtypes: tuple[str, ...]
-    checkpoint_every: int | None  # None: about sqrt(trip count)
+    checkpoint_every: int | None  # None: from the state's size (checkpoint_interval)
     where: str | None            # the user's line, for errors
 
     def checkpoint_interval(self, trips: int) -> int:
-        return self.checkpoint_every or max(1, math.isqrt(max(trips, 1)))
+        """Store the state every k iterations: ``checkpoint_every`` if given, else the smallest k
+        whose N/k checkpoints plus k recomputed states fit in ``CHECKPOINT_BYTES`` (k = 1, no
+        recomputation, for a small state), at most about sqrt(N), which holds the fewest."""
+        if self.checkpoint_every:
+            return self.checkpoint_every
+        trips = max(trips, 1)
+        widest = max(1, math.isqrt(trips))
+        fits = max(1, CHECKPOINT_BYTES // max(self.state_bytes(), 1))
+        return next((k for k in range(1, widest) if -(-trips // k) + k <= fits), widest)
+
+    def state_bytes(self) -> int:
+        shapes = (self.body.containers[f"s{k}"].concrete_shape() for k in range(len(self.dtypes)))
+        return sum(math.prod(s) * np.dtype(ir.DTYPES[d]).itemsize for s, d in zip(shapes, self.dtypes))
 
 
 def fori_loop(lo: int, hi: int, body: Callable, state: Any, *, checkpoint_every: int | None = None) -> Any:
@@ -89,8 +102,9 @@ def fori_loop(lo: int, hi: int, body: Callable, state: Any, *, checkpoint_every:
     ``state`` is an array or a tuple of arrays; ``body`` returns the new state
     with the same shapes and dtypes.  In a traced program ``i`` is an int32
     scalar array.  The reverse pass stores the state every
-    ``checkpoint_every`` iterations (default about sqrt(hi - lo)) and
-    recomputes the others."""
+    ``checkpoint_every`` iterations and recomputes the others (default: every
+    iteration while the states fit in ``CHECKPOINT_BYTES``, up to about every
+    sqrt(hi - lo)-th: ``Loop.checkpoint_interval``)."""
     where = user_location(skip=(_HERE,))
     lo, hi = _bound(lo, "lo", where), _bound(hi, "hi", where)
     if context.active() is None:

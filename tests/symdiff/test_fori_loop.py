@@ -500,7 +500,7 @@ def test_empty_loops_and_integer_only_loops():
 def test_inspection_of_a_program_with_a_loop():
     @sd.differentiable_program
     def f(a: sd.f64[8]):
-        a = sd.fori_loop(0, 5, lambda i, s: s * 0.5 + s * s, a)   # the loop's line
+        a = sd.fori_loop(0, 5, lambda i, s: s * 0.5 + s * s, a, checkpoint_every=2)   # the loop's line
         return np.sum(a * a)
 
     f.value_and_grad(np.linspace(0, 1, 8), device="cpu")
@@ -510,5 +510,19 @@ def test_inspection_of_a_program_with_a_loop():
     assert "loop" in source and "body" in source and "reverse step" in source
     (stats,) = f.stats().values()
     # 5 iterations forward; the reverse pass recomputes iterations 0 and 2 from the checkpoints at
-    # 0, 2, 4 (every isqrt(5) = 2) to get the states 1 and 3 it needs
+    # 0, 2, 4 to get the states 1 and 3 it needs
     assert [body["calls"] for body in stats["loops"].values()] == [5 + 2]
+
+
+def test_default_checkpoint_interval_follows_the_state_size(monkeypatch):
+    @sd.differentiable_program
+    def f(a: sd.f64[100]):
+        return np.sum(sd.fori_loop(0, 400, lambda i, s: s * 0.5, a))
+
+    (loop,) = sd.loops.loops_of(f.graph)
+    assert loop.state_bytes() == 800
+    assert loop.checkpoint_interval(400) == 1                 # 400 states of 800 bytes fit: no recomputation
+    monkeypatch.setattr(sd.loops, "CHECKPOINT_BYTES", 60 * 800)
+    assert loop.checkpoint_interval(400) == 8                 # 50 checkpoints + 8 recomputed states <= 60
+    monkeypatch.setattr(sd.loops, "CHECKPOINT_BYTES", 800)
+    assert loop.checkpoint_interval(400) == 20                # nothing fits: sqrt(N), the fewest states
