@@ -24,6 +24,7 @@ boxes in a row are kept apart by ``NODE_GAP``, and bands are disjoint columns.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Hashable, Mapping
 
@@ -113,8 +114,34 @@ def crossings(g: nx.DiGraph, rows: list[list]) -> int:
     for r in range(len(rows) - 1):
         edges = sorted((index[u][1], index[v][1]) for u in rows[r] for v in g.successors(u)
                        if index[v][0] == r + 1)
-        total += sum(1 for a in range(len(edges)) for b in range(a + 1, len(edges))
-                     if edges[a][0] < edges[b][0] and edges[a][1] > edges[b][1])
+        total += _inversions(edges, len(rows[r + 1]))
+    return total
+
+
+def _inversions(edges: list[tuple[int, int]], width: int) -> int:
+    """Pairs ``a < b`` (sorted) with ``a[0] < b[0]`` and ``a[1] > b[1]``, in
+    O(E log E) with a Fenwick tree over the lower row (rows of a few hundred
+    edges made the pairwise count the layout's bottleneck)."""
+    tree = [0] * (width + 1)
+    seen, total, k = 0, 0, 0
+    while k < len(edges):
+        end = k
+        while end < len(edges) and edges[end][0] == edges[k][0]:
+            end += 1
+        group = edges[k:end]   # same upper end: no crossings among them
+        for _, low in group:
+            i, below = low + 1, 0     # edges seen so far ending at or left of ``low``
+            while i > 0:
+                below += tree[i]
+                i -= i & -i
+            total += seen - below
+        for _, low in group:
+            i = low + 1
+            while i <= width:
+                tree[i] += 1
+                i += i & -i
+        seen += len(group)
+        k += len(group)
     return total
 
 
@@ -241,10 +268,18 @@ def layout(g: nx.DiGraph, sizes: Mapping[Hashable, tuple[float, float]], margin:
     rows = order(h, rows)
     width = {v: (DUMMY_W if isinstance(v, _Dummy) else sizes[v][0]) for v in h.nodes}
     heights = [max((sizes[v][1] for v in row if not isinstance(v, _Dummy)), default=0.0) for row in rows]
+    def fits(placed: Layout) -> bool:
+        return placed.width * MAX_ASPECT >= placed.height
+
+    one = _banded(g, h, rows, width, heights, sizes, 1, margin, top)
+    # b bands are about b times as wide and 1/b as tall: start the search just below that estimate
+    start = max(1, int(math.sqrt(one.height / (MAX_ASPECT * one.width))) - 1)
+    while start > 1 and fits(_banded(g, h, rows, width, heights, sizes, start, margin, top)):
+        start -= 1
     previous = None
-    for bands in range(1, len(rows) + 1):
-        placed = _banded(g, h, rows, width, heights, sizes, bands, margin, top)
-        if placed.width * MAX_ASPECT >= placed.height or placed.bands < bands:
+    for bands in range(start, len(rows) + 1):
+        placed = one if bands == 1 else _banded(g, h, rows, width, heights, sizes, bands, margin, top)
+        if fits(placed) or placed.bands < bands:
             if previous and placed.width / placed.height * (previous.width / previous.height) > 1:
                 placed = previous   # one band less is nearer to square
             break

@@ -12,7 +12,9 @@ notebook) the first drawing still shows, as static SVG.
 - Large graphs (more than ``COLLAPSE_ABOVE`` boxes) open grouped, one box per
   user source line; "by kernel" groups by the fused kernel instead when the
   caller passes the kernel plan.  Clicking a group opens its inside; "all
-  nodes" shows every node.
+  nodes" shows every node (up to ``DRAW_ALL_UP_TO`` nodes: a drawing of
+  thousands of boxes takes long to lay out and is no use at a glance;
+  ``to_svg()`` still draws them all).
 
 The view knows only ``ir``: kernels and extra details come in as plain data
 (``{kernel: [tasklet, ...]}``, ``{node: [(label, text), ...]}``), which
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from .graph import DataflowGraph
 
 COLLAPSE_ABOVE = 80   # boxes; larger graphs open grouped
+DRAW_ALL_UP_TO = 400  # nodes; a grouped view of a larger graph has no "all nodes" drawing
 
 
 @dataclass
@@ -79,11 +82,19 @@ class GraphView:
     # -- what Jupyter calls ---------------------------------------------------------
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         """HTML (the interactive view) and, for front ends without HTML, the static SVG."""
-        return {"text/html": self.to_html(), "image/svg+xml": self.to_svg()}
+        bundle = {"text/html": self.to_html()}
+        if "all" in self.scenes():
+            bundle["image/svg+xml"] = self.to_svg()
+        return bundle
 
     def to_svg(self) -> str:
         """The static drawing of every node (for papers and docs)."""
-        return render.scene_svg(self.scenes()["all"], repr(self.graph))
+        return render.scene_svg(self.scenes().get("all") or render.graph_scene(self.graph), repr(self.graph))
+
+    def draws_all(self) -> bool:
+        """Whether the view has the drawing of every node (see ``DRAW_ALL_UP_TO``)."""
+        return (not self.collapse or self.graph.nx.number_of_nodes() <= DRAW_ALL_UP_TO
+                or not self.groupings()[0].members)   # nothing to group (no source lines): draw it all
 
     def save(self, path: str) -> None:
         """Write a standalone HTML page with the view."""
@@ -186,7 +197,7 @@ class GraphView:
         every.update((box.id, box.item()) for box in self.loops)
         loop_links = [link for box in self.loops for link in box.links()]
         links = render.graph_links(g) + loop_links
-        out = {"all": render.Scene(every, links)}
+        out = {"all": render.Scene(every, links)} if self.draws_all() else {}
         for grouping in self.groupings():
             mapping = {v: gid for gid, vs in grouping.members.items() for v in vs}
             items = {v: item for v, item in every.items() if v not in mapping}
@@ -247,7 +258,11 @@ class GraphView:
                 f'{max(render.place(scene).width, 620.0):.0f}px;cursor:grab"')))
         buttons = [("all", "all nodes"), ("line", "by source line")] + (
             [("kernel", "by kernel")] if "kernel" in groupings else [])
-        bar = "".join(f'<button type="button" data-show="{k}">{html.escape(t)}</button>' for k, t in buttons)
+        bar = "".join(f'<button type="button" data-show="{k}">{html.escape(t)}</button>' for k, t in buttons
+                      if k in scenes)
+        if "all" not in scenes:
+            bar += (f'<button type="button" disabled title="more than {DRAW_ALL_UP_TO} nodes: '
+                    f'graph.view(collapse=False) or graph.to_svg() draws every one">all nodes</button>')
         bar += ('<span class="sdv-sep"></span><button type="button" data-zoom="1.25">+</button>'
                 '<button type="button" data-zoom="0.8">−</button><button type="button" data-zoom="fit">fit</button>'
                 '<span class="sdv-where"></span>')

@@ -236,3 +236,14 @@ def test_row_packing_is_the_weighted_least_squares_placement():
         assert got == pytest.approx(brute_force_pack(wanted, widths, weights), abs=1e-6)
         for k in range(n - 1):   # boxes never overlap
             assert got[k + 1] - got[k] >= (widths[k] + widths[k + 1]) / 2 + layout.NODE_GAP - 1e-9
+
+
+def test_crossing_count_matches_pairwise_count():
+    import random
+    rng = random.Random(3)
+    for _ in range(100):
+        upper, lower = rng.randint(1, 6), rng.randint(1, 6)
+        edges = sorted({(rng.randrange(upper), rng.randrange(lower)) for _ in range(rng.randint(0, 12))})
+        pairwise = sum(1 for a in range(len(edges)) for b in range(a + 1, len(edges))
+                       if edges[a][0] < edges[b][0] and edges[a][1] > edges[b][1])
+        assert layout._inversions(edges, lower) == pairwise

@@ -116,3 +116,17 @@ def test_large_graphs_open_grouped(nodes, grouped):
         prev = f"c{k}"
     assert GraphView(g).collapse is grouped
     assert ('data-start="line"' in GraphView(g).to_html()) is grouped
+
+
+def test_very_large_graphs_are_only_drawn_grouped(monkeypatch):
+    import ir.view
+    monkeypatch.setattr(ir.view, "DRAW_ALL_UP_TO", 5)
+    g = interleaved()
+    view = GraphView(g, collapse=True)
+    assert "all" not in view.scenes() and "line" in view.scenes()
+    page = view.to_html()
+    assert 'data-start="line"' in page and re.search(r"<button [^>]*disabled[^>]*>all nodes</button>", page)
+    assert set(view._repr_mimebundle_()) == {"text/html"}
+    root = ET.fromstring(view.to_svg())   # still available on request, every node drawn
+    assert sum(1 for e in root.iter(f"{SVG}g") if e.get("class", "").startswith("node ")) == g.nx.number_of_nodes()
+    assert "all" in GraphView(g, collapse=False).scenes()
