@@ -339,7 +339,7 @@ def _attr(text: str) -> str:
 
 def _json(data) -> str:
     """JSON safe inside a <script> element."""
-    return json.dumps(data).replace("</", "<\\/")
+    return json.dumps(data).replace("<", "\\u003c")   # no "</script>" or "<!--" inside
 
 
 def _group(graph: "DataflowGraph", flow: nx.MultiDiGraph, kind: str,
