@@ -62,6 +62,23 @@ def tasklet_lines(source: str) -> dict[str, list[str]]:
     return out
 
 
+def kernel_headers(source: str) -> dict[str, list[str]]:
+    """``{kernel: [comment line, ...]}``: the comment the code generator writes
+    above each kernel (``// kernel NAME: ...`` and the lines after it naming
+    its tasklets), for tools that show a kernel without its whole body."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in source.splitlines():
+        text = line.strip()
+        if text.startswith("// kernel "):
+            current = out.setdefault(text.split()[2].rstrip(":"), [text])
+        elif current is not None and text.startswith("//"):
+            current.append(text)
+        else:
+            current = None
+    return out
+
+
 def highlight_html(source: str, engine: str = "auto") -> str:
     """Highlighted HTML (inline styles, so it survives notebook sanitising and
     export).  ``engine``: ``"pygments"``, ``"builtin"``, or ``"auto"`` (pygments

@@ -21,7 +21,7 @@ from ir.specs import ArraySpec, spec_of
 from ir.tracer.trace import array_parameters, clear_cache as clear_trace_cache
 from lowering.devices import requested as requested_device
 from lowering.runtime import host_argument
-from lowering.source_view import tasklet_lines
+from lowering.source_view import kernel_headers, tasklet_lines
 
 from . import loop_runtime, loops
 from .derivatives import tasklet_partials
@@ -243,6 +243,8 @@ class DifferentiableProgram:
                     rows.append(("partial", f"cannot differentiate: {err}"))
             rows += [("kernel", k) for k, members in kernels.items() if t.name in members]
             rows += [("slang", line) for line in slang.get(t.name, [])]
+        for kernel, lines in (kernel_headers(source) if source is not None else {}).items():
+            details[kernel] = [("slang", line) for line in lines]   # shown on the kernel's group
         fn = getattr(self, "function", None)
         return ir.view.GraphView(graph, kernels=kernels, details=details, collapse=collapse,
                                  source_file=fn.__code__.co_filename if fn else None)

@@ -33,6 +33,12 @@ def test_view_has_kernels_slang_lines_and_partials():
     total = next(t.name for t in view.graph.tasklets() if t.name.startswith("sum"))
     reduction = [text for label, text in view.node_details(total)["rows"] if label == "slang"]
     assert reduction[-1].startswith("out_"), "the whole block, past its inner loops, to the store of the result"
+    kernel_groups = view.groupings()[1]
+    assert kernel_groups.labels
+    for gid, label in kernel_groups.labels.items():
+        rows = view._group_details(kernel_groups, gid)["rows"]
+        header = [text for label_, text in rows if label_ == "slang"]
+        assert header and header[0].startswith(f"// kernel {label}") and header[0] in exe_source
     assert "by kernel" in view.to_html()
 
 
