@@ -31,6 +31,7 @@ from ir.scalar_functions import compare
 from .activity import Activity, Pair, analyse, latest_versions
 from .backward import (_Body, _check_request, _expensive, _Names, _use_stored, accumulation_helpers,
                        add_forward_reads)
+from .custom_vjp import META_KEY as CUSTOM_VJPS
 from .derivatives import guarded_product, shared_subexpressions, tasklet_partials
 from .errors import DifferentiationError
 
@@ -86,6 +87,7 @@ def add_tangent_pass(graph: DataflowGraph, inputs: Sequence[str], outputs: Seque
 
     _TangentPass(graph, activity, {input_nodes[x]: tangent_inputs[x] for x in inputs},
                  {output_nodes[o]: tangents[o] for o in outputs if output_nodes[o] in activity.versions}).build()
+    _release_custom_rules(graph, activity)
 
     graph.meta.setdefault("tangent_inputs", {}).update(tangent_inputs)
     graph.meta.setdefault("tangents", {}).update(tangents)
@@ -110,6 +112,24 @@ def _refuse_loops(graph: DataflowGraph, input_nodes) -> None:
                 f"{where}forward mode (jvp) does not go through loop {loop.name!r} (sd.fori_loop / "
                 "sd.while_loop) yet; write the loop as a Python for loop (unrolled) to take its jvp, or use "
                 "reverse mode (grad, vjp)")
+
+
+def _release_custom_rules(graph: DataflowGraph, activity: Activity) -> None:
+    """Forget the ``sd.custom_vjp`` rules of the calls the tangents went through.
+
+    The tangent pass differentiates such a call's forward tasklets
+    automatically, and its tangent tasklets read the call's internal values
+    (a softmax's exponentials and sums).  A later reverse pass over this graph
+    (reverse-over-forward) must send cotangents back through those internals,
+    which a user's backward rule, mapping only the output's cotangent, cannot:
+    it would drop them silently.  So the call is differentiated automatically
+    there too, consistently with its tangent.  The forward graph keeps its
+    rules (``meta`` lists are replaced, never mutated: copies share them)."""
+    calls = graph.meta.get(CUSTOM_VJPS)
+    if calls:
+        kept = [call for call in calls if not set(call.tasklets) & activity.pairs.keys()]
+        if len(kept) != len(calls):
+            graph.meta[CUSTOM_VJPS] = kept
 
 
 class _TangentPass:
