@@ -6,7 +6,8 @@ network, no widget, so it works in JupyterLab, VS Code's notebook viewer and
 a notebook exported to HTML alike.  Where scripts do not run (an untrusted
 notebook) the first drawing still shows, as static SVG.
 
-- Pan (drag) and zoom (wheel, or the + / − / fit buttons).
+- Pan (drag) and zoom (Ctrl or ⌘ + wheel, a trackpad pinch, or the + / − /
+  fit buttons); a plain wheel scrolls the notebook as usual.
 - Click a box: its details (expression, domain, memlets, source line, and
   whatever the caller adds: partial derivatives, kernel, Slang lines).
 - Large graphs (more than ``COLLAPSE_ABOVE`` boxes) open grouped, one box per
@@ -270,7 +271,7 @@ class GraphView:
         return (f'<div class="symdiff-view" id="{root}" data-start="{start}" style="{_CSS_ROOT}">'
                 f'<div class="sdv-head" style="{_CSS_HEAD}"><div class="sdv-bar">{bar}'
                 f'<span style="margin-left:1em;color:#666">{html.escape(self.graph.name)}: {n_nodes} nodes, '
-                f'{n_tasklets} tasklets. Drag to pan, wheel to zoom, click a box for details.</span></div>'
+                f'{n_tasklets} tasklets. Drag to pan, Ctrl+wheel to zoom, click a box for details.</span></div>'
                 f'<div class="sdv-details" style="{_CSS_DETAILS}">Click a box for its details.</div></div>'
                 f'<div class="sdv-stage" style="overflow:hidden;border:1px solid #ddd">{"".join(svgs)}</div>'
                 f'<script type="application/json" class="sdv-data">{_json(data)}</script>'
@@ -484,6 +485,7 @@ _JS = r"""
   Object.keys(scenes).forEach(function (name) {
     var svg = scenes[name], drag = null;
     svg.addEventListener("wheel", function (e) {
+      if (!e.ctrlKey && !e.metaKey) return;   // a plain wheel scrolls the notebook past a tall drawing
       e.preventDefault(); zoom(e.deltaY < 0 ? 1.15 : 1 / 1.15, point(svg, e));
     }, {passive: false});
     svg.addEventListener("pointerdown", function (e) {

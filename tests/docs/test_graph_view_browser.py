@@ -257,3 +257,21 @@ def test_loop_box_opens_to_its_body(browser, tmp_path):
     (inside,) = browser.execute_script(MEASURE)
     assert inside["scene"] == f"loop:{box}" and len(inside["boxes"]) >= 3
     check_layout([inside])
+
+
+WHEEL = """
+var svg = document.querySelector('svg.sdv-scene:not([style*="display: none"])'), r = svg.getBoundingClientRect();
+svg.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, ctrlKey: arguments[0], clientX: r.left + 50,
+                                           clientY: r.top + 50, bubbles: true, cancelable: true}));
+return svg.querySelector('g.sd-world').getAttribute('transform');
+"""
+
+
+def test_ctrl_wheel_zooms_and_a_plain_wheel_leaves_the_drawing(browser, tmp_path):
+    page = tmp_path / "heat.html"
+    heat_program().graph.view().save(str(page))
+    browser.get(page.as_uri())
+    before = browser.execute_script(WHEEL, False)   # the page scrolls instead
+    assert before == "translate(0 0) scale(1)"
+    zoomed = browser.execute_script(WHEEL, True)
+    assert zoomed != before and float(zoomed.rsplit("scale(", 1)[1].rstrip(")")) > 1
