@@ -17,7 +17,7 @@ Drawing works on plain ``Item``s so that ``ir.view`` can draw grouped graphs
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 from xml.sax.saxutils import escape, quoteattr
 
 import networkx as nx
