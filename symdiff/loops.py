@@ -25,7 +25,6 @@ written with them still runs under plain numpy (and its JAX twin uses
 from __future__ import annotations
 
 import collections
-import itertools
 import math
 import os
 import warnings
@@ -41,7 +40,6 @@ from ir.tracer.errors import TraceError, user_location
 from ir.tracer.trace import _trace
 from ir.tracer.traced_array import TracedArray
 
-_LOOP_IDS = itertools.count()
 _HERE = os.path.dirname(os.path.abspath(__file__))  # errors name the user's line, not ours
 
 
@@ -189,7 +187,7 @@ def _traced_loop(lo: int, hi: int | None, body: Callable, user_body: Callable, c
         raise TraceError("fori_loop", "a loop cannot run inside an sd.map body", where)
     leaves, single = _leaves(state, where)
     outer = tr.graph
-    name = f"loop{next(_LOOP_IDS)}"
+    name = f"loop{len(outer.meta.get('loops', ()))}"  # per program: the same program gives the same Slang
     specs = tuple(ArraySpec(leaf.dtype_name)[leaf.sym_shape] if leaf.sym_shape else ArraySpec(leaf.dtype_name)
                   for leaf in leaves)
     if any(s.is_symbolic for s in specs):
