@@ -18,7 +18,7 @@ import ir
 import ir.view
 import lowering
 from ir.specs import ArraySpec, spec_of
-from ir.tracer.trace import array_parameters, clear_cache as clear_trace_cache
+from ir.tracer.trace import array_annotations, array_parameters, clear_cache as clear_trace_cache
 from lowering.devices import requested as requested_device
 from lowering.runtime import host_argument
 from lowering.source_view import kernel_headers, tasklet_lines
@@ -629,8 +629,7 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
                                                 strict_broadcasting=strict_broadcasting,
                                                 memory_budget=memory_budget)
     params = array_parameters(fn)
-    hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items()
-             if k in params and isinstance(v, ArraySpec)}
+    hints = {k: v for k, v in array_annotations(fn).items() if k in params}
 
     def build(specs: tuple[ArraySpec, ...]) -> ir.DataflowGraph:
         return ir.trace(fn, *specs, strict_broadcasting=strict_broadcasting)

@@ -51,6 +51,12 @@ def array_parameters(fn: Callable) -> list[str]:
     return [p.name for p in params]
 
 
+def array_annotations(fn: Callable) -> dict[str, ArraySpec]:
+    """The parameters annotated with a spec (``x: sd.f32[16]``), also where the
+    annotations are strings (``from __future__ import annotations``)."""
+    return {p.name: p.annotation for p in _parameters(fn) if isinstance(p.annotation, ArraySpec)}
+
+
 def _resolve_specs(fn: Callable, specs: tuple, named_specs: dict) -> tuple[list[str], tuple[ArraySpec, ...]]:
     """One spec per parameter: passed positionally, by name, or from the annotation.
     Trailing parameters with defaults and no spec are not traced: they keep

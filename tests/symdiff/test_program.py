@@ -197,3 +197,18 @@ def test_index_arguments_are_never_converted_silently(device, idx, text):
         f.value_and_grad(e, idx)
     np.testing.assert_allclose(f(e, [1, 2, 3]), 14.0)  # Python ints and int64 in range are fine
     np.testing.assert_allclose(f(e, np.array([1, 2, 3], np.uint8)), 14.0)
+
+
+def test_spec_annotations_are_read_under_postponed_evaluation(tmp_path):
+    """``from __future__ import annotations`` makes every annotation a string:
+    the specs must still fix the argument's shape before any call."""
+    import importlib.util
+    source = tmp_path / "postponed.py"
+    source.write_text("from __future__ import annotations\nimport numpy as np\nimport symdiff as sd\n\n"
+                      "@sd.differentiable_program\ndef f(x: sd.f32[4]):\n    return np.sum(x * x)\n")
+    spec = importlib.util.spec_from_file_location("postponed", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert tuple(module.f.graph.containers["x"].shape) == (4,)  # no call needed: the annotation says it
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(module.f.grad(x, device="numpy")["x"], 2 * x)
