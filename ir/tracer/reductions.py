@@ -1,4 +1,4 @@
-"""sum / mean / max / min / prod: one tasklet over the input's whole domain
+"""sum / mean / max / min / prod / any / all: one tasklet over the input's whole domain
 writing the kept axes with an accumulation (graph.py: the output index does
 not use the reduced symbols); var / std composed of those."""
 from __future__ import annotations
@@ -35,6 +35,8 @@ def reduce(op: str, a, axis, keepdims: bool, accumulate: str, dtype=None) -> Tra
         raise UnsupportedOperationError(f"numpy.{op}", "of a value inside an sd.map body: accumulate with "
                                         "s[0] += v instead")
     axes = normalize_axes(f"numpy.{op}", axis, a.ndim)
+    if accumulate in ("max", "min") and a.dtype_name == "bool":
+        return _truth_count(op, a, axes, keepdims, accumulate)
     if dtype is not None:
         out_dtype = dtype_name(dtype)
     elif op == "mean":
@@ -60,6 +62,16 @@ def reduce(op: str, a, axis, keepdims: bool, accumulate: str, dtype=None) -> Tra
         body = body / count
     write(op, out, index, tuple((s, 0, d) for s, d in zip(syms, a.sym_shape)), body, reads, accumulate)
     return out
+
+
+def _truth_count(op: str, a: TracedArray, axes: tuple[int, ...], keepdims: bool, accumulate: str) -> TracedArray:
+    """max / min of booleans (any / all): count the true elements (an int32
+    sum; no accumulation exists into a bool container) and compare the count
+    with 0 (any) or with the number of elements (all: true for none, as numpy)."""
+    count = reduce(op, a, axes, keepdims, "sum")
+    total = sympy.Mul(*(a.sym_shape[k] for k in axes))
+    test = (lambda n: sympy.Gt(n, 0)) if accumulate == "max" else (lambda n: sympy.Eq(n, total))
+    return tasklet_to_new(op, a.trace, count.sym_shape, "bool", lambda syms, v: test(v["n"]), {"n": count})
 
 
 def variance(op: str, a, axis, dtype, ddof, keepdims: bool) -> TracedArray:
@@ -112,6 +124,23 @@ def max_(a, axis=None, out=None, keepdims=False, **kwargs):
 def min_(a, axis=None, out=None, keepdims=False, **kwargs):
     _check_plain("min", dict(kwargs, out=out))
     return reduce("min", a, axis, keepdims, "min")
+
+
+@implements(np.any)
+def any_(a, axis=None, out=None, keepdims=False, **kwargs):
+    _check_plain("any", dict(kwargs, out=out))
+    return reduce("any", _as_bool(a), axis, keepdims, "max")
+
+
+@implements(np.all)
+def all_(a, axis=None, out=None, keepdims=False, **kwargs):
+    _check_plain("all", dict(kwargs, out=out))
+    return reduce("all", _as_bool(a), axis, keepdims, "min")
+
+
+def _as_bool(a):
+    """``a != 0`` unless ``a`` holds booleans already (NaN counts as true, as in numpy)."""
+    return a if isinstance(a, TracedArray) and a.dtype_name == "bool" else a != 0
 
 
 @implements(np.var)

@@ -220,6 +220,8 @@ class TracedArray(Operators):
     def mean(self, axis=None, dtype=None, keepdims=False):
         return np.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
 
+    def any(self, axis=None, keepdims=False): return np.any(self, axis=axis, keepdims=keepdims)
+    def all(self, axis=None, keepdims=False): return np.all(self, axis=axis, keepdims=keepdims)
     def max(self, axis=None, keepdims=False): return np.max(self, axis=axis, keepdims=keepdims)
     def min(self, axis=None, keepdims=False): return np.min(self, axis=axis, keepdims=keepdims)
     def prod(self, axis=None, dtype=None, keepdims=False):
