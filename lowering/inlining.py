@@ -15,6 +15,9 @@ from ir.index_analysis import covers, injective
 
 from .plan import uses_connectors
 
+_CHEAP_OPS = (sympy.Add, sympy.Mul, sympy.Pow, sympy.Symbol, sympy.Number)  # with integer powers only
+RECOMPUTE_OPS = 24  # most operations of a producer recomputed where recomputing wins (GPUs)
+
 
 def producer(graph: DataflowGraph, access: str) -> Tasklet | None:
     """The elementwise tasklet that alone writes ``access`` plainly, one point
@@ -68,8 +71,11 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
             reads[c] = (a, index)
             by_element[(a, index)] = c
         subs[p.inputs[m.connector]] = connector_symbol(c, graph.containers[m.container].dtype)
-    value = next(iter(p.body.values())).xreplace(subs)
-    body = {k: e.xreplace({t.inputs[connector]: value}) for k, e in t.body.items()}
+    # unevaluated: the connector symbol stood for a real number, the expression replacing it may not
+    # be provably real (Piecewise, atan2), and sympy would rewrite |a**b| or tanh(...) with re()/im()
+    with sympy.evaluate(False):
+        value = next(iter(p.body.values())).xreplace(subs)
+        body = {k: e.xreplace({t.inputs[connector]: value}) for k, e in t.body.items()}
     inputs = {c: connector_symbol(c, graph.containers[graph.node(a).container].dtype) for c, (a, _) in reads.items()}
     # the producer's graph tasklets now run here (explain/kernels() name them with this tasklet's kernel)
     folded = (*t.meta.get("folded", ()), p.meta["origin"], *p.meta.get("folded", ()))
@@ -87,3 +93,18 @@ def _fresh(base: str, taken: set) -> str:
         k += 1
         name = f"{base}_{k}"
     return name
+
+
+def varies(index) -> bool:
+    return any(sympy.sympify(i).free_symbols for i in index)
+
+
+def cheap(graph: DataflowGraph, p: Tasklet, gpu: bool) -> bool:
+    """Recomputing ``p`` costs a few flops and no extra memory traffic (on a
+    ``gpu``, a few dozen flops of any kind and elements read at every point alike)."""
+    elements = {(a, m.index) for a, m in graph.reads(p.name)}
+    body = next(iter(p.body.values()))
+    if gpu:
+        return len({e for e in elements if varies(e[1])}) <= 1 and sympy.count_ops(body) <= RECOMPUTE_OPS
+    return len(elements) <= 1 and all(isinstance(e, _CHEAP_OPS) and not (e.is_Pow and not e.exp.is_Integer)
+                                      for e in sympy.preorder_traversal(body))

@@ -371,19 +371,43 @@ def check_order(graph: DataflowGraph, kernels: list[Kernel]) -> None:
                                         f"{kernel.name}) reads {access} before {late[0]} writes it")
 
 
+FREE_RECOMPUTE_ROUNDS = 3  # plans made again for values free to recompute (each round's may buffer the next's)
+
+
 def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Target | None" = None) -> Plan:
     """Bind sizes, split multi-output tasklets, recompute the producers ``graph.meta["rematerialise"]``
-    names where they are read (``lowering.rematerialise``), fold elementwise producers into reductions, split long
-    reductions, group tasklets into kernels and decide buffers, fills and write modes.  ``target``
-    (a ``lowering.targets`` name or ``Target``) sets which producers are recomputed, how long
-    reductions are split and how long a row kernel's rows may be; without one the plan suits
-    every target."""
+    names where they are read (``lowering.rematerialise``), fold elementwise producers into
+    reductions, split long reductions, group tasklets into kernels and decide buffers, fills and
+    write modes.  ``target`` (a ``lowering.targets`` name or ``Target``) sets which producers are
+    recomputed, how long reductions are split and how long a row kernel's rows may be; without one
+    the plan suits every target.
+
+    A value whose recomputation reads nothing more (``rematerialise.free_candidates``: a copy, a
+    scale, ``g / n`` of a scalar) but that the plan passes to another kernel in a buffer is then
+    recomputed where it is read, and the program planned once more: its buffer and its write go for
+    a few flops (in up to ``FREE_RECOMPUTE_ROUNDS`` more plans).  Values passed in registers inside
+    a kernel stay as they are."""
     target = None if target is None else targets.of(target)
+    from .rematerialise import free_candidates  # built on this module's index analysis
+    recompute = list(graph.meta.get("rematerialise", ()))
+    p = _plan(graph, sizes, target, recompute)
+    for _ in range(FREE_RECOMPUTE_ROUNDS):  # a recomputed value's own inputs may now be buffered in turn
+        free = set(free_candidates(p.graph))
+        buffered = sorted({p.graph.node(w).meta["origin"] for a in p.stored for w, _ in p.graph.writers(a) if w in free})
+        if not buffered:
+            break
+        recompute += buffered
+        p = _plan(graph, sizes, target, recompute)
+    return p
+
+
+def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target | None",
+          recompute: list[str]) -> Plan:
     g = bind(graph, sizes)
     empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
-    from .rematerialise import rematerialise  # built on this module's index analysis
-    rematerialise(g, g.meta.get("rematerialise", ()))
+    from .rematerialise import rematerialise
+    rematerialise(g, recompute)
     from .reduce_fusion import fold_producers
     fold_producers(g, target is not None and target.recompute_transcendentals)
     split_large_reductions(g, target)

@@ -12,6 +12,8 @@ float data is integer-valued to sympy but stays a float ``floor``.
 """
 from __future__ import annotations
 
+import math
+
 import re
 from typing import Mapping
 
@@ -153,6 +155,18 @@ class SlangPrinter(C99CodePrinter):
         if expr.is_integer and self.scalar != "int":
             return f"{self.scalar}({name})"
         return name
+
+    # Every value is a real number (or NaN): sympy writes |b**e|, and derivatives of |f|,
+    # with re/im/arg where it cannot prove e or f real (tanh(log2(a*b + 1))); numpy's
+    # np.real/np.imag/np.angle of real arrays give x, 0 and 0 or pi, and so does this.
+    def _print_re(self, expr) -> str:
+        return self._print(expr.args[0])
+
+    def _print_im(self, expr) -> str:
+        return self.literal(0)
+
+    def _print_arg(self, expr) -> str:
+        return f"select({self._print(expr.args[0])} < {self.literal(0)}, {self.literal(math.pi)}, {self.literal(0)})"
 
     def _print_Integer(self, expr) -> str:
         return self.literal(int(expr))

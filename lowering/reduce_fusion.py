@@ -40,11 +40,9 @@ import sympy
 from ir.graph import DataflowGraph, Memlet, Tasklet
 from ir.index_analysis import injective
 
-from .inlining import inline, producer as elementwise_producer, producer_point
+from .inlining import cheap, inline, producer as elementwise_producer, producer_point, varies
 from .plan import parallel_symbols, uses_connectors
 
-_CHEAP_OPS = (sympy.Add, sympy.Mul, sympy.Pow, sympy.Symbol, sympy.Number)  # with integer powers only
-RECOMPUTE_OPS = 24  # most operations of a producer recomputed where recomputing wins (GPUs)
 
 
 def fold_producers(graph: DataflowGraph, recompute_transcendentals: bool = False) -> None:
@@ -77,7 +75,7 @@ def _fold_one(graph: DataflowGraph, t: Tasklet, gpu: bool) -> bool:
         others = [r for r, o in graph.readers(access) if r != t.name or o.connector != m.connector]
         latest_result = any(graph.latest(c) == access for c in graph.results)
         keep = bool(others) or latest_result
-        if keep and not _cheap(graph, producer, gpu) or _added_reads(graph, t, m, producer, gpu) > 0:
+        if keep and not cheap(graph, producer, gpu) or _added_reads(graph, t, m, producer, gpu) > 0:
             continue
         inline(graph, t, m.connector, producer)
         if not keep:
@@ -96,23 +94,8 @@ def _added_reads(graph: DataflowGraph, t: Tasklet, read: Memlet, p: Tasklet, gpu
         return a, tuple(sympy.expand(sympy.sympify(i).xreplace(at)) for i in index)
 
     def counted(elements: set) -> set:
-        return {e for e in elements if not gpu or _varies(e[1])}
+        return {e for e in elements if not gpu or varies(e[1])}
     before = {element(a, m.index) for a, m in graph.reads(t.name)}
     after = {element(a, m.index) for a, m in graph.reads(t.name) if m.connector != read.connector}
     after |= {element(a, m.index) for a, m in graph.reads(p.name)}
     return len(counted(after)) - len(counted(before))
-
-
-def _varies(index) -> bool:
-    return any(sympy.sympify(i).free_symbols for i in index)
-
-
-def _cheap(graph: DataflowGraph, p: Tasklet, gpu: bool) -> bool:
-    """Recomputing ``p`` costs a few flops and no extra memory traffic (on a
-    ``gpu``, a few dozen flops of any kind and elements read at every point alike)."""
-    elements = {(a, m.index) for a, m in graph.reads(p.name)}
-    body = next(iter(p.body.values()))
-    if gpu:
-        return len({e for e in elements if _varies(e[1])}) <= 1 and sympy.count_ops(body) <= RECOMPUTE_OPS
-    return len(elements) <= 1 and all(isinstance(e, _CHEAP_OPS) and not (e.is_Pow and not e.exp.is_Integer)
-                                      for e in sympy.preorder_traversal(body))

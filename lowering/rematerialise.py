@@ -12,10 +12,11 @@ which may keep those alive longer; whether a choice pays is measured on the
 buffer plan by the caller (``symdiff.memory_budget``).
 
 Which producers: those the graph names in ``meta["rematerialise"]`` (tasklet
-names), when they qualify as elementwise producers (``inlining.producer``)
-and no reader indexes the value through a connector (a gather keeps its
-buffer).  A result's latest version is recomputed for its readers but still
-written.
+names; a memory budget's choice), and in every plan those that cost no read
+(``free_candidates``), when they qualify as elementwise producers
+(``inlining.producer``) and no reader indexes the value through a connector
+(a gather keeps its buffer).  A result's latest version is recomputed for its
+readers but still written.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Collection
 
 from ir.graph import DataflowGraph, Tasklet
 
-from .inlining import inline, producer
+from .inlining import cheap, inline, producer
 from .plan import uses_connectors
 
 
@@ -38,6 +39,15 @@ def candidates(graph: DataflowGraph) -> list[str]:
         if len(writes) == 1 and writes[0][0] not in results and _recomputable(graph, t.name, writes[0][0]):
             out.append(t.name)
     return out
+
+
+def free_candidates(graph: DataflowGraph) -> list[str]:
+    """The candidates whose recomputation reads nothing more: arithmetic on a
+    single input element (a copy, a negation, a scale, ``g / n`` of a scalar
+    seed).  A reader then reads that element instead of the value, so the
+    value's buffer and its write go for a few flops: every plan recomputes
+    these (``lowering.plan``)."""
+    return [name for name in candidates(graph) if cheap(graph, graph.node(name), gpu=False)]
 
 
 def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:
