@@ -352,7 +352,7 @@ def render(results: dict[str, Any]) -> str:
                       _num(jax_.get("ms_ready"), ".3g"),
                       _cell(torch_) if torch_ else "-", _num(row.get("x_jax"), ".2f"),
                       _num(row.get("x_torch"), ".2f"), f"{row['floor_ms']:.3g}", str(s.get("kernels", "-")),
-                      _mb(s), _mb(jax_), _mb(torch_), _num(_ratio(s.get("device_bytes"), row["floor_bytes"]), ".2f"),
+                      _mb(s), _mb(jax_), _mb(torch_), _num(_ratio(s.get("device_bytes"), row.get("floor_bytes")), ".2f"),
                       _num(_ratio(s.get("device_bytes"), jax_.get("device_bytes")), ".2f"),
                       _num(s.get("grad_error"), ".1e")])
     r = results

@@ -71,11 +71,8 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
             reads[c] = (a, index)
             by_element[(a, index)] = c
         subs[p.inputs[m.connector]] = connector_symbol(c, graph.containers[m.container].dtype)
-    # unevaluated: the connector symbol stood for a real number, the expression replacing it may not
-    # be provably real (Piecewise, atan2), and sympy would rewrite |a**b| or tanh(...) with re()/im()
-    with sympy.evaluate(False):
-        value = next(iter(p.body.values())).xreplace(subs)
-        body = {k: e.xreplace({t.inputs[connector]: value}) for k, e in t.body.items()}
+    value = next(iter(p.body.values())).xreplace(subs)
+    body = {k: e.xreplace({t.inputs[connector]: value}) for k, e in t.body.items()}
     inputs = {c: connector_symbol(c, graph.containers[graph.node(a).container].dtype) for c, (a, _) in reads.items()}
     # the producer's graph tasklets now run here (explain/kernels() name them with this tasklet's kernel)
     folded = (*t.meta.get("folded", ()), p.meta["origin"], *p.meta.get("folded", ()))

@@ -40,7 +40,7 @@ def test_a_dropped_program_gives_its_buffers_back(device):
     del program
     gc.collect()
     assert all(r() is None for r in mine), "an executable outlived its program"
-    assert memory.held_bytes(device) == before
+    assert memory.held_bytes(device) <= before  # (other tests' dropped programs may go in the same collection)
 
 
 def test_least_recently_used_bindings_go_past_the_limit(device, limit):
