@@ -68,20 +68,6 @@ def hold(owner: Holder, key: tuple, nbytes: int, device: str) -> None:
     _evict(keep=ident)
 
 
-def touch(owner: Holder, key: tuple) -> None:
-    """``owner``'s instance ``key`` was just used."""
-    with _lock:
-        ident = (id(owner), key)
-        if ident in _held:
-            _held.move_to_end(ident)
-
-
-def forget(owner: Holder, key: tuple) -> None:
-    """``owner`` gave instance ``key`` back by itself."""
-    with _lock:
-        _held.pop((id(owner), key), None)
-
-
 def held_bytes(device: str | None = None) -> int:
     """Bytes of buffers live executables keep between calls (on ``device``)."""
     with _lock:
