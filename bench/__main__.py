@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-import lowering
+from symdiff import lowering
 import symdiff as sd
 
 from . import report, symdiff_runner

@@ -16,7 +16,7 @@ import time
 
 import sympy
 
-from ir.graph import DataflowGraph, index_symbol
+from symdiff.ir.graph import DataflowGraph, index_symbol
 from symdiff import derivatives
 from symdiff.backward import _use_stored, add_backward_pass
 

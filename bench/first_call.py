@@ -124,13 +124,13 @@ def cpu_seconds() -> float:
 
 def measure(name: str, device: str) -> dict[str, float]:
     """CPU seconds per stage of one cold first call of kernel ``name`` (run in this process)."""
-    import ir
-    import lowering
+    from symdiff import ir
+    from symdiff import lowering
     import symdiff as sd
-    from lowering import cache, devices
-    from lowering.codegen import generate
-    from lowering.plan import plan
-    from lowering.runtime import PROGRAM
+    from symdiff.lowering import cache, devices
+    from symdiff.lowering.codegen import generate
+    from symdiff.lowering.plan import plan
+    from symdiff.lowering.runtime import PROGRAM
 
     body, shapes = kernels()[name]
     specs = [sd.f64[s] for s in shapes.values()]

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-import lowering
+from symdiff import lowering
 import symdiff as sd
 
 from . import report, symdiff_runner

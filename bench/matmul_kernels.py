@@ -14,8 +14,8 @@ from unittest import mock
 
 import numpy as np
 
-import lowering
-from ir.graph import DataflowGraph, connector_symbol, index_symbol
+from symdiff import lowering
+from symdiff.ir.graph import DataflowGraph, connector_symbol, index_symbol
 
 I, J, K = (index_symbol(n) for n in "ijk")
 # name: (m, k, n, a index, b index)
@@ -61,7 +61,7 @@ def main(argv: list[str]) -> None:
     for name, (m, kk, n, ia, ib) in CASES.items():
         graph, inputs = matmul_graph(m, kk, n, ia, ib)
         for device in args.device:
-            with mock.patch("lowering.codegen.tiling", lambda *_: None):
+            with mock.patch("symdiff.lowering.codegen.tiling", lambda *_: None):
                 plain = gflops(graph, inputs, device, 2 * m * n * kk)
             tiled = gflops(graph, inputs, device, 2 * m * n * kk)
             print(f"{name:40s} {device:7s} {plain:16.2f} {tiled:10.2f}", flush=True)

@@ -20,7 +20,7 @@ import time
 from typing import Callable
 
 import symdiff as sd
-from lowering import DeviceArray, devices
+from symdiff.lowering import DeviceArray, devices
 
 from . import symdiff_runner
 from .timing import measure, timed

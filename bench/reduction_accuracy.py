@@ -33,7 +33,7 @@ import sys
 import numpy as np
 
 import symdiff as sd
-from lowering import codegen
+from symdiff.lowering import codegen
 
 N = sd.symbol("N")
 R = sd.symbol("R")

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-import lowering
+from symdiff import lowering
 import symdiff as sd
 
 from .peers import Grads, Runner

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Mapping
 import networkx as nx
 import sympy
 
-from ir.bounds import check_index_arguments
-from ir.graph import DataflowGraph, IndexOutOfRange, Memlet, Tasklet
+from symdiff.ir.bounds import check_index_arguments
+from symdiff.ir.graph import DataflowGraph, IndexOutOfRange, Memlet, Tasklet
 
 from .printer import SlangPrinter
 from .targets import Target

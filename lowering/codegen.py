@@ -16,7 +16,7 @@ from typing import Callable
 
 import sympy
 
-from ir.graph import DataflowGraph, Memlet, Tasklet
+from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
 from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
 from . import targets

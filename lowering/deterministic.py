@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import sympy
 
-from ir.graph import ACCUMULATION_IDENTITY, FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, index_symbol
-from ir.index_analysis import injective, solve_shifts
-from ir.rewrite import drop_outputs, needed_reads
+from symdiff.ir.graph import ACCUMULATION_IDENTITY, FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, index_symbol
+from symdiff.ir.index_analysis import injective, solve_shifts
+from symdiff.ir.rewrite import drop_outputs, needed_reads
 
 from .plan import LoweringError, Plan, parallel_symbols, split_multi_output_tasklets, uses_connectors
 

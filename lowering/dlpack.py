@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ir.graph import DTYPES
+from symdiff.ir.graph import DTYPES
 
 from . import devices
 from .slang import spy

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from ir.graph import DataflowGraph
+from symdiff.ir.graph import DataflowGraph
 
 from . import targets
 from .bounds_check import FLAG, FLAG_WORDS

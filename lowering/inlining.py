@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sympy
 
-from ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
-from ir.index_analysis import covers, injective
+from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
+from symdiff.ir.index_analysis import covers, injective
 
 from .plan import uses_connectors
 

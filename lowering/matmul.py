@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import sympy
 
-from ir.graph import DataflowGraph, Tasklet
+from symdiff.ir.graph import DataflowGraph, Tasklet
 
 from . import targets
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import networkx as nx
 import sympy
 
-from ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Tasklet, connector_symbol
-from ir.index_analysis import covers, injective
-from ir.sizes import substitute_sizes
+from symdiff.ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Tasklet, connector_symbol
+from symdiff.ir.index_analysis import covers, injective
+from symdiff.ir.sizes import substitute_sizes
 
 from . import targets
 from .matmul import MIN_TILED_OUTPUTS, matmul_shape

@@ -23,7 +23,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 from sympy.printing.c import C99CodePrinter
 from sympy.printing.precedence import precedence
 
-from ir.scalar_functions import cbrt, fmax, fmin, ieee_float, maximum, minimum, ordering
+from symdiff.ir.scalar_functions import cbrt, fmax, fmin, ieee_float, maximum, minimum, ordering
 
 from . import cpu_math, targets
 

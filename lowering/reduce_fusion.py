@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import sympy
 
-from ir.graph import DataflowGraph, Memlet, Tasklet
-from ir.index_analysis import injective
+from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
+from symdiff.ir.index_analysis import injective
 
 from .inlining import cheap, inline, producer as elementwise_producer, producer_point, varies
 from .plan import parallel_symbols, uses_connectors

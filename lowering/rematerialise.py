@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Collection
 
-from ir.graph import DataflowGraph, Tasklet
+from symdiff.ir.graph import DataflowGraph, Tasklet
 
 from .inlining import cheap, inline, producer
 from .plan import uses_connectors

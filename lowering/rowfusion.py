@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from ir.graph import DataflowGraph, Memlet
-from ir.index_analysis import covers, injective
+from symdiff.ir.graph import DataflowGraph, Memlet
+from symdiff.ir.index_analysis import covers, injective
 
 from . import targets
 from .matmul import matmul_shape

@@ -28,8 +28,8 @@ from typing import Mapping
 
 import numpy as np
 
-import ir
-from ir.graph import DTYPES, DataflowGraph
+from symdiff import ir
+from symdiff.ir.graph import DTYPES, DataflowGraph
 
 from . import cache, devices, dlpack, memory, targets
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from ir.graph import DataflowGraph
+from symdiff.ir.graph import DataflowGraph
 
 from . import targets
 from .plan import Kernel, Step, extent

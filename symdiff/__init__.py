@@ -3,12 +3,12 @@
 The public API ties the three pipeline stages together: ``ir`` traces,
 ``symdiff`` differentiates, ``lowering`` generates and runs Slang.
 """
-from ir import map  # noqa: A004 (sd.map[lo:hi] index-level loops)
-from ir import trace
-from ir import IndexOutOfRange
-from ir.tracer import ImplicitBroadcastError
-from ir.specs import ArraySpec, bool_, f32, f64, i32, symbol
-from lowering import ArgumentError, DeviceArray, asarray, available_devices, cache_limit, set_cache_limit
+from symdiff.ir import map  # noqa: A004 (sd.map[lo:hi] index-level loops)
+from symdiff.ir import trace
+from symdiff.ir import IndexOutOfRange
+from symdiff.ir.tracer import ImplicitBroadcastError
+from symdiff.ir.specs import ArraySpec, bool_, f32, f64, i32, symbol
+from symdiff.lowering import ArgumentError, DeviceArray, asarray, available_devices, cache_limit, set_cache_limit
 
 from .backward import add_backward_pass
 from .custom_vjp import CustomVJPError, custom_vjp

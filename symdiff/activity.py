@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ir.graph import FLOAT_DTYPES, AccessNode, DataflowGraph, Memlet
+from symdiff.ir.graph import FLOAT_DTYPES, AccessNode, DataflowGraph, Memlet
 
 from .derivatives import tasklet_partials
 

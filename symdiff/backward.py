@@ -19,9 +19,9 @@ from typing import Mapping, Sequence
 
 import sympy
 
-from ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, connector_symbol, index_symbol
-from ir.index_analysis import injective
-from ir.scalar_functions import compare
+from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, connector_symbol, index_symbol
+from symdiff.ir.index_analysis import injective
+from symdiff.ir.scalar_functions import compare
 
 from .activity import Activity, Pair, analyse, latest_versions
 from .custom_vjp import active_calls, tagged_tasklets, trace_backward

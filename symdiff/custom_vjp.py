@@ -40,11 +40,11 @@ from typing import Any, Callable, Sequence
 
 import sympy
 
-from ir.graph import DataflowGraph, connector_symbol, index_symbol
-from ir.tracer import context
-from ir.tracer.creation import creation_traced, zeros
-from ir.tracer.errors import TraceError, user_location
-from ir.tracer.traced_array import TracedArray, placeholders
+from symdiff.ir.graph import DataflowGraph, connector_symbol, index_symbol
+from symdiff.ir.tracer import context
+from symdiff.ir.tracer.creation import creation_traced, zeros
+from symdiff.ir.tracer.errors import TraceError, user_location
+from symdiff.ir.tracer.traced_array import TracedArray, placeholders
 
 from .activity import Activity
 from .errors import DifferentiationError

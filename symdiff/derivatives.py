@@ -21,7 +21,7 @@ from typing import Mapping
 import sympy
 from sympy.core.function import Application
 
-from ir.scalar_functions import maximum, minimum, ordering
+from symdiff.ir.scalar_functions import maximum, minimum, ordering
 
 from . import registry
 from .errors import DifferentiationError

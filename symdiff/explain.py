@@ -20,7 +20,7 @@ from typing import Mapping
 
 import sympy
 
-from ir.graph import DataflowGraph, Memlet, Tasklet
+from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
 from .derivatives import tasklet_partials
 from .errors import DifferentiationError

@@ -25,8 +25,8 @@ from typing import Mapping, Sequence
 import networkx as nx
 import sympy
 
-from ir.graph import AccessNode, DataflowGraph, connector_symbol, index_symbol
-from ir.scalar_functions import compare
+from symdiff.ir.graph import AccessNode, DataflowGraph, connector_symbol, index_symbol
+from symdiff.ir.scalar_functions import compare
 
 from .activity import Activity, Pair, analyse, latest_versions
 from .backward import (_Body, _check_request, _expensive, _Names, _use_stored, accumulation_helpers,

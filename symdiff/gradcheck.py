@@ -13,8 +13,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import sympy
 
-import ir
-from ir.graph import FLOAT_DTYPES, DataflowGraph
+from symdiff import ir
+from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph
 
 from .backward import add_backward_pass
 from .derivatives import is_float_symbol, tasklet_partials

@@ -31,8 +31,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-import ir
-import lowering
+from symdiff import ir
+from symdiff import lowering
 
 from . import backward
 from .errors import DifferentiationError

@@ -33,12 +33,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-import ir
-from ir.specs import ArraySpec
-from ir.tracer import context
-from ir.tracer.errors import TraceError, user_location
-from ir.tracer.trace import _trace
-from ir.tracer.traced_array import TracedArray
+from symdiff import ir
+from symdiff.ir.specs import ArraySpec
+from symdiff.ir.tracer import context
+from symdiff.ir.tracer.errors import TraceError, user_location
+from symdiff.ir.tracer.trace import _trace
+from symdiff.ir.tracer.traced_array import TracedArray
 
 _HERE = os.path.dirname(os.path.abspath(__file__))  # errors name the user's line, not ours
 

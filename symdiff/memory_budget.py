@@ -28,9 +28,10 @@ from typing import Callable, Mapping
 import numpy as np
 import sympy
 
-import ir
-import lowering.rematerialise
-from ir.sizes import substitute_sizes
+from symdiff import ir
+from symdiff import lowering
+import symdiff.lowering.rematerialise
+from symdiff.ir.sizes import substitute_sizes
 
 
 

@@ -14,14 +14,15 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import sympy
 
-import ir
-import ir.view
-import lowering
-from ir.specs import ArraySpec, spec_of
-from ir.tracer.trace import array_annotations, array_parameters, clear_cache as clear_trace_cache
-from lowering.devices import requested as requested_device
-from lowering.runtime import host_argument
-from lowering.source_view import kernel_headers, tasklet_lines
+from symdiff import ir
+from symdiff import ir
+import symdiff.ir.view
+from symdiff import lowering
+from symdiff.ir.specs import ArraySpec, spec_of
+from symdiff.ir.tracer.trace import array_annotations, array_parameters, clear_cache as clear_trace_cache
+from symdiff.lowering.devices import requested as requested_device
+from symdiff.lowering.runtime import host_argument
+from symdiff.lowering.source_view import kernel_headers, tasklet_lines
 
 from . import loop_runtime, loops
 from .derivatives import tasklet_partials
@@ -184,7 +185,7 @@ class DifferentiableProgram:
         ``manifest``.  ``path``: also write the module there and the manifest
         beside it (``.json``).  ``sizes`` binds size symbols
         (``lowering.export``; ``examples/export_slang.py`` runs one)."""
-        from lowering.export import export
+        from symdiff.lowering.export import export
         graph = self.graph if forward_only else self.backward_graph(wrt)
         exported = export(graph, sizes, target, name=self.name)
         if path is not None:

@@ -26,7 +26,7 @@ from typing import Mapping
 
 import sympy
 
-from ir.graph import DataflowGraph
+from symdiff.ir.graph import DataflowGraph
 
 from .activity import Activity
 from .errors import DifferentiationError

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import sympy
 
-from ir.scalar_functions import compare
+from symdiff.ir.scalar_functions import compare
 
 Partials = Callable[..., Sequence[sympy.Expr]]
 

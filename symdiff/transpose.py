@@ -23,9 +23,9 @@ from typing import Sequence
 
 import sympy
 
-from ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, connector_symbol, index_symbol
-from ir.index_analysis import holds_on_ranges, solve_shifts, unit_shift
-from ir.rewrite import drop_outputs
+from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, connector_symbol, index_symbol
+from symdiff.ir.index_analysis import holds_on_ranges, solve_shifts, unit_shift
+from symdiff.ir.rewrite import drop_outputs
 
 from .derivatives import shared_subexpressions
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import lowering
+from symdiff import lowering
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT.parent / "shared" / "acceptance" / "run.py"

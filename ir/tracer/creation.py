@@ -188,12 +188,12 @@ _TRACED: dict[str, Callable] = {
     "zeros_like": zeros_like, "empty_like": empty_like, "ones_like": ones_like, "full_like": full_like,
 }
 _ORIGINALS: dict[str, Callable] = {name: getattr(np, name) for name in _TRACED}
-_LIBRARY_PREFIXES = ("numpy", "sympy", "ir.", "networkx")
+_LIBRARY_PREFIXES = ("numpy", "sympy", "symdiff.ir.", "networkx")
 
 
 def _from_library(frame) -> bool:
     module = frame.f_globals.get("__name__", "")
-    return module == "ir" or module.startswith(_LIBRARY_PREFIXES)
+    return module == "symdiff.ir" or module.startswith(_LIBRARY_PREFIXES)
 
 
 def _dispatcher(name: str) -> Callable:

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-import ir
+from symdiff import ir
 
 from ..program import DifferentiableProgram, gradients_as_results
 

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-import lowering
-from lowering import dlpack
-from lowering.devices import resolve
+from symdiff import lowering
+from symdiff.lowering import dlpack
+from symdiff.lowering.devices import resolve
 
 from ..program import DifferentiableProgram, ProgramError, differentiable_program
 from .programs import float_arguments, output_specs, vjp_program

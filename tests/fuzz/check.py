@@ -75,11 +75,11 @@ class Result:
 
 def refusal_types() -> tuple[type, ...]:
     """symdiff's deliberate errors: a clear refusal, not a crash inside a dependency."""
-    import ir
-    import lowering
+    from symdiff import ir
+    from symdiff import lowering
     import symdiff
-    from ir.tracer.errors import TraceError
-    from lowering.runtime import UnsupportedOnDevice
+    from symdiff.ir.tracer.errors import TraceError
+    from symdiff.lowering.runtime import UnsupportedOnDevice
     return (TraceError, symdiff.ProgramError, symdiff.DifferentiationError, UnsupportedOnDevice,
             getattr(ir, "IndexOutOfRange", ()), getattr(lowering, "DeviceUnavailable", ()))
 
@@ -155,7 +155,7 @@ def gpu_form():
     """Every device's target with a GPU's performance choices, for the duration;
     and workgroups for loops and point counts as small as the generator's
     (a GPU takes them from 64 elements and 2048 points: lowering.workgroups)."""
-    from lowering import devices, workgroups
+    from symdiff.lowering import devices, workgroups
     own, thresholds = devices.target, (workgroups.MIN_LOOP, workgroups.FEW_POINTS)
     devices.target = lambda kind: replace(own(kind), workgroup_reductions=True, recompute_transcendentals=True)
     workgroups.MIN_LOOP, workgroups.FEW_POINTS = 2, 4
@@ -169,7 +169,7 @@ def gpu_form():
 @contextlib.contextmanager
 def recompute_everything():
     """Every plan made for the duration recomputes all it can where it is read."""
-    from lowering import rematerialise, runtime
+    from symdiff.lowering import rematerialise, runtime
     own = runtime.plan
 
     def everything(graph, sizes, target=None):

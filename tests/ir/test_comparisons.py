@@ -7,7 +7,7 @@ whenever it is built or rebuilt, which recursed without end (fuzzer seeds
 import numpy as np
 import sympy
 
-from ir.scalar_functions import compare, ordering
+from symdiff.ir.scalar_functions import compare, ordering
 
 a, b, c, d, e = sympy.symbols("a b c d e", real=True)
 LHS, RHS = b - a * c, sympy.acos(-e * sympy.tanh(d))

@@ -4,8 +4,8 @@ import networkx as nx
 import pytest
 import sympy
 
-import ir
-from ir import DataflowGraph, GraphError, Memlet, connector_symbol, index_symbol, size_symbol
+from symdiff import ir
+from symdiff.ir import DataflowGraph, GraphError, Memlet, connector_symbol, index_symbol, size_symbol
 
 N = size_symbol("N")
 i = index_symbol("i")

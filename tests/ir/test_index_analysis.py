@@ -7,8 +7,8 @@ import random
 import pytest
 import sympy
 
-from ir import connector_symbol, index_symbol, size_symbol
-from ir.index_analysis import (FLOOR_DIVIDE, Unanalysable, covers, holds_on_ranges, exact_integer_division, injective, injective_over,
+from symdiff.ir import connector_symbol, index_symbol, size_symbol
+from symdiff.ir.index_analysis import (FLOOR_DIVIDE, Unanalysable, covers, holds_on_ranges, exact_integer_division, injective, injective_over,
                                solve_shifts, unit_shift, unit_shifts, written_elements)
 
 i, j, k = index_symbol("i"), index_symbol("j"), index_symbol("k")

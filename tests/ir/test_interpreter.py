@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import sympy
 
-import ir
-from ir import DataflowGraph, GraphError, connector_symbol, index_symbol, size_symbol
+from symdiff import ir
+from symdiff.ir import DataflowGraph, GraphError, connector_symbol, index_symbol, size_symbol
 
 N, M = size_symbol("N"), size_symbol("M")
 i, j, k = index_symbol("i"), index_symbol("j"), index_symbol("k")

@@ -8,7 +8,7 @@ import networkx as nx
 import pytest
 import sympy
 
-from ir import DataflowGraph, connector_symbol, index_symbol, layout, render, size_symbol
+from symdiff.ir import DataflowGraph, connector_symbol, index_symbol, layout, render, size_symbol
 
 N = size_symbol("N")
 i, j = index_symbol("i"), index_symbol("j")

@@ -8,8 +8,8 @@ import networkx as nx
 import pytest
 import sympy
 
-from ir import DataflowGraph, index_symbol, size_symbol
-from ir.view import GraphView
+from symdiff.ir import DataflowGraph, index_symbol, size_symbol
+from symdiff.ir.view import GraphView
 
 N = size_symbol("N")
 i = index_symbol("i")
@@ -119,7 +119,8 @@ def test_large_graphs_open_grouped(nodes, grouped):
 
 
 def test_very_large_graphs_are_only_drawn_grouped(monkeypatch):
-    import ir.view
+    from symdiff import ir
+    import symdiff.ir.view
     monkeypatch.setattr(ir.view, "DRAW_ALL_UP_TO", 5)
     g = interleaved()
     view = GraphView(g, collapse=True)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import symdiff as sd
-from ir.tracer import UnsupportedOperationError
+from symdiff.ir.tracer import UnsupportedOperationError
 
 
 def masks(x):

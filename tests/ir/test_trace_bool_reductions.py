@@ -5,9 +5,9 @@ a max accumulation into a bool container, which validation refused."""
 import numpy as np
 import pytest
 
-import ir
-import lowering
-from ir.specs import f32
+from symdiff import ir
+from symdiff import lowering
+from symdiff.ir.specs import f32
 
 
 def reductions(x):

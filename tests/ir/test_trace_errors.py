@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ir
-from ir.specs import f32, i32
-from ir.tracer import (MissingSpecError, ScalarConversionError, ShapeMismatchError, TracedBranchError,
+from symdiff import ir
+from symdiff.ir.specs import f32, i32
+from symdiff.ir.tracer import (MissingSpecError, ScalarConversionError, ShapeMismatchError, TracedBranchError,
                        TraceIndexError, UnsupportedAttributeError, UnsupportedOperationError, UntracedWriteError)
 
 UNTRACED = np.zeros(4, dtype=np.float32)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ir
-from ir.specs import f32, f64, i32, spec_of, symbol
+from symdiff import ir
+from symdiff.ir.specs import f32, f64, i32, spec_of, symbol
 
 RTOL, ATOL = 2e-4, 2e-5
 

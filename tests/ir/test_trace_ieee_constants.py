@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import sympy
 
-import ir
+from symdiff import ir
 import symdiff as sd
 from ieee_cases import CASES, N, X, check_map, integer_program
-from ir.tracer import UnsupportedOperationError
+from symdiff.ir.tracer import UnsupportedOperationError
 from nan_cases import check
 
 

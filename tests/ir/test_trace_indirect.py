@@ -4,9 +4,9 @@ against numpy itself, unsupported forms rejected with a clear message."""
 import numpy as np
 import pytest
 
-import ir
+from symdiff import ir
 import symdiff as sd
-from ir.tracer import UnsupportedOperationError
+from symdiff.ir.tracer import UnsupportedOperationError
 
 rng = np.random.default_rng(5)
 A = rng.standard_normal((6, 4)).astype(np.float32)

@@ -7,8 +7,8 @@ array (``plane = A[r]; plane @= C``) was lost silently.  Checked against numpy.
 import numpy as np
 import pytest
 
-import ir
-from ir.specs import f64
+from symdiff import ir
+from symdiff.ir.specs import f64
 
 
 def _through_view(op):

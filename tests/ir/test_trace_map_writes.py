@@ -5,9 +5,9 @@ the right elements (exact integer index arithmetic)."""
 import numpy as np
 import pytest
 
-import ir
-from ir.specs import f32
-from ir.tracer import UnsupportedOperationError
+from symdiff import ir
+from symdiff.ir.specs import f32
+from symdiff.ir.tracer import UnsupportedOperationError
 
 rng = np.random.default_rng(0)
 

@@ -8,8 +8,8 @@ import numpy as np
 import numpy as numpy_alias
 from numpy import ones, zeros
 
-import ir
-from ir.specs import f32
+from symdiff import ir
+from symdiff.ir.specs import f32
 
 ORIGINALS = {name: getattr(np, name) for name in ("zeros", "ones", "full", "empty", "arange", "linspace", "eye",
                                                    "array", "asarray", "zeros_like", "ones_like", "full_like",

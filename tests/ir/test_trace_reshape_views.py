@@ -6,9 +6,9 @@ Writes through a view change ``A`` (tests/reshaped_writes.py)."""
 import numpy as np
 import pytest
 
-import ir
+from symdiff import ir
 import symdiff as sd
-from ir.specs import f32
+from symdiff.ir.specs import f32
 from reshaped_writes import check as check_reshaped_writes
 
 

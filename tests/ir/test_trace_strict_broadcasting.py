@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-import ir
+from symdiff import ir
 import symdiff as sd
-from ir.tracer import ImplicitBroadcastError
+from symdiff.ir.tracer import ImplicitBroadcastError
 
 
 def _line_of(fn, text: str) -> int:

@@ -18,8 +18,8 @@ import types
 import numpy as np
 import pytest
 
-import ir
-import lowering
+from symdiff import ir
+from symdiff import lowering
 import symdiff as sd
 from symdiff.errors import DifferentiationError
 from symdiff.program import ProgramError

@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import lowering  # noqa: E402
+from symdiff import lowering  # noqa: E402
 
 SLANG_DEVICES = [d for d in ("cpu", "vulkan", "cuda") if d in lowering.available_devices()]
 

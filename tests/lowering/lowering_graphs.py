@@ -7,8 +7,8 @@ from typing import Callable
 import numpy as np
 import sympy
 
-import ir
-from ir.graph import DataflowGraph, connector_symbol, index_symbol
+from symdiff import ir
+from symdiff.ir.graph import DataflowGraph, connector_symbol, index_symbol
 
 i, j, k = (index_symbol(n) for n in "ijk")
 

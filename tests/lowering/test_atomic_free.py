@@ -10,13 +10,13 @@ import re
 import numpy as np
 import pytest
 
-import ir
-import lowering
+from symdiff import ir
+from symdiff import lowering
 import symdiff as sd
 from corpus import CASES, assert_matches_jax, build_program
-from lowering import bounds_check
-from lowering.deterministic import check_atomic_free
-from lowering.plan import plan
+from symdiff.lowering import bounds_check
+from symdiff.lowering.deterministic import check_atomic_free
+from symdiff.lowering.plan import plan
 
 V, D, B, L, N, BINS = 12, 4, 5, 3, 40, 6
 ALL_DEVICES = ["numpy"] + [pytest.param(d, marks=[pytest.mark.vulkan] if d == "vulkan" else [])

@@ -4,8 +4,8 @@ accumulation, broadcasts turned into sums."""
 import numpy as np
 import pytest
 
-import ir
-import lowering
+from symdiff import ir
+from symdiff import lowering
 from lowering_graphs import CORPUS
 from symdiff.backward import add_backward_pass
 

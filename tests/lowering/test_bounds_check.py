@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
-import lowering
+from symdiff import lowering
 import symdiff as sd
 
 ALL_DEVICES = ["numpy", *[d for d in ("cpu", "vulkan") if d in lowering.available_devices()]]

@@ -3,8 +3,8 @@ lifetimes share a slot, overlapping ones never do, and a shared program
 computes what the numpy interpreter computes."""
 import numpy as np
 import symdiff as sd
-from lowering.buffer_plan import assign, launches_of
-from lowering.codegen import KernelEntry
+from symdiff.lowering.buffer_plan import assign, launches_of
+from symdiff.lowering.codegen import KernelEntry
 
 
 def _kernels(*uses: tuple[str, ...]) -> list[KernelEntry]:

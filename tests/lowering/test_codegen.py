@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import sympy
 
-import lowering
-from lowering.printer import SlangPrinter
+from symdiff import lowering
+from symdiff.lowering.printer import SlangPrinter
 from lowering_graphs import G, chain, i, matmul
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lowering import cpu_math, devices, targets
+from symdiff.lowering import cpu_math, devices, targets
 
 spy = pytest.importorskip("slangpy")
 

@@ -5,11 +5,11 @@ wrong order or a missed fill shows up as a wrong number against ``ir.run``."""
 import numpy as np
 import sympy
 
-import ir
-import lowering
+from symdiff import ir
+from symdiff import lowering
 import symdiff as sd
 from lowering_graphs import G, i, rng
-from lowering.buffer_plan import launches_of
+from symdiff.lowering.buffer_plan import launches_of
 
 
 def fills_between_kernels(n: int = 20000, bins: int = 5):

@@ -6,10 +6,11 @@ import warnings
 import numpy as np
 import pytest
 
-import lowering
-import lowering.runtime
+from symdiff import lowering
+from symdiff import lowering
+import symdiff.lowering.runtime
 import symdiff as sd
-from lowering.dlpack import CopyWarning
+from symdiff.lowering.dlpack import CopyWarning
 
 torch = pytest.importorskip("torch")
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import sympy
 
-import ir
-import lowering
+from symdiff import ir
+from symdiff import lowering
 import symdiff as sd
 
 jax.config.update("jax_enable_x64", True)
@@ -160,7 +160,7 @@ def test_hand_built_empty_domain(accumulate, any_device):
     identity), on every device as in ``ir.run``.  The Slang code generator
     divided by the 0 extent."""
     import sympy
-    from ir import DataflowGraph, index_symbol
+    from symdiff.ir import DataflowGraph, index_symbol
     i, j, k = index_symbol("i"), index_symbol("j"), index_symbol("k")
     x = sympy.Symbol("x", real=True)
     g = DataflowGraph("empty")

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lowering import devices
+from symdiff.lowering import devices
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import export_slang as example  # noqa: E402

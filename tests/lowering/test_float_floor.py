@@ -13,7 +13,7 @@ import pytest
 import sympy
 
 import symdiff as sd
-from lowering.printer import is_index_valued, print_expr
+from symdiff.lowering.printer import is_index_valued, print_expr
 
 jax.config.update("jax_enable_x64", True)
 

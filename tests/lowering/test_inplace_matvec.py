@@ -15,7 +15,7 @@ import pytest
 
 import symdiff as sd
 from corpus import Case, assert_matches_jax, build_program
-from lowering.plan import LoweringError, check_order, plan
+from symdiff.lowering.plan import LoweringError, check_order, plan
 
 
 def _outer_add(xp, a, u, v):

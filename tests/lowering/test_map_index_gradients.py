@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import lowering
+from symdiff import lowering
 import symdiff as sd
 
 jax.config.update("jax_enable_x64", True)

@@ -5,10 +5,10 @@ import pytest
 import sympy
 
 import symdiff as sd
-from ir.graph import index_symbol
-from lowering.codegen import generate
-from lowering.matmul import matmul_shape, tiling
-from lowering.plan import plan
+from symdiff.ir.graph import index_symbol
+from symdiff.lowering.codegen import generate
+from symdiff.lowering.matmul import matmul_shape, tiling
+from symdiff.lowering.plan import plan
 from lowering_graphs import G, i, j, k, rng
 from test_programs import assert_agrees
 

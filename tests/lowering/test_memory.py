@@ -8,9 +8,9 @@ import weakref
 import numpy as np
 import pytest
 
-import lowering
+from symdiff import lowering
 import symdiff as sd
-from lowering import memory
+from symdiff.lowering import memory
 
 
 def _program():

@@ -4,7 +4,7 @@ accumulations: a max/min reduction's combine and a colliding max/min update."""
 import numpy as np
 import pytest
 
-import lowering
+from symdiff import lowering
 import symdiff as sd
 from lowering_graphs import histogram
 from nan_cases import CASES, check

@@ -3,8 +3,8 @@ import numpy as np
 
 import sympy
 
-import ir
-from lowering.plan import SPLIT_REDUCTION_MIN, plan
+from symdiff import ir
+from symdiff.lowering.plan import SPLIT_REDUCTION_MIN, plan
 from lowering_graphs import CORPUS, G, chain, histogram, i, j, partial_update, reduction
 from symdiff.backward import add_backward_pass
 

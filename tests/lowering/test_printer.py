@@ -3,7 +3,7 @@ import pytest
 import sympy
 from sympy.codegen.cfunctions import expm1, log1p
 
-from lowering.printer import is_exact_in_double, print_expr
+from symdiff.lowering.printer import is_exact_in_double, print_expr
 
 x, y = sympy.symbols("x y", real=True)
 n = sympy.Symbol("n", integer=True)

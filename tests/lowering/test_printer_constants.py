@@ -6,7 +6,7 @@ import pytest
 import sympy
 
 import symdiff as sd
-from lowering.printer import print_expr
+from symdiff.lowering.printer import print_expr
 
 
 @pytest.mark.parametrize("scalar", ["float", "double"])

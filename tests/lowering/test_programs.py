@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-import ir
-import lowering
+from symdiff import ir
+from symdiff import lowering
 from lowering_graphs import CORPUS
 
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import sympy
 
-import ir
-import lowering
-from lowering.codegen import generate
-from lowering.plan import plan
+from symdiff import ir
+from symdiff import lowering
+from symdiff.lowering.codegen import generate
+from symdiff.lowering.plan import plan
 from lowering_graphs import G, i, j, rng
 
 

@@ -4,11 +4,11 @@ computes for the graph as written, with fewer buffers; a value read through
 a gather index keeps its buffer."""
 import numpy as np
 
-import ir
-import lowering
+from symdiff import ir
+from symdiff import lowering
 import symdiff as sd
-from lowering.plan import plan
-from lowering.rematerialise import candidates
+from symdiff.lowering.plan import plan
+from symdiff.lowering.rematerialise import candidates
 
 
 def _layer_norm(x: sd.f32[8, 32], g: sd.f32[32]):

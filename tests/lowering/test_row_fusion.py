@@ -4,13 +4,13 @@ they fuse into (structural: the number of planned kernels)."""
 import numpy as np
 import pytest
 
-import ir
-import lowering
-from ir.specs import f32
-from lowering import rowfusion
-from lowering.codegen import generate
-from lowering.plan import plan
-from lowering.rowfusion import RowKernel
+from symdiff import ir
+from symdiff import lowering
+from symdiff.ir.specs import f32
+from symdiff.lowering import rowfusion
+from symdiff.lowering.codegen import generate
+from symdiff.lowering.plan import plan
+from symdiff.lowering.rowfusion import RowKernel
 from lowering_graphs import G, i, j, k, rng
 from symdiff.backward import add_backward_pass
 

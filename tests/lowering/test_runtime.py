@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import sympy
 
-import ir
-import lowering
-from lowering import devices
-from lowering.printer import prelude
+from symdiff import ir
+from symdiff import lowering
+from symdiff.lowering import devices
+from symdiff.lowering.printer import prelude
 from lowering_graphs import G, chain, histogram, i, symbolic_scale
 
 
@@ -159,7 +159,7 @@ def test_probing_devices_from_several_threads_keeps_stdout():
     script = textwrap.dedent("""
         import threading, time
         import slangpy as spy
-        from lowering import devices
+        from symdiff.lowering import devices
         enumerate_adapters = spy.Device.enumerate_adapters
         def slow(kind):  # widen the window in which fd 1 is redirected
             time.sleep(0.05)

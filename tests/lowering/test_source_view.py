@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import symdiff as sd
-from lowering import SlangSource, highlight_html
+from symdiff.lowering import SlangSource, highlight_html
 
 def _text_of(html: str) -> str:
     """The characters a reader sees: tags dropped, entities decoded."""

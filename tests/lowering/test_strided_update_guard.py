@@ -30,7 +30,7 @@ def reference(x, c):
 
 @pytest.mark.parametrize("device_name", ["numpy", "cpu", "vulkan"])
 def test_strided_update_to_the_last_row_matches_jax(device_name):
-    import lowering
+    from symdiff import lowering
     if device_name not in lowering.available_devices():
         pytest.skip(f"no {device_name} device here")
     rng = np.random.default_rng(0)

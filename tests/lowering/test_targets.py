@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 import sympy
 
-import lowering
+from symdiff import lowering
 import slang_compiler
 import symdiff as sd
-from ir.graph import DataflowGraph
-from lowering import devices, targets
-from lowering.codegen import buffer_name, generate
-from lowering.plan import LoweringError, Plan, plan, uses_connectors
+from symdiff.ir.graph import DataflowGraph
+from symdiff.lowering import devices, targets
+from symdiff.lowering.codegen import buffer_name, generate
+from symdiff.lowering.plan import LoweringError, Plan, plan, uses_connectors
 from lowering_graphs import G, chain, histogram, i, strided_sum
 from test_cpu_program_entry import fills_between_kernels
 

@@ -3,9 +3,9 @@ checked against the interpreter where a thread's run of points ends mid-way."""
 import numpy as np
 import pytest
 
-import ir
-import lowering
-from lowering.threads import CPU_POINTS_PER_THREAD, GROUP_SIZE, ROW_THREADS, Threads
+from symdiff import ir
+from symdiff import lowering
+from symdiff.lowering.threads import CPU_POINTS_PER_THREAD, GROUP_SIZE, ROW_THREADS, Threads
 from lowering_graphs import chain, histogram, reduction
 
 

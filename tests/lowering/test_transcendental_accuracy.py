@@ -12,7 +12,7 @@ guide's devices section, not here.
 import numpy as np
 import pytest
 
-import lowering
+from symdiff import lowering
 import symdiff as sd
 
 N = 20_000

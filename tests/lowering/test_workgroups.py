@@ -12,13 +12,13 @@ import pytest
 
 from dataclasses import replace
 
-import lowering
+from symdiff import lowering
 import slang_compiler
 import symdiff as sd
-from lowering import devices, targets
-from lowering.codegen import generate
-from lowering.plan import plan
-from lowering.rowfusion import RowKernel
+from symdiff.lowering import devices, targets
+from symdiff.lowering.codegen import generate
+from symdiff.lowering.plan import plan
+from symdiff.lowering.rowfusion import RowKernel
 
 COOPERATIVE = "a workgroup of 256 threads"
 ALONG = "1 a workgroup of 256 threads"      # a workgroup per point, sharing the point's loop

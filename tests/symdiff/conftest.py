@@ -6,7 +6,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest  # noqa: E402
 
-import lowering  # noqa: E402
+from symdiff import lowering  # noqa: E402
 
 
 def _device_param(name: str):

@@ -11,8 +11,8 @@ import jax
 import numpy as np
 import sympy
 
-import ir
-from ir.graph import DataflowGraph, index_symbol
+from symdiff import ir
+from symdiff.ir.graph import DataflowGraph, index_symbol
 from symdiff.backward import add_backward_pass
 
 jax.config.update("jax_enable_x64", True)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import sympy
 
-import ir
+from symdiff import ir
 from symdiff.backward import add_backward_pass, injective
 from symdiff.errors import DifferentiationError
 from symdiff_graphs import Builder, a, assert_grads_close, b, i, j, jax_vjp, rng_inputs, vjp

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import sympy
 
-import ir
-from ir.graph import size_symbol
+from symdiff import ir
+from symdiff.ir.graph import size_symbol
 from symdiff.backward import add_backward_pass
 from symdiff_graphs import (Builder, a, assert_grads_close, b, i, j, jax_vjp, k, rng_inputs, vjp)
 

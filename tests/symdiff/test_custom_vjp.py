@@ -217,7 +217,7 @@ def test_second_order_through_an_internal_residual_is_refused():
 
 
 def test_graph_view_groups_a_call_into_one_named_box():
-    from ir.view import GraphView
+    from symdiff.ir.view import GraphView
     program = PROGRAMS[np.float64]["softmax"]
     program(*_inputs([(3, 5), (5, 5), (3, 5)], np.float64))
     for graph, label in ((program.graph, "softmax#0 (custom_vjp)"),

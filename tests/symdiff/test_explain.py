@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import symdiff as sd
-from ir.graph import Tasklet
+from symdiff.ir.graph import Tasklet
 from symdiff.derivatives import tasklet_partials
 
 

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import lowering
+from symdiff import lowering
 import symdiff as sd
-from ir import TraceError
+from symdiff.ir import TraceError
 
 jax.config.update("jax_enable_x64", True)
 

@@ -128,8 +128,10 @@ def _mlp(x: sd.f32[8, 5], w: sd.f32[5, 4], b: sd.f32[4]):
 def test_cpu_device_reads_tensors_in_place_and_returns_views_of_its_buffers(monkeypatch):
     """On slangpy's CPU device: the upload reads the tensor's own memory, and
     the result tensor is a view of the buffer the kernels wrote (DLPack)."""
-    import lowering.dlpack
-    import lowering.runtime
+    from symdiff import lowering
+    import symdiff.lowering.dlpack
+    from symdiff import lowering
+    import symdiff.lowering.runtime
     read, exported = {}, []
     host_argument, export = lowering.runtime.host_argument, lowering.dlpack.export
 

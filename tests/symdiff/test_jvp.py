@@ -16,7 +16,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-import lowering
+from symdiff import lowering
 import symdiff as sd
 from corpus import CASES, build_program
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-import ir
+from symdiff import ir
 import symdiff as sd
 from corpus import CASES, Case, assert_matches_jax, build_program, jax_value_and_grad
 

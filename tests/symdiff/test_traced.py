@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import ir
+from symdiff import ir
 import symdiff as sd
 from corpus import CASES, Case
-from ir.specs import f64
+from symdiff.ir.specs import f64
 from symdiff.backward import add_backward_pass
 from symdiff.gradcheck import check_graph_gradients
 

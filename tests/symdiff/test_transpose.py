@@ -3,7 +3,7 @@ gradient element (plain write, guarded and clamped), exact at the boundaries."""
 import numpy as np
 import sympy
 
-import ir
+from symdiff import ir
 import symdiff as sd
 from symdiff.transpose import shift_solution
 
@@ -63,7 +63,7 @@ def test_gather_connectors_are_named_alike_in_every_process():
     Slang in different processes (and missed slangpy's on-disk cache)."""
     import subprocess
     import sys
-    code = ("import numpy as np, ir, symdiff as sd\n"
+    code = ("import numpy as np, symdiff as sd\nfrom symdiff import ir\n"
             "def f(a: sd.f32[16], b: sd.f32[16]):\n"
             "    return np.sum(a[1:-1] * b[2:] + a[:-2] * a[2:] * b[1:-1] + np.sin(a[1:-1]) * b[:-2])\n"
             "g = ir.trace(f).copy()\n"
