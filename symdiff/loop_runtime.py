@@ -36,7 +36,12 @@ from symdiff import lowering
 
 from . import backward
 from .errors import DifferentiationError
-from .loops import Loop, LoopError, loops_of
+from .loops import Loop, LoopError, loops_of, size_names
+
+
+def _only(sizes: Mapping[str, int], names: frozenset[str]) -> dict[str, int]:
+    """The sizes an executable needs: passing others would plan it again for each of their values."""
+    return {k: v for k, v in sizes.items() if k in names}
 
 
 def add_backward_pass(graph: ir.DataflowGraph, inputs: Sequence[str], outputs: Sequence[str],
@@ -78,6 +83,8 @@ def compile(graph: ir.DataflowGraph, device: str | None = None, deterministic: b
 @dataclass
 class _Tape:
     """What the reverse pass of one loop needs from its forward run."""
+    lo: int                      # the first iteration's ``i``
+    sizes: dict[str, int]        # the sizes the call bound (shapes, trip counts)
     trips: int
     interval: int
     checkpoints: list[tuple[int, list[np.ndarray]]] = field(default_factory=list)
@@ -98,39 +105,46 @@ class _LoopRunner:
         self.body = compile(loop.body, device=device, deterministic=deterministic)  # may hold loops itself
         self.cond = compile(loop.cond, device=device, deterministic=deterministic) if loop.cond else None
         self.results = list(loop.body.meta["result_names"])
+        self.body_sizes = size_names(loop.body)
+        self.cond_sizes = size_names(loop.cond) if loop.cond else frozenset()
         self.floats = [k for k, d in enumerate(loop.dtypes) if d in ir.FLOAT_DTYPES]
         # the state stays on the device between iterations (not for a body holding loops itself)
         self.on_device = device != "numpy" and isinstance(self.body, lowering.Executable)
         self._vjp = None
 
-    def _args(self, n: int, state: Sequence[np.ndarray]) -> dict[str, Any]:
-        return {"i": np.asarray(self.loop.lo + n, dtype=np.int32), **{f"s{k}": v for k, v in enumerate(state)}}
+    @staticmethod
+    def _args(tape: _Tape, n: int, state: Sequence[np.ndarray]) -> dict[str, Any]:
+        return {"i": np.asarray(tape.lo + n, dtype=np.int32), **{f"s{k}": v for k, v in enumerate(state)}}
 
-    def step(self, n: int, state: list, check_bounds: bool) -> list:
-        """One iteration; the state stays on the device between iterations (``DeviceArray``s,
-        numpy arrays on the numpy device)."""
-        out = self.body(self._args(n, state), check_bounds=check_bounds, return_device_arrays=self.on_device)
+    def step(self, tape: _Tape, n: int, state: list, check_bounds: bool) -> list:
+        """Iteration ``n`` (counted from 0); the state stays on the device between iterations
+        (``DeviceArray``s, numpy arrays on the numpy device)."""
+        out = self.body(self._args(tape, n, state), _only(tape.sizes, self.body_sizes), check_bounds=check_bounds,
+                        return_device_arrays=self.on_device)
         return [out[r] for r in self.results]
 
-    def running(self, n: int, state: list[np.ndarray], check_bounds: bool) -> bool:
+    def running(self, tape: _Tape, n: int, state: list[np.ndarray], check_bounds: bool, planned: int) -> bool:
         if self.cond is None:
-            return n < self.loop.hi - self.loop.lo
+            return n < planned
         (result,) = self.loop.cond.meta["result_names"]
-        go = bool(np.asarray(self.cond({f"s{k}": v for k, v in enumerate(state)}, check_bounds=check_bounds)[result]))
-        if go and n >= self.loop.max_iters:
-            raise LoopError(f"while_loop ({self.loop.where}) still running after max_iters={self.loop.max_iters} "
+        go = bool(np.asarray(self.cond({f"s{k}": v for k, v in enumerate(state)}, _only(tape.sizes, self.cond_sizes),
+                                       check_bounds=check_bounds)[result]))
+        if go and n >= planned:
+            raise LoopError(f"while_loop ({self.loop.where}) still running after max_iters={planned} "
                             "iterations; raise max_iters if the loop converges more slowly (no truncated result "
                             "is returned)")
         return go
 
-    def forward(self, state: list[np.ndarray], keep: bool, check_bounds: bool) -> tuple[list[np.ndarray], _Tape]:
-        planned = self.loop.hi - self.loop.lo if self.cond is None else self.loop.max_iters
-        tape = _Tape(0, self.loop.checkpoint_interval(planned))
+    def forward(self, state: list[np.ndarray], keep: bool, check_bounds: bool,
+                sizes: Mapping[str, int]) -> tuple[list[np.ndarray], _Tape]:
+        lo, end = self.loop.bounds(sizes)
+        planned = max(end - lo, 0)
+        tape = _Tape(lo, dict(sizes), 0, self.loop.checkpoint_interval(planned, sizes))
         n = 0
-        while self.running(n, state, check_bounds):
+        while self.running(tape, n, state, check_bounds, planned):
             if keep and n % tape.interval == 0:
                 tape.checkpoints.append((n, [_kept(v) for v in state]))
-            state = self.step(n, state, check_bounds)
+            state = self.step(tape, n, state, check_bounds)
             n += 1
         tape.trips = n
         return state, tape
@@ -144,21 +158,22 @@ class _LoopRunner:
             graph.meta["gradients"] = grads
             seeds = [graph.meta["seeds"][self.results[k]] for k in self.floats]
             exe = compile(graph, device=self.device, deterministic=self.deterministic)
-            self._vjp = exe, seeds, [grads[f"s{k}"] for k in self.floats]
+            self._vjp = exe, seeds, [grads[f"s{k}"] for k in self.floats], size_names(graph)
         return self._vjp
 
     def reverse(self, tape: _Tape, cotangent: list[np.ndarray], check_bounds: bool) -> list[np.ndarray]:
         """Cotangents of the float state going in, from those of the state coming out."""
         if not self.floats:
             return []  # integer state only: nothing to differentiate
-        exe, seeds, grads = self._reverse_step()
+        exe, seeds, grads, names = self._reverse_step()
+        sizes = _only(tape.sizes, names)
         for start, saved in reversed(tape.checkpoints):
             end = min(start + tape.interval, tape.trips)
             states = [saved]
             for n in range(start, end - 1):
-                states.append(self.step(n, states[-1], check_bounds))
+                states.append(self.step(tape, n, states[-1], check_bounds))
             for n in range(end - 1, start - 1, -1):
-                out = exe({**self._args(n, states[n - start]), **dict(zip(seeds, cotangent))},
+                out = exe({**self._args(tape, n, states[n - start]), **dict(zip(seeds, cotangent))}, sizes,
                           check_bounds=check_bounds, return_device_arrays=self.on_device)
                 cotangent = [out[g] for g in grads]
         return [np.asarray(c) for c in cotangent]
@@ -179,6 +194,8 @@ class LoopProgram:
         self.runners = [_LoopRunner(loop, self.device, deterministic) for loop in self.loops]
         self.loop_seeds: dict[str, str] = graph.meta.get("loop_seeds", {})
         self.loop_gradients: dict[str, str] = graph.meta.get("loop_gradients", {})
+        self.stage_sizes = frozenset(str(s) for s in stage.size_symbols())
+        self._bound: dict[tuple, dict[str, int]] = {}  # argument shapes and sizes -> bound sizes
 
     # -- what the program's inspection methods ask of an executable ------------------------------
     @property
@@ -201,40 +218,49 @@ class LoopProgram:
         """The stage's counts, with each loop's body executable's under ``loops``."""
         return {**self.stage.stats(), "loops": {r.loop.name: r.body.stats() for r in self.runners}}
 
-    def _zeros(self, name: str) -> np.ndarray:
+    def _zeros(self, name: str, sizes: Mapping[str, int]) -> np.ndarray:
         c = self.graph.containers[name]
-        return np.zeros(tuple(int(d) for d in c.shape), dtype=ir.DTYPES[c.dtype])
+        return np.zeros(c.concrete_shape(sizes), dtype=ir.DTYPES[c.dtype])
+
+    def _sizes(self, values: Mapping[str, Any], sizes: Mapping[str, int] | None) -> dict[str, int]:
+        """The sizes the arguments (and ``sizes``) bind, remembered per argument shapes (sympy is slow)."""
+        key = (tuple((k, np.shape(v)) for k, v in values.items()), tuple(sorted((sizes or {}).items())))
+        if key not in self._bound:
+            self._bound[key] = ir.bind_sizes(self.graph, values, sizes)
+        return self._bound[key]
 
     def __call__(self, inputs: Mapping[str, Any], sizes: Mapping[str, int] | None = None,
                  return_device_arrays: bool = False, check_bounds: bool = True) -> dict[str, Any]:
         """Results (and gradients) as numpy arrays; ``return_device_arrays`` is not supported
-        across loops and gives numpy arrays too."""
-        if sizes:
-            raise lowering.LoweringError("symbolic sizes are not supported in a program with sd.fori_loop yet")
+        across loops and gives numpy arrays too.  ``sizes``: size symbols no argument binds
+        (a loop nested in a loop's body gets the enclosing program's)."""
         values = {k: (v.numpy() if isinstance(v, lowering.DeviceArray) else v) for k, v in inputs.items()}
+        bound = self._sizes(values, sizes)
+        stage_sizes = _only(bound, self.stage_sizes)
         for loop in self.loops:
-            values.update({o: self._zeros(o) for o in loop.outputs})
-        values.update({s: self._zeros(s) for s in self.loop_seeds.values()})
+            values.update({o: self._zeros(o, bound) for o in loop.outputs})
+        values.update({s: self._zeros(s, bound) for s in self.loop_seeds.values()})
         user_seeds = {s: values[s] for s in self.graph.meta.get("seeds", {}).values() if s not in
                       self.loop_seeds.values()}
         if user_seeds:  # forward runs with zero cotangents: the gradients are not wanted yet
-            values.update({s: self._zeros(s) for s in user_seeds})
+            values.update({s: self._zeros(s, bound) for s in user_seeds})
         tapes = []
         for runner in self.runners:
-            res = self.stage(values, check_bounds=check_bounds)
+            res = self.stage(values, stage_sizes, check_bounds=check_bounds)
             state, tape = runner.forward([np.asarray(res[c]) for c in runner.loop.inputs], bool(self.loop_seeds),
-                                         check_bounds)
+                                         check_bounds, bound)
             state = [np.asarray(v) for v in state]
             tapes.append(tape)
             values.update(zip(runner.loop.outputs, state))
         values.update(user_seeds)
-        results = {k: np.asarray(v) for k, v in self.stage(values, check_bounds=check_bounds).items()}
+        results = {k: np.asarray(v) for k, v in self.stage(values, stage_sizes, check_bounds=check_bounds).items()}
         if not self.loop_seeds:
             return results
-        self._reverse(values, user_seeds, tapes, results, check_bounds)
+        self._reverse(values, user_seeds, tapes, results, check_bounds, bound)
         return results
 
-    def _reverse(self, values: dict, user_seeds: dict, tapes: list[_Tape], results: dict, check_bounds: bool) -> None:
+    def _reverse(self, values: dict, user_seeds: dict, tapes: list[_Tape], results: dict, check_bounds: bool,
+                 bound: Mapping[str, int]) -> None:
         """Add the gradients through the loops to ``results`` (which has those through the stage)."""
         gradients = [g for g in self.graph.meta["gradients"].values()]
         outs = {o: np.array(results[g]) for o, g in self.loop_gradients.items()}
@@ -244,9 +270,9 @@ class LoopProgram:
             floats = runner.floats
             loop = runner.loop
             cotangent = runner.reverse(tapes[j], [outs[loop.outputs[k]] for k in floats], check_bounds)
-            seeds = {s: self._zeros(s) for s in self.loop_seeds.values()}
+            seeds = {s: self._zeros(s, bound) for s in self.loop_seeds.values()}
             seeds.update({self.loop_seeds[loop.inputs[k]]: ct for k, ct in zip(floats, cotangent)})
-            back = self.stage({**values, **quiet, **seeds}, check_bounds=check_bounds)
+            back = self.stage({**values, **quiet, **seeds}, _only(bound, self.stage_sizes), check_bounds=check_bounds)
             for g in gradients:
                 results[g] = results[g] + np.asarray(back[g])
             for earlier in self.runners[:j]:

@@ -29,9 +29,10 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Union
 
 import numpy as np
+import sympy
 
 from symdiff import ir
 from symdiff.ir.specs import ArraySpec
@@ -56,6 +57,9 @@ class LoopError(RuntimeError):
     """A ``while_loop`` ran past ``max_iters``: its result would be truncated, so there is none."""
 
 
+Bound = Union[int, sympy.Expr]  # a Python int, or an integer expression of size symbols (sd.symbol)
+
+
 @dataclass(frozen=True)
 class Loop:
     """One loop kept out of a program's graph (``graph.meta["loops"]``).
@@ -67,18 +71,47 @@ class Loop:
     program's argument containers holding the state coming out."""
 
     name: str
-    lo: int
-    hi: int | None               # None: a while loop, ``cond`` decides
+    lo: Bound
+    hi: Bound | None             # None: a while loop, ``cond`` decides
     body: ir.DataflowGraph
     cond: ir.DataflowGraph | None
-    max_iters: int | None
+    max_iters: Bound | None
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     dtypes: tuple[str, ...]
     checkpoint_every: int | None  # None: from the state's size (checkpoint_interval)
     where: str | None            # the user's line, for errors
 
-    def checkpoint_interval(self, trips: int) -> int:
+    def bounds(self, sizes: Mapping[str, int]) -> tuple[int, int]:
+        """``(lo, end)`` for the sizes a call binds: the first iteration, and ``hi`` (a fori
+        loop) or ``lo + max_iters`` (a while loop, which may stop earlier)."""
+        lo = self._value(self.lo, "lo", sizes)
+        if self.hi is not None:
+            return lo, self._value(self.hi, "hi", sizes)
+        return lo, lo + self._value(self.max_iters, "max_iters", sizes)
+
+    def _value(self, bound: Bound, what: str, sizes: Mapping[str, int]) -> int:
+        if isinstance(bound, int):
+            return bound
+        value = bound.subs({ir.size_symbol(k): v for k, v in sizes.items()})
+        if not value.is_Integer:
+            missing = sorted(str(s) for s in value.free_symbols)
+            raise ir.GraphError(f"{self.where or self.name}: {what} = {bound} uses size symbol(s) {missing} that "
+                                "no argument's shape binds; give an argument that size (e.g. x: sd.f64[T]) or pass "
+                                "a Python int")
+        return int(value)
+
+    def size_names(self) -> frozenset[str]:
+        """Names of the size symbols a run of this loop needs bound: its bounds', its body's and
+        condition's shapes' and those of loops nested in them."""
+        names = {str(s) for b in (self.lo, self.hi, self.max_iters) if isinstance(b, sympy.Basic)
+                 for s in b.free_symbols}
+        for graph in (self.body, self.cond):
+            if graph is not None:
+                names |= size_names(graph)
+        return frozenset(names)
+
+    def checkpoint_interval(self, trips: int, sizes: Mapping[str, int] | None = None) -> int:
         """Store the state every k iterations: ``checkpoint_every`` if given, else the smallest k
         whose N/k checkpoints plus k recomputed states fit in ``CHECKPOINT_BYTES`` (k = 1, no
         recomputation, for a small state), at most about sqrt(N), which holds the fewest."""
@@ -86,26 +119,40 @@ class Loop:
             return self.checkpoint_every
         trips = max(trips, 1)
         widest = max(1, math.isqrt(trips))
-        fits = max(1, CHECKPOINT_BYTES // max(self.state_bytes(), 1))
+        fits = max(1, CHECKPOINT_BYTES // max(self.state_bytes(sizes), 1))
         return next((k for k in range(1, widest) if -(-trips // k) + k <= fits), widest)
 
-    def state_bytes(self) -> int:
-        shapes = (self.body.containers[f"s{k}"].concrete_shape() for k in range(len(self.dtypes)))
+    def state_bytes(self, sizes: Mapping[str, int] | None = None) -> int:
+        """Bytes of one state (for the sizes a call binds)."""
+        shapes = (self.body.containers[f"s{k}"].concrete_shape(sizes) for k in range(len(self.dtypes)))
         return sum(math.prod(s) * np.dtype(ir.DTYPES[d]).itemsize for s, d in zip(shapes, self.dtypes))
 
 
-def fori_loop(lo: int, hi: int, body: Callable, state: Any, *, checkpoint_every: int | None = None) -> Any:
+def size_names(graph: ir.DataflowGraph) -> frozenset[str]:
+    """Names of the size symbols running ``graph`` needs: its shapes' and its loops' (bounds, bodies)."""
+    names = {str(s) for s in graph.size_symbols()}
+    for loop in loops_of(graph):
+        names |= loop.size_names()
+    return frozenset(names)
+
+
+def fori_loop(lo: int | sympy.Expr, hi: int | sympy.Expr, body: Callable, state: Any, *,
+              checkpoint_every: int | None = None) -> Any:
     """``state = body(i, state)`` for ``i`` in ``range(lo, hi)``, traced once and kept a loop.
 
     ``state`` is an array or a tuple of arrays; ``body`` returns the new state
     with the same shapes and dtypes.  In a traced program ``i`` is an int32
-    scalar array.  The reverse pass stores the state every
+    scalar array.  ``lo`` and ``hi`` are Python ints or integer expressions of
+    size symbols (``T = sd.symbol("T")``, ``hi=T`` or ``hi=N - 1``) that the
+    arguments' shapes bind at each call: another trip count runs the same
+    compiled body.  The reverse pass stores the state every
     ``checkpoint_every`` iterations and recomputes the others (default: every
     iteration while the states fit in ``CHECKPOINT_BYTES``, up to about every
     sqrt(hi - lo)-th: ``Loop.checkpoint_interval``)."""
     where = user_location(skip=(_HERE,))
     lo, hi = _bound(lo, "lo", where), _bound(hi, "hi", where)
     if context.active() is None:
+        _eager_bounds("fori_loop", where, lo, hi)
         for i in range(lo, hi):
             state = body(i, state)
         return state
@@ -123,6 +170,7 @@ def while_loop(cond: Callable, body: Callable, state: Any, *, max_iters: int,
     where = user_location(skip=(_HERE,))
     max_iters = _bound(max_iters, "max_iters", where)
     if context.active() is None:
+        _eager_bounds("while_loop", where, max_iters)
         for _ in range(max_iters):
             if not bool(cond(state)):
                 return state
@@ -134,11 +182,27 @@ def while_loop(cond: Callable, body: Callable, state: Any, *, max_iters: int,
     return _traced_loop(0, None, lambda i, s: body(s), body, cond, max_iters, state, checkpoint_every, where)
 
 
-def _bound(value: Any, what: str, where: str | None) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TraceError("fori_loop", f"{what} must be a Python int (got {type(value).__name__}); a trip count "
-                         "that depends on data is a while_loop(cond, body, state, max_iters=N)", where)
-    return int(value)
+def _bound(value: Any, what: str, where: str | None) -> Bound:
+    """A Python int, or an integer expression of size symbols (bound when the program is called)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, sympy.Expr):
+        expr = sympy.sympify(value)
+        if expr.is_Integer:
+            return int(expr)
+        if expr.free_symbols and all(s.is_integer and s.is_positive for s in expr.free_symbols) and expr.is_integer:
+            return expr
+        raise TraceError("fori_loop", f"{what} = {expr} is not an integer expression of size symbols; use "
+                         "symbols from sd.symbol (integer, positive) and integer arithmetic (N - 1, N // 2)", where)
+    raise TraceError("fori_loop", f"{what} must be a Python int or a size symbol (sd.symbol) bound by an "
+                     f"argument's shape (got {type(value).__name__}); a trip count that depends on data is a "
+                     "while_loop(cond, body, state, max_iters=N)", where)
+
+
+def _eager_bounds(op: str, where: str | None, *bounds: Bound) -> None:
+    if any(not isinstance(b, int) for b in bounds):
+        raise TraceError(op, "a bound given as a size symbol (sd.symbol) is bound by a traced program's "
+                         "arguments; outside a traced program pass Python ints", where)
 
 
 def _leaves(state: Any, where: str | None) -> tuple[list[TracedArray], bool]:
@@ -190,9 +254,6 @@ def _traced_loop(lo: int, hi: int | None, body: Callable, user_body: Callable, c
     name = f"loop{len(outer.meta.get('loops', ()))}"  # per program: the same program gives the same Slang
     specs = tuple(ArraySpec(leaf.dtype_name)[leaf.sym_shape] if leaf.sym_shape else ArraySpec(leaf.dtype_name)
                   for leaf in leaves)
-    if any(s.is_symbolic for s in specs):
-        raise TraceError("fori_loop", "loop state with symbolic sizes is not supported yet; annotate the "
-                         "program with concrete shapes", where)
     state_names = [f"s{k}" for k in range(len(leaves))]
 
     def body_fn(i, *s):
