@@ -1,8 +1,10 @@
 """The numpy interpreter: reference semantics of the IR and the ``"numpy"`` device.
 
-Each tasklet is evaluated once for its whole domain with numpy broadcasting
-(open index grids), never with a Python loop per element, so it stays usable
-at millions of elements.  Everything here follows the rules in ``graph.py``.
+Each tasklet is evaluated for its whole domain with numpy broadcasting (open
+index grids), never with a Python loop per element, so it stays usable at
+millions of elements; large domains run a block of rows at a time, several
+tasklets together (``ir.blocks``), so host memory stays near what numpy needs
+for the same expression.  Everything here follows the rules in ``graph.py``.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Mapping
 import numpy as np
 import sympy
 
+from .blocks import Run, plan_runs
 from .graph import (ACCUMULATION_IDENTITY, DTYPES, FLOAT_DTYPES, DataflowGraph, GraphError, IndexOutOfRange,
                     Memlet, Tasklet)
 from .index_analysis import FLOOR_DIVIDE, exact_integer_division, unit_shifts
@@ -55,7 +58,7 @@ class _Point:
     a tasklet whose expressions and indices need no index value (most
     elementwise ones, read through ``_view``) never builds them."""
 
-    def __init__(self, tasklet: Tasklet, sizes: Mapping[str, int]):
+    def __init__(self, tasklet: Tasklet, sizes: Mapping[str, int], rows: tuple[int, int] | None = None):
         self.begins, extents = [], []
         for sym, begin, end in tasklet.domain:
             b, e = substitute_sizes(begin, sizes), substitute_sizes(end, sizes)
@@ -63,6 +66,9 @@ class _Point:
                 raise GraphError(f"tasklet {tasklet.name}: domain {sym}={begin}:{end} has unbound sizes")
             self.begins.append(int(b))
             extents.append(max(int(e) - int(b), 0))
+        if rows is not None:  # one block: rows [lo, hi) of the first axis (``ir.blocks``)
+            self.begins[0] += rows[0]
+            extents[0] = rows[1] - rows[0]
         self.symbols = tasklet.index_symbols
         self.full_shape = tuple(extents)
         self._grids: list[np.ndarray] | None = None
@@ -181,11 +187,21 @@ def _write(target: np.ndarray, memlet: Memlet, value: np.ndarray, point: _Point,
     target[sub_index] = ufunc(target[sub_index], reduced)
 
 
+class _Block:
+    """Rows ``[lo, hi)`` of a run's domain (None: all of it) and the run's local versions'
+    values for those rows, each of the block's shape."""
+
+    def __init__(self, rows: tuple[int, int] | None, dtypes: Mapping[str, type]):
+        self.rows, self.dtypes = rows, dtypes
+        self.values: dict[str, np.ndarray] = {}
+
+
 def run_tasklet(graph: DataflowGraph, name: str, values: dict[str, np.ndarray],
-                sizes: Mapping[str, int], check_bounds: bool = True) -> None:
-    """Evaluate one tasklet over its domain, reading and writing ``values``."""
+                sizes: Mapping[str, int], check_bounds: bool = True, block: _Block | None = None) -> None:
+    """Evaluate one tasklet over its domain (or ``block``'s rows of it), reading and writing
+    ``values`` (and ``block``'s local versions)."""
     t: Tasklet = graph.node(name)
-    point = _Point(t, sizes)
+    point = _Point(t, sizes, block.rows if block else None)
     if 0 in point.shape:
         return  # an empty domain runs no point: it reads and writes nothing
     reads = graph.reads(name)
@@ -200,6 +216,11 @@ def run_tasklet(graph: DataflowGraph, name: str, values: dict[str, np.ndarray],
             if not needs <= set(conn_values):
                 continue
             int_vals = {s: conn_values[s] for s in needs}
+            if block is not None and access in block.values:  # local: read point for point
+                conn_values[t.inputs[memlet.connector]] = block.values[access]
+                pending.remove((access, memlet))
+                progressed = True
+                continue
             src = values[access]
             v = _view(memlet, point, src, sizes)
             if v is None:
@@ -221,6 +242,9 @@ def run_tasklet(graph: DataflowGraph, name: str, values: dict[str, np.ndarray],
     arg_vals = list(conn_values.values()) + [np.broadcast_to(point.grids[k], point.shape) for k in indices]
     outs = dict(zip(conns, _evaluate(arg_syms, exprs, arg_vals, point.shape)))
     for access, memlet in graph.writes(name):
+        if block is not None and access in block.dtypes:  # local: written point for point
+            block.values[access] = np.asarray(outs[memlet.connector]).astype(block.dtypes[access], copy=False)
+            continue
         target = values[access]
         view = _view(memlet, point, target, sizes)
         if view is not None and view.shape == point.shape:  # every point its own element
@@ -252,10 +276,12 @@ def run(graph: DataflowGraph, inputs: Mapping[str, np.ndarray], sizes: Mapping[s
     precision (finite differences, oracles).  ``keep=True`` returns every
     access node's value too, keyed by node id, for inspection.
 
-    A version is dropped once its last reader has run (unless ``keep``), and
-    an argument is copied only when the graph writes into its first version,
-    so host memory stays near what numpy itself needs for the expression
-    (the numpy device runs programs of hundreds of millions of elements).
+    A version is dropped once its last reader has run (unless ``keep``), one
+    that only its run of tasklets uses lives a block at a time (``ir.blocks``),
+    and an argument is copied only when the graph writes into its first
+    version, so host memory stays near what numpy itself needs for the
+    expression (the numpy device runs programs of hundreds of millions of
+    elements).
     """
     missing = [a for a in graph.arguments if a not in inputs]
     if missing:
@@ -280,18 +306,27 @@ def run(graph: DataflowGraph, inputs: Mapping[str, np.ndarray], sizes: Mapping[s
 
     needed = {graph.latest(r) for r in graph.results}
     readers_left = {n.id: len({t for t, _ in graph.readers(n.id)}) for n in graph.access_nodes()}
-    for node_id in graph.topological_order():
-        if isinstance(graph.node(node_id), Tasklet):
-            for access, _ in graph.writes(node_id):
-                if access not in values:
+    steps = plan_runs(graph, bound, keep)
+    local = set().union(*(s.local for s in steps if isinstance(s, Run)))
+    for step in steps:
+        if not isinstance(step, Run):
+            if step not in values and step not in local:
+                allocate(step)
+            continue
+        for name in step.tasklets:
+            for access, _ in graph.writes(name):
+                if access not in values and access not in step.local:
                     allocate(access)
-            run_tasklet(graph, node_id, values, bound, check_bounds)
-            for access in {a for a, _ in graph.reads(node_id)}:
+        dtypes = {a: _float_dtype(graph.containers[graph.node(a).container].dtype, float_dtype) for a in step.local}
+        for rows in step.blocks():
+            block = _Block(rows, dtypes)
+            for name in step.tasklets:
+                run_tasklet(graph, name, values, bound, check_bounds, block)
+        for name in step.tasklets:
+            for access in {a for a, _ in graph.reads(name)}:
                 readers_left[access] -= 1
-                if not (readers_left[access] or keep or access in needed):
+                if not (readers_left[access] or keep or access in needed) and access in values:
                     del values[access]
-        elif node_id not in values:
-            allocate(node_id)
     out = {r: values[graph.latest(r)] for r in graph.results}
     if keep:
         out.update(values)
