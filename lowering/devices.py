@@ -51,10 +51,25 @@ class DeviceUnavailable(RuntimeError):
     """The requested backend cannot be created on this machine."""
 
 
+CACHE_DIR_ENV = "SYMDIFF_CACHE_DIR"
+DISK_CACHE_ENV = "SYMDIFF_DISK_CACHE"
+
+
 def cache_dir() -> Path:
-    """Per-user directory for slangpy's shader cache (``$XDG_CACHE_HOME/symdiff``)."""
+    """Per-user directory of symdiff's on-disk caches: slangpy's shader cache
+    (per device kind), g++'s libraries for the CPU device (``compiler_cache``)
+    and lowered programs (``disk_cache``).  ``$SYMDIFF_CACHE_DIR`` if set, else
+    ``$XDG_CACHE_HOME/symdiff``, else ``~/.cache/symdiff``."""
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "symdiff"
+
+
+def disk_cache_enabled() -> bool:
+    """Whether symdiff may keep anything on disk (``SYMDIFF_DISK_CACHE`` unset,
+    or not one of 0/off/false/no): read at each use, so tests can switch it."""
+    return os.environ.get(DISK_CACHE_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 @contextlib.contextmanager
@@ -104,13 +119,15 @@ def get_device(kind: str) -> spy.Device:
     with _lock:
         if kind not in _devices:
             spy.Logger.get().level = spy.LogLevel.fatal
-            path = cache_dir() / kind
-            path.mkdir(parents=True, exist_ok=True)
+            on_disk = {}
+            if disk_cache_enabled():
+                path = cache_dir() / kind
+                path.mkdir(parents=True, exist_ok=True)
+                on_disk["shader_cache_path"] = str(path)
             try:
                 _devices[kind] = spy.Device(
                     type=getattr(spy.DeviceType, kind), enable_hot_reload=False,
-                    compiler_options={"optimization": spy.SlangOptimizationLevel.maximal},
-                    shader_cache_path=str(path))
+                    compiler_options={"optimization": spy.SlangOptimizationLevel.maximal}, **on_disk)
             except Exception as exc:
                 raise DeviceUnavailable(f"cannot create a slangpy {kind} device here: {exc}") from exc
         return _devices[kind]

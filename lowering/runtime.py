@@ -31,7 +31,7 @@ import numpy as np
 from symdiff import ir
 from symdiff.ir.graph import DTYPES, DataflowGraph
 
-from . import cache, devices, dlpack, memory, targets
+from . import cache, devices, disk_cache, dlpack, memory, targets
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation
 from .buffer_plan import STORAGE, BufferPlan, buffer_bytes, plan_buffers
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
@@ -272,10 +272,14 @@ class Executable:
             start = time.perf_counter()
             before = cache.stats["compiles"]
             target = devices.target(self.device)  # lavapipe: its own maths helpers
-            p = plan(self.graph, sizes, target)
-            if self.deterministic:
-                check_atomic_free(p)
-            module = generate(p, target)
+            def lower() -> tuple[Plan, Module]:
+                p = plan(self.graph, sizes, target)
+                if self.deterministic:
+                    check_atomic_free(p)
+                return p, generate(p, target)
+            # another process may have planned this graph already (lowering.disk_cache)
+            p, module = disk_cache.cached("lowered", (disk_cache.graph_key(self.graph), repr(sorted(sizes.items())),
+                                                      repr(target), repr(self.deterministic)), lower)
             dev = devices.get_device(self.device)
             entries = [PROGRAM] if target.sequential else [f"{k.name}_main" for k in module.kernels]
             kernels = cache.kernels(self.device, dev, module.source, entries)

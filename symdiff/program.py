@@ -20,6 +20,7 @@ import symdiff.ir.view
 from symdiff import lowering
 from symdiff.ir.specs import ArraySpec, spec_of
 from symdiff.ir.tracer.trace import array_annotations, array_parameters, clear_cache as clear_trace_cache
+from symdiff.lowering import disk_cache
 from symdiff.lowering.devices import requested as requested_device
 from symdiff.lowering.runtime import host_argument
 from symdiff.lowering.source_view import kernel_headers, tasklet_lines
@@ -128,11 +129,15 @@ class DifferentiableProgram:
             derived = forward.derived.setdefault("backward_graphs", {})
             options = (wrt, self.stencil_gathers, pushed)
             if options not in derived:
-                graph = forward.copy()
-                graph.meta["gradients"] = loop_runtime.add_backward_pass(  # sd.fori_loop: its loops too
-                    graph, inputs=list(wrt), outputs=graph.results, stencil_gathers=self.stencil_gathers,
-                    accumulate=dict(pushed))
-                derived[options] = graph
+                def differentiate() -> ir.DataflowGraph:
+                    graph = forward.copy()
+                    graph.meta["gradients"] = loop_runtime.add_backward_pass(  # sd.fori_loop: its loops too
+                        graph, inputs=list(wrt), outputs=graph.results, stencil_gathers=self.stencil_gathers,
+                        accumulate=dict(pushed))
+                    return graph
+                # another process may have differentiated this graph already (lowering.disk_cache)
+                derived[options] = disk_cache.cached("backward", (disk_cache.graph_key(forward), repr(options)),
+                                                     differentiate)
             self._backward[key] = derived[options]
         return self._backward[key]
 

@@ -1,0 +1,208 @@
+"""The on-disk caches (lowering.disk_cache, lowering.compiler_cache): a second
+process gets the same numbers from them, anything that changes the generated
+code misses, and a corrupt entry is rebuilt, never used.  Every test points
+SYMDIFF_CACHE_DIR at a temporary directory: the user's cache is never touched."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import symdiff as sd
+from symdiff.lowering import compiler_cache, disk_cache
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYMDIFF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SYMDIFF_DISK_CACHE", raising=False)
+    for k in disk_cache.stats:
+        monkeypatch.setitem(disk_cache.stats, k, 0)
+    return tmp_path / "cache"
+
+
+def make(body: str = "square", shape=(8,), dtype=sd.f32):
+    """A new function object each call, same lines: its traces are equal but
+    share no in-process cache, as in a second process."""
+    spec = dtype[shape]
+
+    def square(x: spec, w: spec):
+        return np.sum(x * x * w)
+
+    def cube(x: spec, w: spec):
+        return np.sum(x * x * x * w)
+
+    return sd.differentiable_program({"square": square, "cube": cube}[body])
+
+
+def grads(program, device="numpy", shape=(8,), wrt=None):
+    x = np.linspace(0.5, 1.5, int(np.prod(shape))).reshape(shape)
+    w = np.linspace(-1.0, 1.0, int(np.prod(shape))).reshape(shape)
+    value, g = program.value_and_grad(x, w, device=device, wrt=wrt)
+    return float(value), {k: np.asarray(v) for k, v in g.items()}
+
+
+def test_same_graph_hits_and_changes_miss(cache_dir):
+    """The backward graph is stored once and found again by an equal trace;
+    another program, shape, dtype or wrt is a different key."""
+    first = grads(make())
+    assert disk_cache.stats["misses"] == 1 and disk_cache.stats["stores"] == 1
+    again = grads(make())
+    assert disk_cache.stats["hits"] == 1 and disk_cache.stats["misses"] == 1
+    assert again[0] == first[0] and all(np.array_equal(again[1][k], first[1][k]) for k in first[1])
+    for changed in (lambda: grads(make("cube")), lambda: grads(make(shape=(9,)), shape=(9,)),
+                    lambda: grads(make(dtype=sd.f64)), lambda: grads(make(), wrt=["x"])):
+        misses = disk_cache.stats["misses"]
+        changed()
+        assert disk_cache.stats["misses"] == misses + 1
+    assert disk_cache.stats["hits"] == 1
+
+
+def test_changed_symdiff_source_misses(cache_dir, monkeypatch, tmp_path):
+    """Keys hash symdiff's own source files: editing one changes every key."""
+    source = tmp_path / "backward.py"
+    source.write_text("x = 1\n")
+    monkeypatch.setattr(disk_cache, "_package_files", lambda: [source])
+    disk_cache.environment.cache_clear()
+    try:
+        before = disk_cache.key("backward", ["graph"])
+        grads(make())
+        source.write_text("x = 2\n")
+        disk_cache.environment.cache_clear()
+        assert disk_cache.key("backward", ["graph"]) != before
+        grads(make())
+        assert disk_cache.stats == {**disk_cache.stats, "hits": 0, "misses": 2}
+    finally:
+        disk_cache.environment.cache_clear()
+
+
+def test_corrupt_or_misplaced_entries_are_rebuilt(cache_dir):
+    """A truncated entry, or one holding another key, is deleted and rebuilt."""
+    want = grads(make())
+    (entry,) = (cache_dir / "lowered" / "backward").rglob("*.pkl")
+    entry.write_bytes(entry.read_bytes()[:40])
+    got = grads(make())
+    assert disk_cache.stats["rejected"] == 1 and disk_cache.stats["hits"] == 0
+    assert np.array_equal(got[1]["x"], want[1]["x"])
+    grads(make())  # rebuilt and stored again
+    assert disk_cache.stats["hits"] == 1
+
+    grads(make("cube"))  # a second entry, then swap the two files' contents
+    a, b = sorted((cache_dir / "lowered" / "backward").rglob("*.pkl"))
+    a_bytes = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(a_bytes)
+    rejected = disk_cache.stats["rejected"]
+    got = grads(make())
+    assert disk_cache.stats["rejected"] == rejected + 1
+    assert np.array_equal(got[1]["x"], want[1]["x"])
+
+
+def test_uncacheable_graph_is_built_not_stored(cache_dir):
+    """A graph holding a Python object without a stable text has no key."""
+    g = make().graph
+    g.meta["rule"] = lambda v: v
+    assert disk_cache.graph_key(g) is None
+    assert disk_cache.cached("backward", [disk_cache.graph_key(g)], lambda: 42) == 42
+    assert disk_cache.stats["stores"] == 0
+
+
+def test_switched_off_writes_nothing(cache_dir, monkeypatch):
+    monkeypatch.setenv("SYMDIFF_DISK_CACHE", "0")
+    grads(make())
+    assert not cache_dir.exists() and disk_cache.stats["stores"] == 0
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import symdiff as sd
+    from symdiff.lowering import disk_cache
+
+    @sd.differentiable_program
+    def f(x: sd.f32[32], w: sd.f32[32]):
+        return np.sum(np.tanh(x * w) ** 2)
+
+    x, w = np.linspace(-1, 1, 32), np.linspace(0.5, 2, 32)
+    value, g = f.value_and_grad(x, w, device=sys.argv[1])
+    print(json.dumps({"stats": disk_cache.stats, "value": float(value),
+                      "grads": {k: np.asarray(v).tolist() for k, v in g.items()}}))
+""")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("vulkan", marks=pytest.mark.vulkan)])
+def test_second_process_hits_and_agrees(device, cache_dir, tmp_path):
+    """Two fresh processes: the first stores, the second loads the backward
+    graph and the lowered module (and, on the CPU device, g++'s library), and
+    both agree with the numpy device."""
+    if device not in sd.lowering.available_devices():
+        pytest.skip(f"no {device} device here")
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    env = dict(os.environ, SYMDIFF_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(script), device], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert runs[0]["stats"]["stores"] == 2 and runs[0]["stats"]["hits"] == 0
+    assert runs[1]["stats"]["hits"] == 2 and runs[1]["stats"]["misses"] == 0
+    if device == "cpu":
+        assert len(list((cache_dir / "cpu-binaries").rglob("*.so"))) == 1
+    x, w = np.linspace(-1, 1, 32).astype(np.float32), np.linspace(0.5, 2, 32).astype(np.float32)
+    ref_value, ref = sd.differentiable_program(lambda x, w: np.sum(np.tanh(x * w) ** 2)).value_and_grad(
+        x, w, device="numpy")
+    for run in runs:
+        assert run["value"] == pytest.approx(float(ref_value), rel=1e-5)
+        for k in ref:
+            np.testing.assert_allclose(run["grads"][k], ref[k], rtol=1e-5, atol=1e-6)
+    assert runs[0] == {**runs[1], "stats": runs[0]["stats"]}
+
+
+FAKE_CXX = """#!/bin/sh
+echo run >> "{log}"
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+for a in "$@"; do case "$a" in *.cpp) cat "$a" > "$out";; esac; done
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")
+def test_compiler_cache_reuses_libraries(tmp_path, monkeypatch):
+    """The g++ wrapper runs the real compiler once per distinct source and
+    arguments, copies the stored library otherwise, and rebuilds a library
+    whose bytes no longer match their hash."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    log = tmp_path / "log"
+    (fake / "g++").write_text(FAKE_CXX.format(log=log))
+    (fake / "g++").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    store = tmp_path / "binaries"
+
+    def compile_(text: str, flags=("-O3",)) -> bytes:
+        src, out = tmp_path / "unknown-abc.cpp", tmp_path / "libslang-generated-xyz.so"
+        src.write_text(text)
+        out.unlink(missing_ok=True)
+        assert compiler_cache.main([str(store), "g++", *flags, "-shared", "-o", str(out), str(src)]) == 0
+        return out.read_bytes()
+
+    def runs() -> int:
+        return len(log.read_text().splitlines())
+
+    assert compile_("int a;") == b"int a;" and runs() == 1
+    assert compile_("int a;") == b"int a;" and runs() == 1          # hit
+    assert compile_("int b;") == b"int b;" and runs() == 2          # other source
+    assert compile_("int a;", ("-O0",)) == b"int a;" and runs() == 3  # other flags
+    for lib in store.rglob("*.so"):
+        lib.write_bytes(b"garbage")
+    assert compile_("int a;") == b"int a;" and runs() == 4          # corrupt: rebuilt
+    assert compile_("int a;") == b"int a;" and runs() == 4
+    assert compiler_cache.main([str(store), "g++", "-v"]) == 0 and runs() == 5  # not a compile: passed on
