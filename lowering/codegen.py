@@ -24,7 +24,7 @@ from .matmul import Tiling, tiling
 from .plan import Kernel, LoweringError, Plan, Step, extent
 from .printer import SLANG_TYPES, SlangPrinter, is_index_valued, prelude
 from .rowfusion import LoopGroup, RowKernel, reduces
-from .threads import GROUP_SIZE, Threads
+from .threads import GROUP_SIZE, Threads, parallel_kernel, worker_cap
 from .workgroups import WORKGROUP, layout
 
 
@@ -62,6 +62,10 @@ class KernelEntry:
     buffers: dict[str, str]  # entry-point parameter -> access node id
     per_thread: int = 1  # consecutive points one dispatched thread runs
     workgroup_threads: int = 0  # threads dispatched where workgroups share points' loops (lowering.workgroups)
+    # points never update one element together and set no bounds flag: on the CPU
+    # device its threads may be split over workers (lowering.threads)
+    independent: bool = False
+    work: int = 0  # points times their loop lengths: what splitting it over workers must pay for
 
     @property
     def thread_count(self) -> list[int]:
@@ -120,6 +124,7 @@ class _KernelWriter:
                                           self.target)
         self.lanes = CPU_REDUCTION_LANES if self.target.sequential else 1
         self.indent = 0  # extra depth of the point loop and of the per-output loop of a tiled kernel
+        self.colliding = False  # some point updates an element other points update too (atomic_<op>)
 
     def emit(self, line: str, depth: int) -> None:
         self.lines.append("    " * (depth + self.indent) + line)
@@ -571,6 +576,7 @@ class _KernelWriter:
                 self.emit(f"{buf}[{idx}] = {COMBINE[w.memlet.accumulate].format(a=f'{buf}[{idx}]', b=value)};", d)
             else:
                 _check_atomic(self.target, STORAGE_TYPES[dtype], w.memlet.accumulate, step.tasklet)
+                self.colliding = True
                 self.atomics.add((STORAGE_TYPES[dtype], w.memlet.accumulate))
                 self.emit(f"atomic_{w.memlet.accumulate}({buf}, {idx}, {value});", d)
 
@@ -700,35 +706,44 @@ def _fill_kernel(plan: Plan, access: str, identity: float, device: str) -> tuple
     name = f"fill_{buf}"
     text = _kernel_text(name, f"// fill {buf} with the identity of its accumulation",
                         _params({buf: access}, g), body)
-    return text, KernelEntry(name, 0, count, {buf: access}, mapping.per_thread)
+    return text, KernelEntry(name, 0, count, {buf: access}, mapping.per_thread, independent=True, work=count)
 
 
-def _program(entries: list[KernelEntry], g: DataflowGraph) -> tuple[str, dict[str, str]]:
+def _program(entries: list[KernelEntry], g: DataflowGraph, target: targets.Target) -> tuple[str, dict[str, str]]:
     """The CPU device's one entry point: it runs kernels ``first`` to
     ``last - 1`` in dispatch order, each over all of its threads, in a single
-    dispatch of one thread.  The CPU device runs threads one after another
-    anyway, but binding a dispatch's buffers costs ~3 us each there, so one
-    dispatch per call instead of one per kernel saves (kernels - 1) bindings
-    of every buffer; one entry point also means one g++ run per program."""
+    dispatch of one thread.  slangpy's CPU device runs a dispatch's threads on
+    the calling thread, and binding a dispatch's buffers costs ~3 us each
+    there, so one dispatch per call instead of one per kernel saves
+    (kernels - 1) bindings of every buffer; one entry point also means one g++
+    run per program.  A kernel whose points are independent and whose work is
+    worth it is split over up to ``workers`` C++ threads (``lowering.threads``),
+    the others run on the calling thread."""
     buffers = {n: a for e in entries for n, a in e.buffers.items()}
     params = _params(buffers, g)
-    calls = []
+    parts, calls = [], []
     for e in entries:
         if e.threads == 0:
             continue
         x, y, _ = e.thread_count
-        call = f"{e.name}(uint3(x, {'y' if y > 1 else '0'}, 0){''.join(', ' + n for n in sorted(e.buffers))});"
-        loop = f"for (int x = 0; x < {x}; x++) {call}"
-        if y > 1:
-            loop = f"for (int y = 0; y < {y}; y++) {loop}"
-        calls.append(f"    if (first <= {e.index} && {e.index} < last)  // {e.threads} point(s) in {x * y} thread(s)\n"
-                    f"        {loop}")
+        cap = worker_cap(e.work, x * y) if e.independent and target.worker_threads else 1
+        if cap > 1:
+            text, loop = parallel_kernel(e.name, _params(e.buffers, g), (x, y), cap)
+            parts.append(text)
+        else:
+            call = f"{e.name}(uint3(x, {'y' if y > 1 else '0'}, 0){''.join(', ' + n for n in sorted(e.buffers))});"
+            loop = f"for (int x = 0; x < {x}; x++) {call}"
+            if y > 1:
+                loop = f"for (int y = 0; y < {y}; y++) {loop}"
+        workers = f", on up to {cap} workers" if cap > 1 else ""
+        calls.append(f"    if (first <= {e.index} && {e.index} < last)  // {e.threads} point(s) in {x * y} "
+                     f"thread(s){workers}\n        {loop}")
     text = (f"// Runs kernels first..last-1 of the program in order, each over all of its threads:\n"
             f"// dispatched once per call with a single thread on the CPU device.\n"
             f"[shader(\"compute\")]\n[numthreads(1, 1, 1)]\n"
-            f"void {PROGRAM}(uniform int first, uniform int last"
+            f"void {PROGRAM}(uniform int first, uniform int last, uniform int workers"
             f"{''.join(', ' + p for p in params)})\n{{\n" + "\n".join(calls) + "\n}")
-    return text, buffers
+    return "\n".join(parts + [text]), buffers
 
 
 def _scratch(acc_type: str) -> str:
@@ -766,13 +781,16 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
                    + f" over {list(kernel.box)}" + (f" in tiles of {list(w.tiling.tile)}" if w.tiling else "")
                    + f"\n//   {described}")
         parts.append(_kernel_text(name, comment, _params(w.buffers, g), body))
+        loops = max((math.prod(extent(r) for r in s.loop) for s in kernel.steps), default=1)
         entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers), w.mapping.per_thread,
-                                   w.layout.threads(w.threads) if w.layout else 0))
+                                   w.layout.threads(w.threads) if w.layout else 0,
+                                   independent=not w.colliding and FLAG not in w.buffers,
+                                   work=kernel.threads * max(1, loops)))
     for n, entry in enumerate(entries):
         entry.index = n
     buffers: dict[str, str] = {}
     if target.sequential:
-        program, buffers = _program(entries, g)
+        program, buffers = _program(entries, g, target)
         parts.append(program)
     header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", prelude(target)]
     header += [_atomic_helper(s, op, target) for s, op in sorted(atomics)] + ([helper(target)] if guards.checks else [])

@@ -40,6 +40,7 @@ from .plan import LoweringError, Plan, plan
 from .printer import is_exact_in_double
 from .slang import spy
 from .source_view import SlangSource
+from .threads import cpu_workers
 
 
 def _usage() -> "spy.BufferUsage":
@@ -282,7 +283,8 @@ class Executable:
                                                       repr(target), repr(self.deterministic)), lower)
             dev = devices.get_device(self.device)
             entries = [PROGRAM] if target.sequential else [f"{k.name}_main" for k in module.kernels]
-            kernels = cache.kernels(self.device, dev, module.source, entries)
+            kernels = cache.kernels(self.device, dev, module.source, entries,
+                                    work=sum(max(k.work, k.threads) for k in module.kernels))
             g = p.graph
             shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
             latest = {r: g.latest(r) for r in g.results}
@@ -496,11 +498,13 @@ class Executable:
     def _launches(self, inst: _Instance) -> list[tuple[_Dispatch, dict]]:
         """The dispatches of ``inst.launches`` with their uniforms: on the CPU
         device one per run of consecutive kernels (a whole call is one run),
+        with the worker threads its kernels may use (``lowering.threads``),
         elsewhere one per kernel.  bench.profile times kernels alone by cutting
         that list."""
         if not targets.of(self.device).sequential:
             return [(inst.dispatches[run[0].name], {}) for run in inst.launches]
-        return [(inst.dispatches[PROGRAM], {"first": run[0].index, "last": run[-1].index + 1})
+        workers = cpu_workers()  # read per call: $SYMDIFF_CPU_THREADS may change between calls
+        return [(inst.dispatches[PROGRAM], {"first": run[0].index, "last": run[-1].index + 1, "workers": workers})
                 for run in inst.launches]
 
     def _record(self, enc: spy.CommandEncoder, inst: _Instance, bindings: dict[str, spy.Buffer]) -> int:

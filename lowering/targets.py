@@ -11,8 +11,10 @@ kind, present on the machine or not (tests/lowering/test_targets.py).
 Facts behind the fields (slangpy 0.43.1, Slang 2026.12; ``shared/notes/slangpy.md``):
 
 * slangpy's CPU device compiles Slang to C++ and runs all threads of a
-  dispatch one after another on one core; it has no float atomics (a compile
-  error), and a plain ``buf[i] += v`` is exact there.
+  dispatch one after another on the calling thread, holding the GIL (several
+  Python threads or devices do not run dispatches side by side: measured); it
+  has no float atomics (a compile error), and a plain ``buf[i] += v`` is exact
+  there.  Its generated C++ may start threads of its own (``worker_threads``).
 * Vulkan (lavapipe here, any GPU driver) and CUDA run threads concurrently:
   colliding updates need atomics.  Both have float atomic add (``InterlockedAdd``
   on float/double).  Float atomic max/min exist on Vulkan
@@ -63,6 +65,10 @@ class Target:
     # in the time one element crosses memory; a CPU's vectorised exp does not
     # (lowering.reduce_fusion folds only arithmetic producers there).
     recompute_transcendentals: bool = False
+    # Kernels whose points are independent may be split over worker threads that
+    # the generated code starts itself (lowering.threads): slangpy's CPU device
+    # holds the GIL through a dispatch and runs it on the calling thread.
+    worker_threads: bool = False
 
     @property
     def max_row(self) -> int:
@@ -83,7 +89,7 @@ class Target:
 ROW_OF_A_THREAD = 256
 ROW_OF_A_WORKGROUP = 16384
 
-CPU = Target("cpu", sequential=True, float_atomic_add=False, polynomial_math=True)
+CPU = Target("cpu", sequential=True, float_atomic_add=False, polynomial_math=True, worker_threads=True)
 VULKAN = Target("vulkan", sequential=False, float_atomic_add=True, polynomial_math=False,
                 folds_float_identities=True, workgroup_reductions=True, recompute_transcendentals=True)
 CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False, workgroup_reductions=True,

@@ -3,17 +3,33 @@
 On lavapipe and GPUs every point is a thread: lavapipe runs neighbouring
 threads in SIMD lanes.  The CPU device runs its threads one after another and
 each thread costs ~20 ns of call overhead (measured when every point was a
-thread; the per-kernel call from ``run_program`` is of the same kind) against ~1 ns for the work of a simple element, so there
-one thread loops over ``CPU_POINTS_PER_THREAD`` consecutive points: the
-overhead is paid once per run, and the tight loop over contiguous elements
-is what g++ -O3 vectorises.
+thread; the per-kernel call from ``run_program`` is of the same kind) against
+~1 ns for the work of a simple element, so there one thread loops over up to
+``CPU_POINTS_PER_THREAD`` consecutive points: the overhead is paid once per
+run, and the tight loop over contiguous elements is what g++ -O3 vectorises.
 
 A dispatch dimension holds at most 65535 groups, so more threads than one row
 of groups are laid out as rows of equal width (a multiple of the group size):
 the last row is the only one partly idle.
+
+Worker threads on the CPU device: slangpy holds the GIL through a dispatch
+and its CPU backend runs a dispatch's threads on the calling thread, so
+neither Python threads nor several devices run kernels side by side
+(measured, docs/design.md "The CPU device's cores").  The generated C++ can
+start threads itself: the program entry (``lowering.codegen``) hands each
+kernel whose points are independent (no colliding update, no bounds flag) to
+``symdiff_parallel``, a pool of C++ threads in the module's prelude
+(``POOL_PRELUDE``), which runs equal contiguous slices of the kernel's
+dispatched threads on ``workers`` threads and waits for all of them.  Every
+point computes exactly what it computes alone (sums inside a point keep their
+order), so results are bit-identical for every worker count.  Kernels with
+less work than ``MIN_WORK_PER_WORKER`` per worker use fewer workers (a tiny
+kernel runs on the calling thread alone): waking and joining a worker costs
+more than that much work.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from . import targets
@@ -22,6 +38,10 @@ GROUP_SIZE = 256
 MAX_GROUPS = 65535  # per dispatch dimension
 ROW_THREADS = GROUP_SIZE * MAX_GROUPS  # most threads in one row of a dispatch
 CPU_POINTS_PER_THREAD = 1024
+# ... but no fewer threads than this where there are that many points: the
+# worker threads split a kernel by whole threads (a matmul's 256 tiles were one
+# thread of 1024 points, work no second core could share).
+CPU_MIN_THREADS = 256
 
 
 @dataclass(frozen=True)
@@ -34,7 +54,9 @@ class Threads:
     @classmethod
     def for_device(cls, points: int, device: "str | targets.Target") -> "Threads":
         """Points per thread on a device kind (``lowering.targets``): many where threads run in sequence."""
-        return cls(points, CPU_POINTS_PER_THREAD if targets.of(device).sequential and points > 1 else 1)
+        if not targets.of(device).sequential:
+            return cls(points)
+        return cls(points, max(1, min(CPU_POINTS_PER_THREAD, points // CPU_MIN_THREADS)))
 
     @property
     def count(self) -> int:
@@ -68,3 +90,156 @@ class Threads:
 
     def close(self) -> list[str]:
         return ["}"] if self.per_thread > 1 else []
+
+
+# Environment variable overriding the CPU device's worker threads (default: the
+# cores this process may run on).
+WORKERS_ENV = "SYMDIFF_CPU_THREADS"
+# Least work (points times their loop lengths, ``KernelEntry.work``) per worker
+# for a kernel to be split: below it the pool's wake-up and join cost more than
+# they save (measured crossover: docs/design.md "The CPU device's cores").
+MIN_WORK_PER_WORKER = 1 << 15
+
+
+def cpu_workers() -> int:
+    """Worker threads a CPU-device call uses: ``$SYMDIFF_CPU_THREADS``, else
+    the cores this process may run on (its affinity mask, not the machine's)."""
+    value = os.environ.get(WORKERS_ENV, "").strip()
+    if value:
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"${WORKERS_ENV}={value!r}: expected a positive number of threads")
+        return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity masks on this platform
+        return os.cpu_count() or 1
+
+
+def worker_cap(work: int, dispatched: int) -> int:
+    """Most workers worth giving a kernel of ``work`` over ``dispatched``
+    threads: one per ``MIN_WORK_PER_WORKER`` of work, never more than threads."""
+    return max(1, min(dispatched, work // MIN_WORK_PER_WORKER))
+
+
+# C++ put before the CPU module by ``__requirePrelude``: a pool of worker
+# threads, one per module (its .so), started on first use.  A worker idle for
+# a second ends (a process may hold many modules); the pool's destructor stops
+# and joins its threads, so unloading the module never leaves a thread in its
+# code.  ``symdiff_parallel(n, f)`` runs ``f(0)`` .. ``f(n - 1)``, ``f(0)`` on
+# the calling thread, and returns when all are done; false (nothing run) for
+# ``n <= 1``, where the caller runs the kernel itself.
+POOL_PRELUDE = r"""
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace symdiff_pool {
+struct Worker { std::thread thread; bool finished = false; };
+
+struct Pool
+{
+    std::mutex call;  // one parallel region at a time
+    std::mutex m;
+    std::condition_variable wake, done;
+    std::vector<std::unique_ptr<Worker>> workers;
+    const std::function<void(int)>* job = nullptr;
+    int slices = 0, next = 0, pending = 0, idle = 0;
+    bool stop = false;
+
+    void loop(Worker* self)
+    {
+        std::unique_lock<std::mutex> lock(m);
+        for (;;)
+        {
+            idle++;
+            bool woken = wake.wait_for(lock, std::chrono::seconds(1),
+                                       [&] { return stop || (job && next < slices); });
+            idle--;
+            if (!woken || stop) { self->finished = true; return; }
+            int slice = next++;
+            const std::function<void(int)>* f = job;
+            lock.unlock();
+            (*f)(slice);
+            lock.lock();
+            if (--pending == 0) done.notify_one();
+        }
+    }
+
+    void run(int n, const std::function<void(int)>& f)
+    {
+        std::lock_guard<std::mutex> serial(call);
+        std::unique_lock<std::mutex> lock(m);
+        for (size_t i = 0; i < workers.size();)  // join the workers that ended idle
+        {
+            if (workers[i]->finished) { workers[i]->thread.join(); workers.erase(workers.begin() + i); }
+            else i++;
+        }
+        while ((int)workers.size() < n - 1)
+        {
+            workers.emplace_back(new Worker());
+            Worker* w = workers.back().get();
+            w->thread = std::thread([this, w] { loop(w); });
+        }
+        job = &f; slices = n; next = 1; pending = n - 1;
+        lock.unlock();
+        wake.notify_all();
+        f(0);
+        lock.lock();
+        done.wait(lock, [&] { return pending == 0; });
+        job = nullptr;
+    }
+
+    ~Pool()
+    {
+        { std::lock_guard<std::mutex> lock(m); stop = true; }
+        wake.notify_all();
+        for (auto& w : workers) w->thread.join();
+    }
+};
+static Pool pool;
+}
+
+static bool symdiff_parallel(int n, const std::function<void(int)>& f)
+{
+    if (n <= 1) return false;
+    symdiff_pool::pool.run(n, f);
+    return true;
+}
+"""
+
+
+def parallel_kernel(name: str, params: list[str], dispatched: tuple[int, int], cap: int) -> tuple[str, str]:
+    """Slang for running kernel ``name`` (a function of the thread id and
+    ``params``, ``lowering.codegen``) over its ``x * y`` dispatched threads on
+    up to ``cap`` workers, and the program entry's statement calling it.
+
+    ``<name>_slice(s, n, ...)`` runs slice ``s`` of ``n`` equal contiguous
+    ranges of the threads (x fastest, as the single-thread loop runs them);
+    ``<name>_workers(n, ...)`` hands the slices to the pool: a C++ intrinsic,
+    emitted only into CPU modules, so its ``__target_switch`` has that one case
+    (``lowering.targets``: no form is chosen by Slang between targets)."""
+    x, y = dispatched
+    args = [p.split()[-1] for p in params]
+    passed = "".join(", " + a for a in args)
+    typed = "".join(", " + p for p in params)
+    total = x * y
+    thread = f"uint3(t % {x}, t / {x}, 0)" if y > 1 else "uint3(t, 0, 0)"
+    forwarded = "".join(f", ${k + 1}" for k in range(len(args)))
+    text = (f"// kernel {name} in slices of its {total} thread(s), one slice a worker\n"
+            f"__extern_cpp void {name}_slice(int s, int n{typed})\n{{\n"
+            f"    int lo = int(int64_t({total}) * s / n), hi = int(int64_t({total}) * (s + 1) / n);\n"
+            f"    for (int t = lo; t < hi; t++) {name}({thread}{passed});\n}}\n\n"
+            f"bool {name}_workers(int n{typed})\n{{\n    __target_switch\n    {{\n    case cpp:\n"
+            f"        __requirePrelude(R\"({POOL_PRELUDE})\");\n"
+            f"        __intrinsic_asm \"symdiff_parallel($0, [&](int s) {{ {name}_slice(s, $0{forwarded}); }})\";\n"
+            f"    }}\n}}\n")
+    call = f"if (!{name}_workers(min(workers, {cap}){passed})) {name}_slice(0, 1{passed});"
+    return text, call

@@ -5,13 +5,17 @@ import pytest
 
 from symdiff import ir
 from symdiff import lowering
-from symdiff.lowering.threads import CPU_POINTS_PER_THREAD, GROUP_SIZE, ROW_THREADS, Threads
+from symdiff.lowering.threads import CPU_MIN_THREADS, CPU_POINTS_PER_THREAD, GROUP_SIZE, ROW_THREADS, Threads
 from lowering_graphs import chain, histogram, reduction
 
 
 def test_cpu_threads_loop_over_runs_of_points():
+    many = CPU_MIN_THREADS * CPU_POINTS_PER_THREAD * 3 + 5
+    t = Threads.for_device(many, "cpu")
+    assert t.per_thread == CPU_POINTS_PER_THREAD and t.count == 3 * CPU_MIN_THREADS + 1
+    # fewer points: shorter runs, so that worker threads still have CPU_MIN_THREADS threads to share
     t = Threads.for_device(3 * CPU_POINTS_PER_THREAD + 5, "cpu")
-    assert t.count == 4 and t.thread_count == [4, 1, 1]
+    assert t.per_thread == (3 * CPU_POINTS_PER_THREAD + 5) // CPU_MIN_THREADS and t.count == CPU_MIN_THREADS + 1
     assert Threads.for_device(3 * CPU_POINTS_PER_THREAD + 5, "vulkan").count == 3 * CPU_POINTS_PER_THREAD + 5
     assert Threads.for_device(1, "cpu").per_thread == 1  # a single point needs no loop
 
