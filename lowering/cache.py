@@ -19,6 +19,7 @@ from .slang import spy
 
 _lock = threading.Lock()
 _modules: dict[tuple[str, str], dict[str, spy.ComputeKernel]] = {}
+_sessions: dict[tuple[str, str], "spy.SlangSession"] = {}
 # front end: Slang parsing and checking the module; backend: Slang's code generation and the
 # downstream compiler (g++ on the CPU device, the driver's on Vulkan), forced per entry point
 stats = {"compiles": 0, "compile_seconds": 0.0, "front_end_seconds": 0.0, "backend_seconds": 0.0}
@@ -40,8 +41,40 @@ def _quote(source: str, message: str) -> str:
     return f"generated Slang does not compile: {first.strip()}\n{where}\n--- compiler output ---\n{message}"
 
 
-def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str]) -> dict[str, spy.ComputeKernel]:
-    """Compiled compute kernels for ``entries`` of ``source`` (cached)."""
+def optimization(device_kind: str, source: str, work: int) -> str:
+    """The Slang optimisation level for a module doing ``work`` points per call.
+
+    slangpy's devices compile at ``maximal`` (g++ -O3 on the CPU device:
+    10-35x faster kernels than -O0 on the bench workloads).  But a module with
+    many kernels over few points (Python loops unrolled over small arrays:
+    NPBench's ludcmp, cavity flow) spends seconds in Slang's C++ generation
+    and g++ and microseconds running; there ``none`` (-O0) halves the compile
+    and changes the run time little (measured on this 2-core machine, ludcmp
+    8x8: first call 8.4 -> 5.3 CPU s, a call 2.1 ms either way;
+    elementwise_chain 100k: 2.6 -> 89 ms a call for 0.3 s less compile).
+    Compile time grows with the source's length, run time with the work, so
+    a module whose work per call is below its length in characters compiles
+    at ``none``.  Only the CPU device: lavapipe compiles SPIR-V itself."""
+    return "none" if device_kind == "cpu" and work < len(source) else "maximal"
+
+
+def _session(device_kind: str, device: spy.Device, level: str):
+    """The Slang session compiling at ``level``: the device's own for ``maximal``."""
+    if level == "maximal":
+        return device
+    key = (device_kind, level)
+    if key not in _sessions:
+        _sessions[key] = device.create_slang_session(
+            compiler_options={"optimization": getattr(spy.SlangOptimizationLevel, level)})
+    return _sessions[key]
+
+
+def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str],
+            work: int | None = None) -> dict[str, spy.ComputeKernel]:
+    """Compiled compute kernels for ``entries`` of ``source`` (cached); ``work``:
+    points per call, which picks the optimisation level (``optimization``;
+    None: maximal)."""
+    level = "maximal" if work is None else optimization(device_kind, source, work)
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     key = (device_kind, digest)
     with _lock:
@@ -50,11 +83,12 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
         start = time.perf_counter()
         try:
             with _binaries_cached(device_kind):
-                module = device.load_module_from_source(f"symdiff_{digest}", source)
+                session = _session(device_kind, device, level)
+                module = session.load_module_from_source(f"symdiff_{digest}", source)
                 front = time.perf_counter()
                 out = {}
                 for entry in entries:
-                    program = device.link_program([module], [module.entry_point(entry)])
+                    program = session.link_program([module], [module.entry_point(entry)])
                     out[entry] = device.create_compute_kernel(program)
                     out[entry].pipeline  # force the backend compile now, not at first dispatch
         except spy.SlangCompileError as exc:
@@ -67,6 +101,7 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
         stats["compile_seconds"] += end - start
         stats["front_end_seconds"] += front - start
         stats["backend_seconds"] += end - front
+        stats[f"compiles_{level}"] = stats.get(f"compiles_{level}", 0) + 1
         _modules[key] = out
         return out
 
