@@ -6,6 +6,8 @@ import sys
 import textwrap
 from importlib import metadata
 
+import pytest
+
 
 def _run(code: str) -> str:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
@@ -46,3 +48,20 @@ def test_numpy_device_runs_without_slangpy_torch_or_jax():
         value, grads = f.value_and_grad(np.arange(3.0), device="numpy")
         print(value, grads["x"].tolist())""")
     assert out == "5.0 [0.0, 2.0, 4.0]"
+
+
+def test_slang_devices_do_not_import_torch():
+    # slangpy's native extension imports torch (seconds, ~190 MB) for a bridge symdiff never uses.
+    pytest.importorskip("slangpy")
+    out = _run("""
+        import sys
+        import numpy as np, symdiff as sd
+        n = sd.symbol("n")
+
+        @sd.differentiable_program
+        def f(x: sd.f32[n]):
+            return np.sum(x * x)
+
+        value, grads = f.value_and_grad(np.arange(3.0, dtype=np.float32), device="cpu")
+        print(value, grads["x"].tolist(), "torch" in sys.modules)""")
+    assert out == "5.0 [0.0, 2.0, 4.0] False"
