@@ -109,9 +109,9 @@ def _refuse_loops(graph: DataflowGraph, input_nodes) -> None:
         if containers & set(loop.inputs):
             where = f"{loop.where}: " if getattr(loop, "where", None) else ""
             raise DifferentiationError(
-                f"{where}forward mode (jvp) does not go through loop {loop.name!r} (sd.fori_loop / "
-                "sd.while_loop) yet; write the loop as a Python for loop (unrolled) to take its jvp, or use "
-                "reverse mode (grad, vjp)")
+                f"{where}this tangent pass does not go through loop {loop.name!r} (sd.fori_loop / "
+                "sd.while_loop), which it would drop; symdiff.loop_runtime.add_tangent_pass (what program.jvp "
+                "uses) makes the loop's tangent a loop")
 
 
 def _release_custom_rules(graph: DataflowGraph, activity: Activity) -> None:

@@ -14,9 +14,10 @@ argument (``Loop.outputs``).  ``LoopProgram`` compiles that graph once (the
   with the user's cotangents gives the gradients through the code between
   loops and the cotangents of every loop's outputs; loops are then reversed
   last to first: the body's vector-Jacobian product runs backwards over the
-  iterations from checkpoints (``Loop.checkpoint_interval``: the state is
-  stored every k iterations and the k states in between recomputed from it,
-  O(N/k + k) states held), and the cotangent reaching the loop's inputs is
+  iterations from the states the forward run stored (``Loop.schedule``: all of
+  them while they fit in the memory left to the loop, ``memory_budget`` less
+  the stage's and the body's buffers, else binomial checkpointing,
+  ``symdiff.checkpoint_schedule``), and the cotangent reaching the loop's inputs is
   sent back through the stage's reverse pass, which is linear in its
   cotangents, so the contributions add.
 
@@ -26,7 +27,7 @@ not depend on the trip count.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -34,9 +35,13 @@ import numpy as np
 from symdiff import ir
 from symdiff import lowering
 
-from . import backward
+from . import backward, forward
 from .errors import DifferentiationError
+from . import checkpoint_schedule
+from . import loops as loop_api
+from .checkpoint_schedule import Online, Schedule
 from .loops import Loop, LoopError, loops_of, size_names
+from .memory_budget import MemoryBudgetError
 
 
 def _only(sizes: Mapping[str, int], names: frozenset[str]) -> dict[str, int]:
@@ -54,8 +59,7 @@ def add_backward_pass(graph: ir.DataflowGraph, inputs: Sequence[str], outputs: S
     if not loops:
         return backward.add_backward_pass(graph, inputs=inputs, outputs=outputs, **options)
     if "loop_seeds" in graph.meta:
-        raise DifferentiationError("second-order gradients through sd.fori_loop / sd.while_loop are not "
-                                   "supported yet (the first reverse pass of a loop runs outside the graph)")
+        raise DifferentiationError(_second_order(loops, "a second reverse pass (grad of grad)"))
     extra_in = [o for loop in loops for o, d in zip(loop.outputs, loop.dtypes) if d in ir.FLOAT_DTYPES]
     extra_out = [c for loop in loops for c, d in zip(loop.inputs, loop.dtypes) if d in ir.FLOAT_DTYPES]
     for loop in loops:
@@ -68,16 +72,74 @@ def add_backward_pass(graph: ir.DataflowGraph, inputs: Sequence[str], outputs: S
     return grads
 
 
+def add_tangent_pass(graph: ir.DataflowGraph, inputs: Sequence[str], outputs: Sequence[str],
+                     tangent_names: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``symdiff.add_tangent_pass`` for a graph that may keep loops out.  A loop's tangent is a
+    loop too: the tangent pass runs with the loops' float outputs as inputs (their tangents
+    become arguments) and their float inputs as outputs (their tangents results), and each
+    loop becomes one over the state and its tangent, whose body is the body's own tangent graph
+    (``_tangent_body``).  The result is an ordinary graph with loops: ``LoopProgram`` runs it,
+    and it can be differentiated in reverse (reverse-over-forward Hessian-vector products)."""
+    loops = loops_of(graph)
+    if not loops:
+        return forward.add_tangent_pass(graph, inputs, outputs, tangent_names)
+    extra_in = [o for loop in loops for o, d in zip(loop.outputs, loop.dtypes) if d in ir.FLOAT_DTYPES]
+    extra_out = [c for loop in loops for c, d in zip(loop.inputs, loop.dtypes) if d in ir.FLOAT_DTYPES]
+    del graph.meta["loops"]  # handled here: forward.add_tangent_pass refuses loops it is not told about
+    try:
+        tangents = forward.add_tangent_pass(graph, [*inputs, *extra_in], [*outputs, *extra_out], tangent_names)
+    finally:
+        graph.meta["loops"] = loops
+    tangent_in = graph.meta["tangent_inputs"]
+    new_loops = []
+    for loop in loops:
+        floats = [k for k, d in enumerate(loop.dtypes) if d in ir.FLOAT_DTYPES]
+        new_loops.append(replace(
+            loop, body=_tangent_body(loop.body, floats, len(loop.dtypes)),
+            inputs=loop.inputs + tuple(tangents[loop.inputs[k]] for k in floats),
+            outputs=loop.outputs + tuple(tangent_in[loop.outputs[k]] for k in floats),
+            dtypes=loop.dtypes + tuple(loop.dtypes[k] for k in floats)))
+    for c in extra_in:       # internal: the loops' runs bind them, not the caller
+        del tangent_in[c]
+    for c in extra_out:
+        graph.containers[tangents.pop(c)].role = "transient"
+        graph.meta["tangents"].pop(c)
+    graph.meta["loops"] = new_loops
+    return tangents
+
+
+def _tangent_body(body: ir.DataflowGraph, floats: list[int], count: int) -> ir.DataflowGraph:
+    """A loop body over the state ``s0 .. s{count-1}`` and the tangents of its float elements
+    (``s{count} ...``, in order), returning the new state then the new tangents."""
+    graph = body.copy()
+    results = list(body.meta["result_names"])
+    names = {f"s{k}": f"s{count + j}" for j, k in enumerate(floats)}
+    tangents = add_tangent_pass(graph, list(names), [results[k] for k in floats], names)
+    graph.meta["result_names"] = results + [tangents[results[k]] for k in floats]
+    graph.meta["arg_names"] = [*body.meta.get("arg_names", body.arguments), *names.values()]
+    for key in ("tangent_inputs", "tangents", "tangent_passes"):
+        graph.meta.pop(key, None)
+    return graph
+
+
 def compile(graph: ir.DataflowGraph, device: str | None = None, deterministic: bool = False):  # noqa: A001
     """``lowering.compile``, or a ``LoopProgram`` where the graph keeps loops out."""
-    if not loops_of(graph):
+    loops = loops_of(graph)
+    if not loops:
         return lowering.compile(graph, device=device, deterministic=deterministic)
-    meta = graph.meta
-    if "tangent_inputs" in meta or ("loop_seeds" in meta and not {"seeds", "gradients"} <= meta.keys()):
-        # a loop's derivative runs outside the graph: a jvp or a sealed gradient program would miss it
-        raise DifferentiationError("forward mode (jvp) and gradient programs (grad_program) through "
-                                   "sd.fori_loop / sd.while_loop are not supported yet; use value_and_grad or vjp")
+    if "loop_seeds" in graph.meta and not {"seeds", "gradients"} <= graph.meta.keys():
+        raise DifferentiationError(_second_order(loops, "a gradient program (grad_program) or "
+                                                        "forward-over-reverse"))
     return LoopProgram(graph, device, deterministic)
+
+
+def _second_order(loops: Sequence[Loop], what: str) -> str:
+    lines = ", ".join(f"{loop.name} at {loop.where}" for loop in loops)
+    return (f"{what} through sd.fori_loop / sd.while_loop ({lines}) is not supported: a loop's reverse pass "
+            "runs outside the graph (a host loop of the body's vector-Jacobian product over stored states), "
+            "so there is no graph of it to differentiate again. Second order through a loop: "
+            "program.jvp_program().grad(...) (reverse over forward, supported), or write the loop as a Python "
+            "for loop (unrolled)")
 
 
 @dataclass
@@ -85,9 +147,9 @@ class _Tape:
     """What the reverse pass of one loop needs from its forward run."""
     lo: int                      # the first iteration's ``i``
     sizes: dict[str, int]        # the sizes the call bound (shapes, trip counts)
-    trips: int
-    interval: int
-    checkpoints: list[tuple[int, list[np.ndarray]]] = field(default_factory=list)
+    schedule: Schedule | None    # None: forward only, nothing stored
+    trips: int = 0
+    checkpoints: dict[int, list[np.ndarray]] = field(default_factory=dict)  # iteration -> state going in
 
 
 def _kept(value: Any) -> Any:
@@ -111,6 +173,8 @@ class _LoopRunner:
         # the state stays on the device between iterations (not for a body holding loops itself)
         self.on_device = device != "numpy" and isinstance(self.body, lowering.Executable)
         self._vjp = None
+        self.state_memory: int | None = None  # bytes for stored states (LoopProgram sets it under a memory_budget)
+        self.last: Schedule | None = None     # the latest reversed run's schedule (explain)
 
     @staticmethod
     def _args(tape: _Tape, n: int, state: Sequence[np.ndarray]) -> dict[str, Any]:
@@ -127,7 +191,8 @@ class _LoopRunner:
         if self.cond is None:
             return n < planned
         (result,) = self.loop.cond.meta["result_names"]
-        go = bool(np.asarray(self.cond({f"s{k}": v for k, v in enumerate(state)}, _only(tape.sizes, self.cond_sizes),
+        go = bool(np.asarray(self.cond({a: state[int(a[1:])] for a in self.loop.cond.arguments},
+                                       _only(tape.sizes, self.cond_sizes),
                                        check_bounds=check_bounds)[result]))
         if go and n >= planned:
             raise LoopError(f"while_loop ({self.loop.where}) still running after max_iters={planned} "
@@ -135,18 +200,46 @@ class _LoopRunner:
                             "is returned)")
         return go
 
+    def schedule(self, trips: int, sizes: Mapping[str, int]) -> Schedule:
+        """The loop's schedule (``Loop.schedule``) in the bytes left to its stored states: under a
+        memory budget, what the budget leaves the loop less its body's and reverse step's buffers."""
+        if self.state_memory is None:
+            return self.loop.schedule(trips, sizes)
+        left = self.memory_left()
+        need = self.loop.state_bytes(sizes)
+        if left < need and not (self.loop.checkpoint_every or self.loop.checkpoints):
+            raise MemoryBudgetError(f"{self.loop.where}: the reverse pass of {self.loop.name} holds at least the "
+                                    f"{need:,}-byte state going in; memory_budget leaves it {max(left, 0):,} bytes "
+                                    "after the program's other buffers. Raise the budget.")
+        return self.loop.schedule(trips, sizes, left)
+
+    def memory_left(self) -> int:
+        """Bytes for stored states under a memory budget: the loop's share less the buffers of its
+        body and reverse step, which are live while it runs."""
+        return self.state_memory - _peak(self.body) - (_peak(self._reverse_step()[0]) if self.floats else 0)
+
     def forward(self, state: list[np.ndarray], keep: bool, check_bounds: bool,
                 sizes: Mapping[str, int]) -> tuple[list[np.ndarray], _Tape]:
+        """Run the loop; with ``keep``, store the states its schedule's reverse pass starts from."""
         lo, end = self.loop.bounds(sizes)
         planned = max(end - lo, 0)
-        tape = _Tape(lo, dict(sizes), 0, self.loop.checkpoint_interval(planned, sizes))
+        plan = self.schedule(planned, sizes) if keep and self.floats else None
+        tape = _Tape(lo, dict(sizes), plan)
+        stored = set(plan.stored) if plan else set()
+        online = Online(plan.slots) if plan and self.cond is not None and plan.kind != "store every state" else None
         n = 0
         while self.running(tape, n, state, check_bounds, planned):
-            if keep and n % tape.interval == 0:
-                tape.checkpoints.append((n, [_kept(v) for v in state]))
+            if online is not None and online.wants(n):
+                tape.checkpoints[n] = [_kept(v) for v in state]
+                for dropped in online.add(n):
+                    del tape.checkpoints[dropped]
+            elif online is None and n in stored:
+                tape.checkpoints[n] = [_kept(v) for v in state]
             state = self.step(tape, n, state, check_bounds)
             n += 1
         tape.trips = n
+        if online is not None:
+            tape.schedule = online.schedule(n)
         return state, tape
 
     def _reverse_step(self):
@@ -162,21 +255,34 @@ class _LoopRunner:
         return self._vjp
 
     def reverse(self, tape: _Tape, cotangent: list[np.ndarray], check_bounds: bool) -> list[np.ndarray]:
-        """Cotangents of the float state going in, from those of the state coming out."""
-        if not self.floats:
-            return []  # integer state only: nothing to differentiate
+        """Cotangents of the float state going in, from those of the state coming out: the body's
+        vector-Jacobian product from the last iteration to the first, each segment between stored
+        states reversed by ``checkpoint_schedule.reverse`` in the slots the schedule leaves it."""
+        if not self.floats or not tape.trips:
+            return [np.asarray(c) for c in cotangent]  # nothing to differentiate, or no iteration ran
         exe, seeds, grads, names = self._reverse_step()
         sizes = _only(tape.sizes, names)
-        for start, saved in reversed(tape.checkpoints):
-            end = min(start + tape.interval, tape.trips)
-            states = [saved]
-            for n in range(start, end - 1):
-                states.append(self.step(tape, n, states[-1], check_bounds))
-            for n in range(end - 1, start - 1, -1):
-                out = exe({**self._args(tape, n, states[n - start]), **dict(zip(seeds, cotangent))}, sizes,
-                          check_bounds=check_bounds, return_device_arrays=self.on_device)
-                cotangent = [out[g] for g in grads]
-        return [np.asarray(c) for c in cotangent]
+        ct = [cotangent]
+
+        def advance(state: list, a: int, b: int) -> list:
+            for n in range(a, b):
+                state = self.step(tape, n, state, check_bounds)
+            return state
+
+        def adjoint(n: int, state: list) -> None:
+            out = exe({**self._args(tape, n, state), **dict(zip(seeds, ct[0]))}, sizes,
+                      check_bounds=check_bounds, return_device_arrays=self.on_device)
+            ct[0] = [out[g] for g in grads]
+
+        for start, end, free in reversed(tape.schedule.segments(tape.trips)):
+            checkpoint_schedule.reverse(tape.checkpoints.pop(start), start, end, free, advance, adjoint)
+        self.last = tape.schedule
+        return [np.asarray(c) for c in ct[0]]
+
+
+def _peak(exe: Any) -> int:
+    """Bytes an executable's buffers take (0 on the numpy device)."""
+    return int(exe.stats().get("peak_bytes", 0))
 
 
 class LoopProgram:
@@ -196,6 +302,37 @@ class LoopProgram:
         self.loop_gradients: dict[str, str] = graph.meta.get("loop_gradients", {})
         self.stage_sizes = frozenset(str(s) for s in stage.size_symbols())
         self._bound: dict[tuple, dict[str, int]] = {}  # argument shapes and sizes -> bound sizes
+        self._last_sizes: dict[str, int] = {}
+        left = graph.meta.get("loop_state_bytes")  # under a memory budget: what the stage's buffers leave
+        differentiated = [r for r in self.runners if r.floats]
+        for runner in differentiated if left is not None else ():
+            runner.state_memory = left // len(differentiated)  # shared equally: all loops' states are held at once
+
+    def checkpointing(self, sizes: Mapping[str, int] | None = None) -> str:
+        """Each loop's choice of states to store for its reverse pass, as text (``explain``), for
+        ``sizes`` (default: the latest call's)."""
+        sizes = self._last_sizes if sizes is None else sizes
+        lines = []
+        for runner in self.runners:
+            loop = runner.loop
+            head = f"{loop.name} ({loop.where})"
+            if not runner.floats:
+                lines.append(f"{head}: no float state, nothing stored for the reverse pass")
+                continue
+            try:
+                lo, end = loop.bounds(sizes)
+                state = loop.state_bytes(sizes)
+                plan = runner.last if runner.cond is not None and runner.last else runner.schedule(end - lo, sizes)
+            except ir.GraphError:
+                lines.append(f"{head}: trip count or state size bound at the call: call the program, then ask again")
+                continue
+            memory = (f"memory_budget leaves {runner.state_memory:,} bytes to the loop, {runner.memory_left():,} "
+                      "after its body's and reverse step's buffers" if runner.state_memory is not None
+                      else f"sd.loops.CHECKPOINT_BYTES = {loop_api.CHECKPOINT_BYTES:,}")
+            how = ("checkpoints=" if loop.checkpoints else "checkpoint_every=" if loop.checkpoint_every
+                   else memory)
+            lines.append(f"{head}: {state:,}-byte state, {how}: {plan}")
+        return "\n".join(lines)
 
     # -- what the program's inspection methods ask of an executable ------------------------------
     @property
@@ -235,7 +372,7 @@ class LoopProgram:
         across loops and gives numpy arrays too.  ``sizes``: size symbols no argument binds
         (a loop nested in a loop's body gets the enclosing program's)."""
         values = {k: (v.numpy() if isinstance(v, lowering.DeviceArray) else v) for k, v in inputs.items()}
-        bound = self._sizes(values, sizes)
+        bound = self._last_sizes = self._sizes(values, sizes)
         stage_sizes = _only(bound, self.stage_sizes)
         for loop in self.loops:
             values.update({o: self._zeros(o, bound) for o in loop.outputs})

@@ -15,8 +15,9 @@ into a graph of its own and keeps the loop out of the program's graph:
   graph: the program's stages between loops, and each loop as a host-side
   loop of calls of the compiled body;
 * the reverse pass runs the body's vector-Jacobian product backwards over the
-  iterations from states checkpointed every ``k`` iterations (recomputed in
-  between: memory O(N/k + k) states; k as small as ``CHECKPOINT_BYTES`` allows).
+  iterations from the states the forward run stored, recomputing the others
+  (``Loop.schedule``: every state while they fit in the memory left to the
+  loop, else binomial checkpointing, ``symdiff.checkpoint_schedule``).
 
 Outside a trace both functions run eagerly on numpy values, so a program
 written with them still runs under plain numpy (and its JAX twin uses
@@ -41,10 +42,12 @@ from symdiff.ir.tracer.errors import TraceError, user_location
 from symdiff.ir.tracer.trace import _trace
 from symdiff.ir.tracer.traced_array import TracedArray
 
+from . import checkpoint_schedule
+
 _HERE = os.path.dirname(os.path.abspath(__file__))  # errors name the user's line, not ours
 
 
-CHECKPOINT_BYTES = 64 * 2 ** 20  # states a loop's reverse pass may hold by default (see Loop.checkpoint_interval)
+CHECKPOINT_BYTES = 64 * 2 ** 20  # states a loop's reverse pass may hold without a memory_budget (Loop.schedule)
 UNROLLED_HINT_TASKLETS = 64   # tasklets traced from one line before the hint below is given
 _hinted: set[str] = set()
 
@@ -79,7 +82,8 @@ class Loop:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     dtypes: tuple[str, ...]
-    checkpoint_every: int | None  # None: from the state's size (checkpoint_interval)
+    checkpoint_every: int | None  # store every k-th state (the user's choice), or
+    checkpoints: int | None       # hold at most this many states (the user's choice); neither: from the memory
     where: str | None            # the user's line, for errors
 
     def bounds(self, sizes: Mapping[str, int]) -> tuple[int, int]:
@@ -111,16 +115,18 @@ class Loop:
                 names |= size_names(graph)
         return frozenset(names)
 
-    def checkpoint_interval(self, trips: int, sizes: Mapping[str, int] | None = None) -> int:
-        """Store the state every k iterations: ``checkpoint_every`` if given, else the smallest k
-        whose N/k checkpoints plus k recomputed states fit in ``CHECKPOINT_BYTES`` (k = 1, no
-        recomputation, for a small state), at most about sqrt(N), which holds the fewest."""
+    def schedule(self, trips: int, sizes: Mapping[str, int] | None = None,
+                 state_memory: int | None = None) -> checkpoint_schedule.Schedule:
+        """Which states a run of ``trips`` iterations stores for its reverse pass: every
+        ``checkpoint_every``-th if given; else as many as ``checkpoints`` (if given) or as fit in
+        ``state_memory`` bytes (default ``CHECKPOINT_BYTES``) hold, every state if all fit,
+        else binomial checkpointing (``symdiff.checkpoint_schedule``).  At least the state going
+        in is held."""
         if self.checkpoint_every:
-            return self.checkpoint_every
-        trips = max(trips, 1)
-        widest = max(1, math.isqrt(trips))
-        fits = max(1, CHECKPOINT_BYTES // max(self.state_bytes(sizes), 1))
-        return next((k for k in range(1, widest) if -(-trips // k) + k <= fits), widest)
+            return checkpoint_schedule.every(trips, self.checkpoint_every)
+        budget = CHECKPOINT_BYTES if state_memory is None else state_memory
+        slots = self.checkpoints or max(1, budget // max(self.state_bytes(sizes), 1))
+        return checkpoint_schedule.binomial(trips, slots)
 
     def state_bytes(self, sizes: Mapping[str, int] | None = None) -> int:
         """Bytes of one state (for the sizes a call binds)."""
@@ -137,7 +143,7 @@ def size_names(graph: ir.DataflowGraph) -> frozenset[str]:
 
 
 def fori_loop(lo: int | sympy.Expr, hi: int | sympy.Expr, body: Callable, state: Any, *,
-              checkpoint_every: int | None = None) -> Any:
+              checkpoints: int | None = None, checkpoint_every: int | None = None) -> Any:
     """``state = body(i, state)`` for ``i`` in ``range(lo, hi)``, traced once and kept a loop.
 
     ``state`` is an array or a tuple of arrays; ``body`` returns the new state
@@ -145,30 +151,37 @@ def fori_loop(lo: int | sympy.Expr, hi: int | sympy.Expr, body: Callable, state:
     scalar array.  ``lo`` and ``hi`` are Python ints or integer expressions of
     size symbols (``T = sd.symbol("T")``, ``hi=T`` or ``hi=N - 1``) that the
     arguments' shapes bind at each call: another trip count runs the same
-    compiled body.  The reverse pass stores the state every
-    ``checkpoint_every`` iterations and recomputes the others (default: every
-    iteration while the states fit in ``CHECKPOINT_BYTES``, up to about every
-    sqrt(hi - lo)-th: ``Loop.checkpoint_interval``)."""
+    compiled body.  The reverse pass needs the state going into every
+    iteration: it stores every state while they fit in the memory left to it
+    (the program's ``memory_budget``, else ``CHECKPOINT_BYTES``), else holds
+    ``checkpoints`` states (if given; else as many as fit) and recomputes the
+    others by binomial checkpointing, or stores every ``checkpoint_every``-th
+    state and recomputes those in between (``Loop.schedule``)."""
     where = user_location(skip=(_HERE,))
     lo, hi = _bound(lo, "lo", where), _bound(hi, "hi", where)
+    _checkpointing(checkpoints, checkpoint_every, where)
     if context.active() is None:
         _eager_bounds("fori_loop", where, lo, hi)
         for i in range(lo, hi):
             state = body(i, state)
         return state
-    return _traced_loop(lo, hi, body, body, None, None, state, checkpoint_every, where)
+    return _traced_loop(lo, hi, body, body, None, None, state, (checkpoint_every, checkpoints), where)
 
 
-def while_loop(cond: Callable, body: Callable, state: Any, *, max_iters: int,
-               checkpoint_every: int | None = None) -> Any:
+def while_loop(cond: Callable, body: Callable, state: Any, *, max_iters: int | sympy.Expr,
+               checkpoints: int | None = None, checkpoint_every: int | None = None) -> Any:
     """``while cond(state): state = body(state)``, at most ``max_iters`` times.
 
     A loop still running after ``max_iters`` iterations raises ``LoopError``
     when the program runs (never a truncated result).  ``cond`` returns a
     scalar bool array; no gradient flows through it (the trip count is
-    piecewise constant)."""
+    piecewise constant).  ``checkpoints`` / ``checkpoint_every`` as in
+    ``fori_loop``; the trip count is known only when the loop ends, so the
+    states stored are every one while they fit, then every 2nd, 4th, ...
+    (``checkpoint_schedule.Online``)."""
     where = user_location(skip=(_HERE,))
     max_iters = _bound(max_iters, "max_iters", where)
+    _checkpointing(checkpoints, checkpoint_every, where)
     if context.active() is None:
         _eager_bounds("while_loop", where, max_iters)
         for _ in range(max_iters):
@@ -179,7 +192,8 @@ def while_loop(cond: Callable, body: Callable, state: Any, *, max_iters: int,
             raise LoopError(f"while_loop ({where}) still running after max_iters={max_iters} iterations; "
                             "raise max_iters if the loop converges more slowly")
         return state
-    return _traced_loop(0, None, lambda i, s: body(s), body, cond, max_iters, state, checkpoint_every, where)
+    return _traced_loop(0, None, lambda i, s: body(s), body, cond, max_iters, state,
+                        (checkpoint_every, checkpoints), where)
 
 
 def _bound(value: Any, what: str, where: str | None) -> Bound:
@@ -197,6 +211,15 @@ def _bound(value: Any, what: str, where: str | None) -> Bound:
     raise TraceError("fori_loop", f"{what} must be a Python int or a size symbol (sd.symbol) bound by an "
                      f"argument's shape (got {type(value).__name__}); a trip count that depends on data is a "
                      "while_loop(cond, body, state, max_iters=N)", where)
+
+
+def _checkpointing(checkpoints: int | None, every: int | None, where: str | None) -> None:
+    for name, value in (("checkpoints", checkpoints), ("checkpoint_every", every)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+            raise TraceError("fori_loop", f"{name} must be a positive int (got {value!r})", where)
+    if checkpoints is not None and every is not None:
+        raise TraceError("fori_loop", "pass checkpoints= (states held: binomial checkpointing) or "
+                         "checkpoint_every= (a state stored every k iterations), not both", where)
 
 
 def _eager_bounds(op: str, where: str | None, *bounds: Bound) -> None:
@@ -245,7 +268,7 @@ def _trace_part(name: str, fn: Callable, user_fn: Callable, names: list[str], sp
 
 def _traced_loop(lo: int, hi: int | None, body: Callable, user_body: Callable, cond: Callable | None,
                  max_iters: int | None,
-                 state: Any, checkpoint_every: int | None, where: str | None) -> Any:
+                 state: Any, checkpointing: tuple[int | None, int | None], where: str | None) -> Any:
     tr = context.current("fori_loop")
     if tr.map_ranges:
         raise TraceError("fori_loop", "a loop cannot run inside an sd.map body", where)
@@ -295,7 +318,7 @@ def _traced_loop(lo: int, hi: int | None, body: Callable, user_body: Callable, c
         outputs.append(out)
         new_state.append(TracedArray(tr, out, leaf.sym_shape, leaf.dtype_name))
     loop = Loop(name, lo, hi, body_graph, cond_graph, max_iters, tuple(inputs), tuple(outputs),
-                tuple(leaf.dtype_name for leaf in leaves), checkpoint_every, where)
+                tuple(leaf.dtype_name for leaf in leaves), *checkpointing, where)
     outer.meta["loops"] = [*outer.meta.get("loops", ()), loop]
     return new_state[0] if single else tuple(new_state)
 

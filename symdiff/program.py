@@ -30,7 +30,6 @@ from .derivatives import tasklet_partials
 from .errors import DifferentiationError
 from .explain import Explanation, explain
 from .memory_budget import MemoryBudgetError, MemoryPlan, fit
-from .forward import add_tangent_pass
 from .gradcheck import check_graph_gradients
 
 GraphBuilder = Callable[[tuple[ArraySpec, ...]], ir.DataflowGraph]
@@ -222,6 +221,8 @@ class DifferentiableProgram:
         out = explain(forward, backward, exe.kernels(), program=self.name,
                       device=exe.device, wrt=names, source_file=fn.__code__.co_filename if fn else None)
         out.memory = str(plan) if plan else None
+        if isinstance(exe, loop_runtime.LoopProgram):  # each loop's states stored for its reverse pass
+            out.memory = "\n".join(filter(None, [out.memory, exe.checkpointing()]))
         return out
 
     def view(self, wrt: Sequence[str] | str | None = None, device: str | None = None,
@@ -338,11 +339,15 @@ class DifferentiableProgram:
         key = (specs, wrt, tuple(sorted((accumulate or {}).items())), kind, tuple(sorted(sizes.items())), budget)
         if key not in self._memory_plans:
             try:
-                self._memory_plans[key] = fit(
+                graph, plan = fit(
                     self._backward_graph(specs, wrt, accumulate), sizes, budget,
                     planned_peak=lambda graph: lowering.planned_buffers(graph, kind, sizes).peak_bytes)
             except MemoryBudgetError as exc:
                 raise MemoryBudgetError(f"{self.name}: {exc}") from None
+            if loops.loops_of(graph):  # sd.fori_loop: the rest of the budget holds its reverse pass's states
+                graph = graph.copy()
+                graph.meta["loop_state_bytes"] = budget - plan.peak_bytes
+            self._memory_plans[key] = graph, plan
         return self._memory_plans[key]
 
     def memory_plan(self) -> MemoryPlan | None:
@@ -440,7 +445,7 @@ class DifferentiableProgram:
             graph = forward.copy()
             outputs = [o for o in forward.meta.get("result_names", forward.results)
                        if graph.containers[o].dtype in ir.FLOAT_DTYPES]
-            add_tangent_pass(graph, list(names), outputs,
+            loop_runtime.add_tangent_pass(graph, list(names), outputs,  # sd.fori_loop: a loop of tangents
                              dict(zip(names, tangent_names)) if tangent_names else None)
             derived[key] = graph
         return derived[key]

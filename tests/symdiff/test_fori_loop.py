@@ -471,18 +471,6 @@ def test_nested_loops_match_jax():
     np.testing.assert_allclose(grads["b"], gb, rtol=1e-10, atol=1e-12)
 
 
-def test_second_order_and_forward_mode_through_a_loop_are_refused():
-    @sd.differentiable_program
-    def looped(a: sd.f64[3]):
-        return np.sum(sd.fori_loop(0, 3, lambda i, s: s * s, a))
-
-    a = np.array([0.5, 0.6, 0.7])
-    with pytest.raises(sd.DifferentiationError, match="not supported yet"):
-        looped.grad_program()(a, device="numpy")
-    with pytest.raises(sd.DifferentiationError, match="yet"):
-        looped.jvp(a, tangents={"a": np.ones(3)}, device="numpy")
-
-
 def test_empty_loops_and_integer_only_loops():
     @sd.differentiable_program
     def edge(a: sd.f64[3]):
@@ -512,17 +500,3 @@ def test_inspection_of_a_program_with_a_loop():
     # 5 iterations forward; the reverse pass recomputes iterations 0 and 2 from the checkpoints at
     # 0, 2, 4 to get the states 1 and 3 it needs
     assert [body["calls"] for body in stats["loops"].values()] == [5 + 2]
-
-
-def test_default_checkpoint_interval_follows_the_state_size(monkeypatch):
-    @sd.differentiable_program
-    def f(a: sd.f64[100]):
-        return np.sum(sd.fori_loop(0, 400, lambda i, s: s * 0.5, a))
-
-    (loop,) = sd.loops.loops_of(f.graph)
-    assert loop.state_bytes() == 800
-    assert loop.checkpoint_interval(400) == 1                 # 400 states of 800 bytes fit: no recomputation
-    monkeypatch.setattr(sd.loops, "CHECKPOINT_BYTES", 60 * 800)
-    assert loop.checkpoint_interval(400) == 8                 # 50 checkpoints + 8 recomputed states <= 60
-    monkeypatch.setattr(sd.loops, "CHECKPOINT_BYTES", 800)
-    assert loop.checkpoint_interval(400) == 20                # nothing fits: sqrt(N), the fewest states
