@@ -15,8 +15,12 @@ checked against ``device="numpy"``, so a fast wrong answer never prints a time.
 
 ``--fori``: a jacobi-2d of ``--steps`` time steps written with ``sd.fori_loop``
 against JAX's ``jit(value_and_grad)`` of ``lax.fori_loop`` (float64): first
-call (CPU seconds), steady call (wall, best of 3) and the peak memory of
-symdiff's host arrays (the checkpoints); gradients compared with JAX's.
+call (CPU seconds), steady call (wall, best of 3), the peak memory of
+symdiff's host arrays, and the buffers besides the arguments (JAX: XLA's
+memory analysis; symdiff: planned buffers plus the loop states its reverse
+pass held); gradients compared with JAX's.  ``--cubic`` adds ``A -= 0.05 A^3``
+to each step, so that the reverse pass needs the states (jacobi's alone is
+linear: neither JAX nor symdiff keeps any).
 """
 from __future__ import annotations
 
@@ -188,7 +192,13 @@ def _jacobi_step(t, state):
     return A, B
 
 
-def fori_row(impl: str, device: str, steps: int, n: int) -> dict[str, Any]:
+def _cubic_step(t, state):
+    A, B = _jacobi_step(t, state)
+    return A - 0.05 * A * A * A, B
+
+
+def fori_row(impl: str, device: str, steps: int, n: int, cubic: bool = False,
+             budget: float | None = None) -> dict[str, Any]:
     """One implementation of the fori_loop jacobi-2d, measured in this (fresh) process."""
     rng = np.random.default_rng(0)
     A, B = rng.uniform(0, 1, (n, n)), rng.uniform(0, 1, (n, n))
@@ -201,7 +211,7 @@ def fori_row(impl: str, device: str, steps: int, n: int) -> dict[str, Any]:
             A, B = state
             B = B.at[1:-1, 1:-1].set(0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1]))
             A = A.at[1:-1, 1:-1].set(0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1]))
-            return A, B
+            return (A - 0.05 * A * A * A if cubic else A), B
 
         def loss(A, B):
             A, B = jax.lax.fori_loop(0, steps, step, (A, B))
@@ -211,16 +221,26 @@ def fori_row(impl: str, device: str, steps: int, n: int) -> dict[str, Any]:
         def call():
             value, (gA, gB) = fn(A, B)
             return float(value), {"A": np.asarray(gA), "B": np.asarray(gB)}
+
+        def buffers():  # XLA's buffers besides the arguments: temporaries (the loop's saved states) and outputs
+            mem = fn.lower(A, B).compile().memory_analysis()
+            return mem.temp_size_in_bytes + mem.output_size_in_bytes
     else:
         import symdiff as sd
 
         @sd.differentiable_program
         def jacobi_2d(A: sd.f64[n, n], B: sd.f64[n, n]):
-            A, B = sd.fori_loop(0, steps, _jacobi_step, (A, B))
+            A, B = sd.fori_loop(0, steps, _cubic_step if cubic else _jacobi_step, (A, B))
             return np.sum(A * A)
 
         def call():
-            return jacobi_2d.value_and_grad(A, B, device=device)
+            return jacobi_2d.value_and_grad(A, B, device=device,
+                                            memory_budget=None if budget is None else int(budget * 2 ** 20))
+
+        def buffers():  # besides the arguments: the program's and each loop's executables, the states held
+            (stats,) = jacobi_2d.stats().values()
+            return stats["peak_bytes"] + sum(loop["peak_bytes"] + loop["reverse_step_peak_bytes"]
+                                             + loop["held_state_bytes"] for loop in stats["loops"].values())
     start = cpu_seconds()
     value, grads = call()
     first = cpu_seconds() - start
@@ -235,21 +255,25 @@ def fori_row(impl: str, device: str, steps: int, n: int) -> dict[str, Any]:
         call()
         peak = tracemalloc.get_traced_memory()[1] / 2 ** 20
         tracemalloc.stop()
-    return {"first": first, "steady": min(steady), "peak_mib": peak, "value": float(value),
+    return {"first": first, "steady": min(steady), "peak_mib": peak, "buffers_mib": buffers() / 2 ** 20,
+            "value": float(value),
             "grads": {k: np.asarray(v).tolist() for k, v in grads.items()}}
 
 
-def fori_table(device: str, steps: int, n: int) -> None:
-    print(f"jacobi-2d {n}x{n}, {steps} steps with fori_loop, value_and_grad (float64); first: CPU s of a "
+def fori_table(device: str, steps: int, n: int, cubic: bool = False, budget: float | None = None) -> None:
+    print(f"jacobi-2d{' + cubic term' if cubic else ''} {n}x{n}, {steps} steps with fori_loop, value_and_grad (float64); first: CPU s of a "
           "fresh process, empty shader cache; steady: wall s, best of 3; host MiB: numpy memory at the peak of a "
-          "steady call (tracemalloc; JAX's buffers are not seen by it)")
-    print(f"{'impl':<16} {'first':>8} {'steady':>8} {'host MiB':>8}  check")
+          "steady call (tracemalloc; JAX's buffers are not seen by it); buffers MiB: device buffers besides "
+          "the arguments (JAX: XLA's memory_analysis temp + output; symdiff: the executables' planned buffers "
+          "and the loop states its reverse pass held)")
+    print(f"{'impl':<16} {'first':>8} {'steady':>8} {'host MiB':>8} {'buffers MiB':>11}  check")
     rows = {}
     for impl in ("jax", "symdiff"):
         with tempfile.TemporaryDirectory() as cache_home:
             env = dict(os.environ, XDG_CACHE_HOME=cache_home)
             cmd = [sys.executable, "-m", "bench.first_call", "--child-fori", impl, "--device", device,
-                   "--steps", str(steps), "--n", str(n)]
+                   "--steps", str(steps), "--n", str(n), *(["--cubic"] if cubic else []),
+                   *(["--budget", str(budget)] if budget is not None else [])]
             proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if proc.returncode:
             print(f"{impl:<16} FAILED: {proc.stderr.strip().splitlines()[-1:]}")
@@ -262,9 +286,10 @@ def fori_table(device: str, steps: int, n: int) -> None:
             err = max(np.max(np.abs(np.array(r["grads"][k]) - np.array(ref["grads"][k])))
                       / max(np.max(np.abs(ref["grads"][k])), 1e-30) for k in ref["grads"])
             check = "WRONG" if not err <= 1e-9 else f"grads rel err {err:.1e} vs JAX"
-        name = impl if impl == "jax" else f"symdiff-{device}"
+        name = impl if impl == "jax" else f"symdiff-{device}" + (f" {budget:g}MiB" if budget is not None else "")
         peak = "n/a" if r["peak_mib"] is None else f"{r['peak_mib']:.1f}"
-        print(f"{name:<16} {r['first']:>8.2f} {r['steady']:>8.3f} {peak:>8}  {check}", flush=True)
+        print(f"{name:<16} {r['first']:>8.2f} {r['steady']:>8.3f} {peak:>8} {r['buffers_mib']:>11.2f}  {check}",
+              flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -274,15 +299,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions per kernel")
     parser.add_argument("--fori", action="store_true", help="the fori_loop jacobi-2d row instead")
     parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--cubic", action="store_true", help="--fori: a cubic term in each step (states needed)")
+    parser.add_argument("--budget", type=float, default=None, help="--fori: symdiff's memory_budget in MiB")
     parser.add_argument("--n", type=int, default=64)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-fori", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_fori:
-        print(json.dumps(fori_row(args.child_fori, args.device, args.steps, args.n)))
+        print(json.dumps(fori_row(args.child_fori, args.device, args.steps, args.n, args.cubic, args.budget)))
         return
     if args.fori:
-        fori_table(args.device, args.steps, args.n)
+        fori_table(args.device, args.steps, args.n, args.cubic, args.budget)
         return
     names = args.kernels or list(kernels())
     if args.child:

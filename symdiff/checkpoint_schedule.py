@@ -92,7 +92,7 @@ class Schedule:
     top).  Segment ``j`` (``stored[j]`` up to the next stored iteration) is reversed with the
     ``slots - j - 1`` slots the earlier stored states leave free."""
 
-    kind: str          # "store every state" | "every k" | "binomial" | "online"
+    kind: str          # "store every state" | "every k" | "binomial" | "online" | "state not read"
     trips: int
     slots: int
     stored: tuple[int, ...]
@@ -107,10 +107,13 @@ class Schedule:
 
     def recomputed(self, trips: int | None = None) -> int:
         """Iterations the reverse pass runs again (on top of the forward run's ``trips``)."""
+        if self.kind == "state not read":
+            return 0
         return sum(cost(b - a, free) for a, b, free in self.segments(trips))
 
     def __str__(self) -> str:
-        what = {"store every state": "every state stored",
+        what = {"state not read": "the reverse step does not read the state (a constant Jacobian)",
+                "store every state": "every state stored",
                 "every k": f"a state stored every {self.stored[1] if len(self.stored) > 1 else self.trips} "
                            "iterations, those between recomputed",
                 "binomial": f"binomial checkpointing (revolve) in {self.slots} state slots",
@@ -118,6 +121,12 @@ class Schedule:
                           f"ended), binomial checkpointing between them in {self.slots} state slots"}[self.kind]
         return (f"{self.trips:,} iterations, {what}: {len(self.stored):,} states stored by the forward "
                 f"run, {self.recomputed():,} iterations run again by the reverse pass")
+
+
+def unread(trips: int) -> Schedule:
+    """For a loop whose reverse step does not read the state (its Jacobian is constant): the
+    state going in is kept only as a placeholder argument, nothing is recomputed."""
+    return Schedule("state not read", trips, 1, (0,))
 
 
 def store_all(trips: int) -> Schedule:

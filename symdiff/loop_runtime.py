@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
+import networkx as nx
 import numpy as np
 
 from symdiff import ir
@@ -175,6 +176,8 @@ class _LoopRunner:
         self._vjp = None
         self.state_memory: int | None = None  # bytes for stored states (LoopProgram sets it under a memory_budget)
         self.last: Schedule | None = None     # the latest reversed run's schedule (explain)
+        self.held_bytes = 0                   # states it held at most (stats)
+        self.reads_state = True               # whether the reverse step's gradients depend on the state (_reverse_step)
 
     @staticmethod
     def _args(tape: _Tape, n: int, state: Sequence[np.ndarray]) -> dict[str, Any]:
@@ -202,7 +205,13 @@ class _LoopRunner:
 
     def schedule(self, trips: int, sizes: Mapping[str, int]) -> Schedule:
         """The loop's schedule (``Loop.schedule``) in the bytes left to its stored states: under a
-        memory budget, what the budget leaves the loop less its body's and reverse step's buffers."""
+        memory budget, what the budget leaves the loop less its body's and reverse step's buffers.
+        A body whose vector-Jacobian product does not read the state (a linear step: jacobi,
+        heat) stores none and recomputes none."""
+        if self.floats:
+            self._reverse_step()  # finds out whether it reads the state
+            if not self.reads_state:
+                return checkpoint_schedule.unread(trips)
         if self.state_memory is None:
             return self.loop.schedule(trips, sizes)
         left = self.memory_left()
@@ -226,7 +235,7 @@ class _LoopRunner:
         plan = self.schedule(planned, sizes) if keep and self.floats else None
         tape = _Tape(lo, dict(sizes), plan)
         stored = set(plan.stored) if plan else set()
-        online = Online(plan.slots) if plan and self.cond is not None and plan.kind != "store every state" else None
+        online = Online(plan.slots) if plan and self.cond is not None and plan.kind == "binomial" else None
         n = 0
         while self.running(tape, n, state, check_bounds, planned):
             if online is not None and online.wants(n):
@@ -252,6 +261,7 @@ class _LoopRunner:
             seeds = [graph.meta["seeds"][self.results[k]] for k in self.floats]
             exe = compile(graph, device=self.device, deterministic=self.deterministic)
             self._vjp = exe, seeds, [grads[f"s{k}"] for k in self.floats], size_names(graph)
+            self.reads_state = _reads_state(graph, len(self.loop.dtypes), set(grads.values()))
         return self._vjp
 
     def reverse(self, tape: _Tape, cotangent: list[np.ndarray], check_bounds: bool) -> list[np.ndarray]:
@@ -274,10 +284,25 @@ class _LoopRunner:
                       check_bounds=check_bounds, return_device_arrays=self.on_device)
             ct[0] = [out[g] for g in grads]
 
-        for start, end, free in reversed(tape.schedule.segments(tape.trips)):
-            checkpoint_schedule.reverse(tape.checkpoints.pop(start), start, end, free, advance, adjoint)
+        if tape.schedule.kind == "state not read":  # any state will do: the one going in
+            for n in range(tape.trips - 1, -1, -1):
+                adjoint(n, tape.checkpoints[0])
+        else:
+            for start, end, free in reversed(tape.schedule.segments(tape.trips)):
+                checkpoint_schedule.reverse(tape.checkpoints.pop(start), start, end, free, advance, adjoint)
         self.last = tape.schedule
+        self.held_bytes = min(tape.schedule.slots, tape.trips) * self.loop.state_bytes(tape.sizes)
         return [np.asarray(c) for c in ct[0]]
+
+
+def _reads_state(vjp: ir.DataflowGraph, count: int, gradients: set[str]) -> bool:
+    """Whether the gradients of a body's vector-Jacobian product graph depend on the state
+    going in (``s0 .. s{count-1}``): a path from one to a gradient.  A loop nested in the body
+    hides its paths (its state comes back through arguments): assumed to."""
+    if loops_of(vjp):
+        return True
+    reached = set().union(*(nx.descendants(vjp.nx, vjp.access(f"s{k}", 0)) for k in range(count)))
+    return any(vjp.node(n).container in gradients for n in reached if isinstance(vjp.node(n), ir.AccessNode))
 
 
 def _peak(exe: Any) -> int:
@@ -352,8 +377,14 @@ class LoopProgram:
         return self.stage.kernels()
 
     def stats(self) -> dict:
-        """The stage's counts, with each loop's body executable's under ``loops``."""
-        return {**self.stage.stats(), "loops": {r.loop.name: r.body.stats() for r in self.runners}}
+        """The stage's counts, with each loop's under ``loops``: its body executable's, plus
+        ``reverse_step_peak_bytes`` (the buffers of the body's vector-Jacobian product) and
+        ``held_state_bytes`` (the most bytes of states its latest reverse pass held: the schedule's
+        slots; the state being advanced and the cotangent come on top)."""
+        return {**self.stage.stats(),
+                "loops": {r.loop.name: {**r.body.stats(), "held_state_bytes": r.held_bytes,
+                                        "reverse_step_peak_bytes": _peak(r._vjp[0]) if r._vjp else 0}
+                          for r in self.runners}}
 
     def _zeros(self, name: str, sizes: Mapping[str, int]) -> np.ndarray:
         c = self.graph.containers[name]

@@ -15,6 +15,22 @@ from test_fori_loop import jacobi_2d_jax, jacobi_2d_step, newton_body, newton_co
 jax.config.update("jax_enable_x64", True)
 
 
+def cubic_step(t, state):
+    """jacobi-2d with a cubic term: its reverse step reads the state (jacobi's alone does not)."""
+    A, B = jacobi_2d_step(t, state)
+    return A - 0.05 * A * A * A, B
+
+
+def cubic_jax(A, B, steps):
+    def step(t, state):
+        A, B = state
+        B = B.at[1:-1, 1:-1].set(0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1]))
+        A = A.at[1:-1, 1:-1].set(0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1]))
+        return A - 0.05 * A * A * A, B
+    A, B = jax.lax.fori_loop(0, steps, step, (A, B))
+    return jnp.sum(A * A * B)
+
+
 def test_default_schedule_follows_the_state_size(monkeypatch):
     @sd.differentiable_program
     def f(a: sd.f64[100]):
@@ -33,7 +49,7 @@ def test_default_schedule_follows_the_state_size(monkeypatch):
 def test_checkpoints_give_jaxs_gradient_and_the_optimal_recomputation_count(slots, device):
     @sd.differentiable_program
     def jacobi_2d(A: sd.f64[6, 5], B: sd.f64[6, 5]):
-        A, B = sd.fori_loop(0, 10, jacobi_2d_step, (A, B), checkpoints=slots)
+        A, B = sd.fori_loop(0, 10, cubic_step, (A, B), checkpoints=slots)
         return np.sum(A * A * B)
 
     if device == "vulkan":
@@ -41,7 +57,7 @@ def test_checkpoints_give_jaxs_gradient_and_the_optimal_recomputation_count(slot
     rng = np.random.default_rng(1)
     A, B = rng.uniform(-1, 1, (6, 5)), rng.uniform(-1, 1, (6, 5))
     value, grads = jacobi_2d.value_and_grad(A, B, device=device)
-    want, (gA, gB) = jax.value_and_grad(jacobi_2d_jax, argnums=(0, 1))(A, B, 10)
+    want, (gA, gB) = jax.value_and_grad(cubic_jax, argnums=(0, 1))(A, B, 10)
     np.testing.assert_allclose(value, want, rtol=1e-12)
     np.testing.assert_allclose(grads["A"], gA, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(grads["B"], gB, rtol=1e-10, atol=1e-12)
@@ -77,7 +93,7 @@ def test_while_loop_with_few_checkpoints_matches_jax():
 def _jacobi_program(budget):
     @sd.differentiable_program(memory_budget=budget)
     def jacobi_2d(A: sd.f64[32, 32], B: sd.f64[32, 32]):
-        A, B = sd.fori_loop(0, 60, jacobi_2d_step, (A, B))    # 16 KiB a state: 60 take 960 KiB
+        A, B = sd.fori_loop(0, 60, cubic_step, (A, B))    # 16 KiB a state: 60 take 960 KiB
         return np.sum(A * A * B)
     return jacobi_2d
 
@@ -85,7 +101,7 @@ def _jacobi_program(budget):
 def test_memory_budget_chooses_the_states_stored(slang_device):
     rng = np.random.default_rng(2)
     A, B = rng.uniform(-1, 1, (32, 32)), rng.uniform(-1, 1, (32, 32))
-    want, (gA, gB) = jax.value_and_grad(jacobi_2d_jax, argnums=(0, 1))(A, B, 60)
+    want, (gA, gB) = jax.value_and_grad(cubic_jax, argnums=(0, 1))(A, B, 60)
     calls = {}
     for budget in (4 * 2 ** 20, 200 * 2 ** 10):
         program = _jacobi_program(budget)
@@ -97,10 +113,14 @@ def test_memory_budget_chooses_the_states_stored(slang_device):
         assert "test_loop_checkpoints.py:" in text and "memory_budget leaves" in text
         (stats,) = program.stats().values()
         calls[budget] = stats["loops"]["loop0"]["calls"], text
+        loop = stats["loops"]["loop0"]
+        assert loop["held_state_bytes"] + loop["peak_bytes"] + loop["reverse_step_peak_bytes"] \
+            + program.memory_plan().peak_bytes <= budget
     assert calls[4 * 2 ** 20][0] == 60 and "every state stored" in calls[4 * 2 ** 20][1]
     slots = int(calls[200 * 2 ** 10][1].split(" state slots")[0].rsplit(" ", 1)[1])
     assert 1 <= slots < 200 * 2 ** 10 // (2 * 32 * 32 * 8)           # the stage's buffers take their share
     assert calls[200 * 2 ** 10][0] == 60 + cs.binomial(60, slots).recomputed()
+    assert stats["loops"]["loop0"]["held_state_bytes"] == slots * 2 * 32 * 32 * 8
     assert "binomial checkpointing" in calls[200 * 2 ** 10][1]
 
 
@@ -131,3 +151,23 @@ def test_checkpoints_and_checkpoint_every_together_are_refused():
         sd.trace(program, sd.f64[4])
     with pytest.raises(sd.ir.TraceError, match=r"checkpoints must be a positive int"):
         sd.trace(lambda a: sd.fori_loop(0, 3, lambda i, s: s, a, checkpoints=0), sd.f64[4])
+
+
+def test_a_linear_step_stores_no_state_and_recomputes_nothing(slang_device):
+    """jacobi's reverse step reads only the cotangent (a constant Jacobian), as JAX finds too:
+    whatever the budget, nothing is stored or recomputed."""
+    @sd.differentiable_program(memory_budget=200 * 2 ** 10)
+    def jacobi_2d(A: sd.f64[32, 32], B: sd.f64[32, 32]):
+        A, B = sd.fori_loop(0, 60, jacobi_2d_step, (A, B))
+        return np.sum(A * A * B)
+
+    rng = np.random.default_rng(3)
+    A, B = rng.uniform(-1, 1, (32, 32)), rng.uniform(-1, 1, (32, 32))
+    value, grads = jacobi_2d.value_and_grad(A, B, device=slang_device)
+    want, (gA, gB) = jax.value_and_grad(jacobi_2d_jax, argnums=(0, 1))(A, B, 60)
+    np.testing.assert_allclose(grads["A"], gA, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(grads["B"], gB, rtol=1e-10, atol=1e-12)
+    (stats,) = jacobi_2d.stats().values()
+    assert stats["loops"]["loop0"]["calls"] == 60
+    assert stats["loops"]["loop0"]["held_state_bytes"] == 2 * 32 * 32 * 8
+    assert "does not read the state" in str(jacobi_2d.explain(device=slang_device))
