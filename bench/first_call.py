@@ -13,6 +13,15 @@ work on a shared machine does not inflate as it does wall time.  ``--profile N``
 adds cProfile's N most expensive functions per kernel.  The gradient is
 checked against ``device="numpy"``, so a fast wrong answer never prints a time.
 
+``--second``: the real first call (``program.value_and_grad``) of each kernel in two
+fresh processes sharing one cache directory: cold (empty caches) and a second process
+served by the on-disk caches (``lowering.disk_cache``: backward graph, plan and module;
+``lowering.compiler_cache``: g++'s library on the CPU device; slangpy's shader cache).
+
+``--workloads``: the same cold / second-process pair for every ``python -m bench``
+workload (small sizes; ``program.slang_source``, which builds what the first call runs),
+plus warm: a second program object of the same function in the same process.
+
 ``--fori``: a jacobi-2d of ``--steps`` time steps written with ``sd.fori_loop``
 against JAX's ``jit(value_and_grad)`` of ``lax.fori_loop`` (float64): first
 call (CPU seconds), steady call (wall, best of 3), the peak memory of
@@ -157,7 +166,12 @@ def measure(name: str, device: str) -> dict[str, float]:
     module = stage("codegen", lambda: generate(p, target))
     dev = devices.get_device(device)
     entries = [PROGRAM] if target.sequential else [f"{k.name}_main" for k in module.kernels]
-    stage("compile", lambda: cache.kernels(device, dev, module.source, entries))
+    before = dict(cache.stats)
+    work = sum(max(k.work, k.threads) for k in module.kernels)
+    stage("compile", lambda: cache.kernels(device, dev, module.source, entries, work=work))
+    t["front_end_wall"] = cache.stats["front_end_seconds"] - before["front_end_seconds"]
+    t["backend_wall"] = cache.stats["backend_seconds"] - before["backend_seconds"]
+    t["level"] = cache.optimization(device, module.source, work)
     inputs = _inputs(name, shapes)
     seeds = {s: np.ones(()) for s in backward.meta["seeds"].values()}
 
@@ -172,6 +186,90 @@ def measure(name: str, device: str) -> dict[str, float]:
     t["tasklets_bw"] = len(backward.tasklets())
     t["kernels"] = len(p.kernels)
     return t
+
+
+def first_call(name: str, device: str) -> dict[str, Any]:
+    """CPU and wall seconds of one real first ``value_and_grad`` of kernel ``name`` in this
+    process (whatever the on-disk caches hold), checked against the numpy device."""
+    import symdiff as sd
+    from symdiff.lowering import cache, devices, disk_cache
+
+    body, shapes = kernels()[name]
+    devices.get_device(device)  # created before the clock starts, as in the stage table
+    inputs = _inputs(name, shapes)
+    program = sd.differentiable_program(body)
+    cpu, wall = cpu_seconds(), time.perf_counter()
+    _, grads = program.value_and_grad(*inputs.values(), device=device)
+    cpu, wall = cpu_seconds() - cpu, time.perf_counter() - wall
+    _, want = program.value_and_grad(*inputs.values(), device="numpy")
+    for w in want:
+        if not np.allclose(np.asarray(grads[w]), want[w], rtol=1e-9, atol=1e-12):
+            raise AssertionError(f"{name}: gradient of {w} on {device} differs from the numpy device")
+    return {"cpu": cpu, "wall": wall, "disk": dict(disk_cache.stats), "compile": dict(cache.stats)}
+
+
+def workloads_child(device: str) -> dict[str, Any]:
+    """Cold (or second-process) and warm compile seconds of every bench workload, small size."""
+    import symdiff as sd
+    from symdiff.lowering import cache, devices, disk_cache
+    from .symdiff_runner import program_function
+    from .workloads import WORKLOADS
+
+    devices.get_device(device)
+    sd.differentiable_program(lambda x: np.sum(x * x)).value_and_grad(np.ones(4, np.float32), device=device)
+    out = {}
+    for w in WORKLOADS:
+        fn = program_function(w, w.small)
+        row = {}
+        for label in ("first", "warm"):  # warm: a second program object of the same function
+            program = sd.differentiable_program(fn, **w.options)
+            before_disk, before = dict(disk_cache.stats), dict(cache.stats)
+            cpu, wall = cpu_seconds(), time.perf_counter()
+            program.slang_source(wrt=list(w.wrt), device=device)
+            row[label] = {"cpu": cpu_seconds() - cpu, "wall": time.perf_counter() - wall}
+        row["disk_hits"] = disk_cache.stats["hits"] - before_disk["hits"]
+        out[w.name] = row
+    return out
+
+
+def _twice(args: list[str]) -> list[dict[str, Any]]:
+    """Run ``bench.first_call ARGS`` in two fresh processes sharing one empty cache directory."""
+    runs = []
+    with tempfile.TemporaryDirectory() as cache_home:
+        env = dict(os.environ, XDG_CACHE_HOME=cache_home, SYMDIFF_CACHE_DIR=cache_home)
+        for _ in range(2):
+            proc = subprocess.run([sys.executable, "-m", "bench.first_call", *args], cwd=ROOT, env=env,
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "child failed")
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return runs
+
+
+def second_table(names: list[str], device: str) -> None:
+    print(f"first value_and_grad, device={device}: cold (fresh process, empty caches) and a second process "
+          "(on-disk caches from the first); CPU s (g++ included) and wall s")
+    print(f"{'kernel':<12} {'cold cpu':>9} {'cold wall':>9} {'2nd cpu':>9} {'2nd wall':>9}  2nd-process disk hits")
+    for name in names:
+        try:
+            cold, second = _twice(["--child-first", "--device", device, name])
+        except RuntimeError as exc:
+            print(f"{name:<12} FAILED: {exc}")
+            continue
+        print(f"{name:<12} {cold['cpu']:>9.2f} {cold['wall']:>9.2f} {second['cpu']:>9.2f} {second['wall']:>9.2f}  "
+              f"{second['disk']['hits']}", flush=True)
+
+
+def workloads_table(device: str) -> None:
+    print(f"bench workloads (small), device={device}: trace + differentiate + generate + compile of a new "
+          "program (program.slang_source), seconds wall (CPU); cold: fresh process, empty caches; warm: a second "
+          "program object in the same process; 2nd: a fresh process served by the first's on-disk caches")
+    print(f"{'workload':<28} {'cold':>13} {'warm ms':>8} {'2nd':>13}")
+    cold, second = _twice(["--child-workloads", "--device", device])
+    for name, row in cold.items():
+        c, w, s = row["first"], row["warm"], second[name]["first"]
+        print(f"{name:<28} {c['wall']:>6.3f} ({c['cpu']:.2f}) {w['wall'] * 1e3:>8.2f} {s['wall']:>6.3f} ({s['cpu']:.2f})"
+              + ("" if second[name]["disk_hits"] else "  (no disk hit)"), flush=True)
 
 
 def child(name: str, device: str, profile: int) -> None:
@@ -270,7 +368,7 @@ def fori_table(device: str, steps: int, n: int, cubic: bool = False, budget: flo
     rows = {}
     for impl in ("jax", "symdiff"):
         with tempfile.TemporaryDirectory() as cache_home:
-            env = dict(os.environ, XDG_CACHE_HOME=cache_home)
+            env = dict(os.environ, XDG_CACHE_HOME=cache_home, SYMDIFF_CACHE_DIR=cache_home)
             cmd = [sys.executable, "-m", "bench.first_call", "--child-fori", impl, "--device", device,
                    "--steps", str(steps), "--n", str(n), *(["--cubic"] if cubic else []),
                    *(["--budget", str(budget)] if budget is not None else [])]
@@ -302,7 +400,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cubic", action="store_true", help="--fori: a cubic term in each step (states needed)")
     parser.add_argument("--budget", type=float, default=None, help="--fori: symdiff's memory_budget in MiB")
     parser.add_argument("--n", type=int, default=64)
+    parser.add_argument("--second", action="store_true", help="cold vs second-process first calls")
+    parser.add_argument("--workloads", action="store_true", help="cold / warm / second process of bench workloads")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-first", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-workloads", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-fori", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_fori:
@@ -311,17 +413,30 @@ def main(argv: list[str] | None = None) -> None:
     if args.fori:
         fori_table(args.device, args.steps, args.n, args.cubic, args.budget)
         return
+    if args.child_workloads:
+        print(json.dumps(workloads_child(args.device)))
+        return
+    if args.workloads:
+        workloads_table(args.device)
+        return
     names = args.kernels or list(kernels())
+    if args.child_first:
+        print(json.dumps(first_call(names[0], args.device)))
+        return
+    if args.second:
+        second_table(names, args.device)
+        return
     if args.child:
         child(names[0], args.device, args.profile)
         return
     print(f"first value_and_grad call, device={args.device}, CPU seconds per stage (g++ included; cold: fresh "
           "process, empty shader cache); wall: the whole child process")
-    header = f"{'kernel':<12} {'tasklets':>9} {'kernels':>7} " + " ".join(f"{s:>13}" for s in STAGES) + f" {'total':>7} {'wall':>6}"
+    header = (f"{'kernel':<12} {'tasklets':>9} {'kernels':>7} " + " ".join(f"{s:>13}" for s in STAGES)
+              + f" {'total':>7} {'wall':>6}  compile wall: Slang front end / backend (Slang codegen + g++ or driver), level")
     print(header)
     for name in names:
         with tempfile.TemporaryDirectory() as cache_home:
-            env = dict(os.environ, XDG_CACHE_HOME=cache_home)
+            env = dict(os.environ, XDG_CACHE_HOME=cache_home, SYMDIFF_CACHE_DIR=cache_home)
             cmd = [sys.executable, "-m", "bench.first_call", "--child", "--device", args.device,
                    "--profile", str(args.profile), name]
             start = time.perf_counter()
@@ -335,7 +450,8 @@ def main(argv: list[str] | None = None) -> None:
         t = json.loads(proc.stdout.strip().splitlines()[-1])
         tasklets = f"{t['tasklets_fw']}/{t['tasklets_bw']}"
         print(f"{name:<12} {tasklets:>9} {t['kernels']:>7} " + " ".join(f"{t[s]:>13.2f}" for s in STAGES)
-              + f" {sum(t[s] for s in STAGES):>7.2f} {wall:>6.1f}", flush=True)
+              + f" {sum(t[s] for s in STAGES):>7.2f} {wall:>6.1f}  {t['front_end_wall']:.2f} / {t['backend_wall']:.2f}, "
+              f"{t['level']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -32,9 +32,11 @@ def program_function(workload: Workload, size: Size) -> Callable:
         return workload.body(np, *arrays)
 
     program.__name__ = program.__qualname__ = workload.name
-    program.__signature__ = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in size.shapes])
     program.__annotations__ = {n: (sd.i32 if n in workload.ints else sd.f32)[s] for n, s in size.shapes.items()}
+    # the signature carries the specs: inspect reads annotations from it, not from __annotations__
+    program.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=program.__annotations__[n])
+         for n in size.shapes])
     return program
 
 
