@@ -301,7 +301,9 @@ def _reads_state(vjp: ir.DataflowGraph, count: int, gradients: set[str]) -> bool
     hides its paths (its state comes back through arguments): assumed to."""
     if loops_of(vjp):
         return True
-    reached = set().union(*(nx.descendants(vjp.nx, vjp.access(f"s{k}", 0)) for k in range(count)))
+    state = {f"s{k}" for k in range(count)}
+    accesses = [n for n in vjp.nx if isinstance(vjp.node(n), ir.AccessNode)]
+    reached = set().union(*(nx.descendants(vjp.nx, n) for n in accesses if vjp.node(n).container in state))
     return any(vjp.node(n).container in gradients for n in reached if isinstance(vjp.node(n), ir.AccessNode))
 
 
