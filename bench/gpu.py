@@ -403,13 +403,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=Settings.budget,
                    help="seconds of timed calls per measurement after the warm-up")
     p.add_argument("--json", type=Path, help="also write every number to this JSON file")
+    p.add_argument("--gpu-form", action="store_true",
+                   help="on lavapipe, run the kernels a hardware GPU gets (workgroup reductions, recomputed "
+                        "transcendentals: lowering.targets): their kernel counts and memory, not GPU times")
     return p.parse_args(argv)
+
+
+def use_gpu_form() -> None:
+    """Plan and generate for lavapipe as for a hardware Vulkan device (its own
+    target keeps a thread per reduction and stores transcendental values, for
+    lavapipe's speed): what the tests and the fuzzer's ``vulkan+gpu-form`` run."""
+    from dataclasses import replace
+    own = lowering.devices.target
+    lowering.devices.target = lambda kind: replace(own(kind), workgroup_reductions=True,
+                                                   recompute_transcendentals=True)
 
 
 def main(argv: list[str]) -> dict[str, Any]:
     args = parse_args(argv)
     started = time.perf_counter()
     device = args.device or next(d for d in lowering.available_devices() if d in DEVICES)
+    if args.gpu_form:
+        use_gpu_form()
     settings = Settings(budget=args.budget)
     peers = [p for p in (JaxPeer(), TorchPeer()) if p.available()]
     platform_of = dict(zip(("jax", "torch"), peer_devices(device)))
@@ -421,7 +436,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "command": " ".join(["python -m bench.gpu", shlex.join(argv)]).strip(),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "elapsed_s": time.perf_counter() - started,
-        "device": device,
+        "device": device + (" (GPU form)" if args.gpu_form else ""),
         "peers": peer_names({p.name: platform_of[p.name] for p in peers}) or ["none installed"],
         "scale": args.scale,
         "bandwidth_gbps": args.bandwidth,

@@ -49,6 +49,7 @@ WIDE_ACCUMULATORS = {("sum", "float"): "double"}
 
 
 PROGRAM = "run_program"  # the CPU device's only entry point
+LAST = "workgroup_last"  # groupshared flag: this workgroup is the last of its dispatch to finish
 
 
 @dataclass
@@ -379,22 +380,49 @@ class _KernelWriter:
     def combine_lanes(self, acc: str, acc_type: str, op: str) -> None:
         """Every lane's ``acc`` combined in a fixed binary tree in groupshared
         memory (lane l with lane l + width, halving width), the result in every
-        lane's ``acc``.  The last barrier lets the next tree reuse the scratch."""
+        lane's ``acc``.  The last barrier lets the next tree reuse the scratch.
+        With wave operations the steps narrower than a wave are ``wave_tree``'s."""
         scratch = f"workgroup_{acc_type}"
         per = self.layout.points  # a point's lanes sit ``per`` apart in the workgroup
+        # a point's lanes are neighbouring threads, so the tree's last steps stay within a wave
+        waves = self.target.wave_operations and per == 1
         self.shared.add(acc_type)
         self.emit(f"// {acc}: the lanes' partial results combined in a fixed tree", 1)
         self.emit(f"{scratch}[group_thread] = {acc};", 1)
         self.emit("GroupMemoryBarrierWithGroupSync();", 1)
-        self.emit(f"for (int width = {self.layout.lanes // 2}; width > 0; width /= 2)", 1)
+        if waves:
+            self.emit(f"int {acc}_wave = min(int(WaveGetLaneCount()), {self.layout.lanes});", 1)
+        last = f"{acc}_wave" if waves else "1"
+        self.emit(f"for (int width = {self.layout.lanes // 2}; width >= {last}; width /= 2)", 1)
         self.emit("{", 1)
         partner = f"{scratch}[group_thread + width{f' * {per}' if per > 1 else ''}]"
         combined = COMBINE[op].format(a=f"{scratch}[group_thread]", b=partner)
         self.emit(f"if (lane < width) {scratch}[group_thread] = {combined};", 2)
         self.emit("GroupMemoryBarrierWithGroupSync();", 2)
         self.emit("}", 1)
-        self.emit(f"{acc} = {scratch}[{f'group_thread % {per}' if per > 1 else '0'}];", 1)
+        if waves:
+            self.wave_tree(acc, scratch, op)
+        else:
+            self.emit(f"{acc} = {scratch}[{f'group_thread % {per}' if per > 1 else '0'}];", 1)
         self.emit("GroupMemoryBarrierWithGroupSync();", 1)
+
+    def wave_tree(self, acc: str, scratch: str, op: str) -> None:
+        """The tree's steps narrower than a wave (``combine_lanes``), in
+        registers: every wave loads the tree's first ``<acc>_wave`` partial
+        results, and wave lane ``j`` combines with lane ``j ^ width``, the lower
+        lane's value first: lane ``j < width`` then computes exactly what the
+        tree's lane ``j`` does, and its partner the same bits, so every lane of
+        every wave ends with the tree's result, bit for bit, whatever the wave
+        size (no broadcast needed; the order is the groupshared tree's)."""
+        self.emit(f"int {acc}_lane = int(WaveGetLaneIndex()) % {acc}_wave;", 1)
+        self.emit(f"{acc} = {scratch}[{acc}_lane];", 1)
+        self.emit(f"for (int width = {acc}_wave / 2; width > 0; width /= 2)", 1)
+        self.emit("{", 1)
+        self.emit(f"let partner = WaveReadLaneAt({acc}, int(WaveGetLaneIndex()) ^ width);", 2)
+        lower_first = COMBINE[op].format(a=acc, b="partner")
+        upper = COMBINE[op].format(a="partner", b=acc)
+        self.emit(f"{acc} = ({acc}_lane & width) != 0 ? {upper} : {lower_first};", 2)
+        self.emit("}", 1)
 
     def names(self, step: Step, parallel: dict) -> dict[sympy.Symbol, str]:
         """Slang names of a step's symbols: ``parallel`` for its thread
@@ -581,6 +609,30 @@ class _KernelWriter:
                 self.emit(f"atomic_{w.memlet.accumulate}({buf}, {idx}, {value});", d)
 
 
+    def last_workgroup(self, finish: str, buffers: dict[str, str], counter: str) -> str:
+        """The end of a reduction's first stage whose second runs in the same
+        dispatch (``lowering.last_workgroup``): lane 0 fences the workgroup's
+        stored partial results device-wide and counts the workgroup done; the
+        workgroup counting ``workgroups - 1`` is the last, and calls ``finish``
+        (the second stage's function) with its lanes as threads."""
+        self.buffers.update(buffers)
+        done = self.buffer(counter)
+        args = "".join(f", {n}" for n in sorted(buffers))
+        lines = [f"// the last of the {self.threads} workgroups to finish runs {finish} over every one's partial results",
+                 "DeviceMemoryBarrierWithGroupSync();",
+                 "if (group_thread == 0)",
+                 "{",
+                 "    int before;",
+                 f"    InterlockedAdd({done}[0], 1, before);",
+                 f"    {LAST} = before == {self.threads - 1} ? 1 : 0;",
+                 "}",
+                 "GroupMemoryBarrierWithGroupSync();",
+                 f"if ({LAST} == 0) return;",
+                 "DeviceMemoryBarrier();  // the other workgroups' partial results, fenced before they counted",
+                 f"{finish}(uint3(group_thread, 0, 0){args});"]
+        return "\n".join("    " + line for line in lines)
+
+
 class _RowKernelWriter(_KernelWriter):
     """A row kernel (``lowering.rowfusion``): thread ``t`` owns one row of the
     box, and each loop group is one loop over the row running its steps point
@@ -682,10 +734,27 @@ def _storage(g: DataflowGraph, access: str) -> str:
     return "int" if access == FLAG else STORAGE_TYPES[g.containers[g.node(access).container].dtype]
 
 
-def _kernel_text(name: str, comment: str, params: list[str], body: str) -> str:
-    """A kernel as a function of the thread id, plus its own entry point."""
+def _comment(kernel: Kernel, w: "_KernelWriter", kind: str) -> str:
+    """The comment opening a kernel's text: its tasklets, points and thread layout
+    (a finish: the one-point kernel its dispatch's last workgroup runs)."""
+    described = ", ".join(s.tasklet.name + (f" ({s.tasklet.source})" if s.tasklet.source else "")
+                          for s in kernel.steps)
+    then = (f"\n//   then, in the last workgroup to finish, {identifier(kernel.finish.name)}'s "
+            f"{len(kernel.finish.steps)} tasklet(s) (lowering.last_workgroup)" if kernel.finish else "")
+    return (f"// {kind} {identifier(kernel.name)}: {len(kernel.steps)} tasklet(s), {w.threads} "
+            + (f"point(s), {w.layout.points} a workgroup of {WORKGROUP} threads, {w.layout.lanes} sharing "
+               "each point's loops" if w.layout else "thread(s)")
+            + f" over {list(kernel.box)}" + (f" in tiles of {list(w.tiling.tile)}" if w.tiling else "")
+            + f"\n//   {described}{then}")
+
+
+def _kernel_text(name: str, comment: str, params: list[str], body: str, entry: bool = True) -> str:
+    """A kernel as a function of the thread id, plus (``entry``) its own entry point."""
     args = ", ".join(p.split()[-1] for p in params)
-    return (f"{comment}\nvoid {name}(uint3 tid{''.join(', ' + p for p in params)})\n{{\n{body}\n}}\n\n"
+    function = f"{comment}\nvoid {name}(uint3 tid{''.join(', ' + p for p in params)})\n{{\n{body}\n}}"
+    if not entry:
+        return function
+    return (f"{function}\n\n"
             f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
             f"void {name}_main(uint3 tid: SV_DispatchThreadID{''.join(', ' + p for p in params)})\n"
             f"{{\n    {name}(tid{''.join(', ' + a for a in args.split(', ') if a)});\n}}")
@@ -769,18 +838,18 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
             parts.append(text)
             entries.append(entry)
     for kernel in plan.kernels:
+        if kernel.finish is not None:  # a function the last workgroup of ``kernel`` calls
+            finish = _KernelWriter(plan, kernel.finish, atomics, device, guards, shared)
+            text = finish.write()
+            parts.append(_kernel_text(identifier(kernel.finish.name), _comment(kernel.finish, finish, "finish"),
+                                      _params(finish.buffers, g), text, entry=False))
         w = (_RowKernelWriter if isinstance(kernel, RowKernel) else _KernelWriter)(plan, kernel, atomics, device,
                                                                                    guards, shared)
         body = w.write()
-        described = ", ".join(s.tasklet.name + (f" ({s.tasklet.source})" if s.tasklet.source else "")
-                              for s in kernel.steps)
+        if kernel.finish is not None:
+            body += "\n" + w.last_workgroup(identifier(kernel.finish.name), finish.buffers, kernel.counter)
         name = identifier(kernel.name)
-        comment = (f"// kernel {name}: {len(kernel.steps)} tasklet(s), {w.threads} "
-                   + (f"point(s), {w.layout.points} a workgroup of {WORKGROUP} threads, {w.layout.lanes} sharing "
-                      "each point's loops" if w.layout else "thread(s)")
-                   + f" over {list(kernel.box)}" + (f" in tiles of {list(w.tiling.tile)}" if w.tiling else "")
-                   + f"\n//   {described}")
-        parts.append(_kernel_text(name, comment, _params(w.buffers, g), body))
+        parts.append(_kernel_text(name, _comment(kernel, w, "kernel"), _params(w.buffers, g), body))
         loops = max((math.prod(extent(r) for r in s.loop) for s in kernel.steps), default=1)
         entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers), w.mapping.per_thread,
                                    w.layout.threads(w.threads) if w.layout else 0,
@@ -795,4 +864,6 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
     header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", prelude(target)]
     header += [_atomic_helper(s, op, target) for s, op in sorted(atomics)] + ([helper(target)] if guards.checks else [])
     header += [_scratch(t) for t in sorted(shared)]
+    if any(k.finish for k in plan.kernels):
+        header.append(f"groupshared int {LAST};  // this workgroup finished last (lowering.last_workgroup)")
     return Module("\n\n".join(header + parts) + "\n", entries, buffers, guards.checks)

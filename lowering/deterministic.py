@@ -78,7 +78,7 @@ def check_atomic_free(plan: Plan) -> None:
     """Raise naming the tasklet if a float write of ``plan`` is still atomic."""
     g = plan.graph
     for kernel in plan.kernels:
-        for step in kernel.steps:
+        for step in kernel.all_steps:
             for w in step.writes:
                 if w.mode == "atomic" and g.containers[w.memlet.container].dtype in FLOAT_DTYPES:
                     t = step.tasklet

@@ -72,7 +72,7 @@ def _role(graph: DataflowGraph, access: str, gradients: Mapping[str, str], seeds
 
 
 def _phase(kernel) -> str:
-    backward = {s.tasklet.backward for s in kernel.steps}
+    backward = {s.tasklet.backward for s in kernel.all_steps}
     return "backward" if backward == {True} else "forward" if backward == {False} else "forward+backward"
 
 

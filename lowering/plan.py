@@ -231,10 +231,20 @@ class Kernel:
     name: str
     box: tuple[int, ...]
     steps: list[Step] = field(default_factory=list)
+    # a one-point kernel the last workgroup to finish runs after the others, in the same
+    # dispatch, and the access node of the counter the workgroups count themselves done in
+    # (lowering.last_workgroup); None: the kernel ends with its own steps
+    finish: "Kernel | None" = None
+    counter: str | None = None
 
     @property
     def threads(self) -> int:
         return math.prod(self.box)
+
+    @property
+    def all_steps(self) -> list[Step]:
+        """Every step the kernel's dispatch runs, in order (its finish's last)."""
+        return self.steps + (self.finish.steps if self.finish else [])
 
 
 @dataclass
@@ -322,6 +332,57 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
     kernel_of[t.name] = len(kernels) - 1
 
 
+def sink_one_point_kernels(graph: DataflowGraph, kernels: list[Kernel]) -> list[Kernel]:
+    """Merge each one-point kernel (no thread axes) into the next one-point
+    kernel when no kernel between them reads what it writes, and the later
+    kernel reads its values at the one point (passed in registers) or not at
+    all.  ``placement_order`` places a reverse pass's seed steps (``d out = g``)
+    first, so that the large kernels reading them can take them from buffers;
+    they then made a kernel of their own, one dispatch and one launch of a
+    GPU's one-thread tail (softplus + logsumexp, the MLP): merged into the
+    program's next one-point kernel (a reduction's second stage), they cost
+    nothing.  Kernels in dispatch order; returns the new list."""
+    out = list(kernels)
+    k = 0
+    while k < len(out):
+        if out[k].box == ():
+            merged = _merge_forward(graph, out, k)
+            if merged is not None:
+                out[merged].steps[:0] = out[k].steps
+                del out[k]
+                continue
+        k += 1
+    return out
+
+
+def _merge_forward(graph: DataflowGraph, kernels: list[Kernel], k: int) -> int | None:
+    """The position of the next one-point kernel ``kernels[k]``'s steps can run
+    at the start of (``sink_one_point_kernels``), after rewiring its reads of
+    them to registers; None if there is none."""
+    early = kernels[k]
+    written = {a for s in early.steps for a, _ in graph.writes(s.tasklet.name)}
+    for n in range(k + 1, len(kernels)):
+        later = kernels[n]
+        if later.box == ():
+            if any(_shares_written_elements(graph, s.tasklet, e.tasklet) for s in later.steps for e in early.steps):
+                return None
+            staged = Kernel(later.name, (), early.steps + later.steps)
+            rewired = []
+            for step in later.steps:
+                for r in step.reads:
+                    if r.access in written:
+                        producer = _forwardable(graph, r.access, staged, step, r.memlet)
+                        if producer is None:
+                            return None
+                        rewired.append((r, producer))
+            for r, producer in rewired:
+                r.producer = producer
+            return n
+        if any(a in written for s in later.steps for a, _ in graph.reads(s.tasklet.name)):
+            return None
+    return None
+
+
 def placement_order(graph: DataflowGraph) -> list[str]:
     """Tasklets in a dependency order that, among those ready, takes one-point
     tasklets (no thread axes) first, then the graph's order.  A reverse pass's
@@ -360,9 +421,9 @@ def check_order(graph: DataflowGraph, kernels: list[Kernel]) -> None:
     it reads: every writer must be in an earlier kernel, or earlier in the same
     one.  Fusion moves tasklets between kernels (``_place``, ``fuse_rows``); a
     slip there would read a buffer before it is written, silently."""
-    position = {s.tasklet.name: (k, n) for k, kernel in enumerate(kernels) for n, s in enumerate(kernel.steps)}
+    position = {s.tasklet.name: (k, n) for k, kernel in enumerate(kernels) for n, s in enumerate(kernel.all_steps)}
     for kernel in kernels:
-        for step in kernel.steps:
+        for step in kernel.all_steps:
             reader = position[step.tasklet.name]
             for access, _ in graph.reads(step.tasklet.name):
                 late = [w for w, _ in graph.writers(access) if position[w] >= reader]
@@ -406,8 +467,10 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
     g = bind(graph, sizes)
     empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
-    from .rematerialise import rematerialise
+    from .rematerialise import rematerialise, recompute_cheap
     rematerialise(g, recompute)
+    if target is not None and target.recompute_transcendentals:
+        recompute_cheap(g)
     from .reduce_fusion import fold_producers
     fold_producers(g, target is not None and target.recompute_transcendentals)
     split_large_reductions(g, target)
@@ -415,16 +478,23 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
     kernel_of: dict[str, int] = {}
     for name in placement_order(g):
         _place(g, kernels, kernel_of, g.node(name))
+    kernels = sink_one_point_kernels(g, kernels)
     from .rowfusion import RowKernel, fuse_rows  # built on this module's types
     kernels = fuse_rows(g, kernels, None if target is None else target.max_row)
+    if target is not None and target.single_pass_reductions and target.workgroup_reductions:
+        from .last_workgroup import finish_in_last_workgroup
+        kernels = finish_in_last_workgroup(g, kernels, target)
     check_order(g, kernels)
 
-    buffer_reads = {r.access for k in kernels for s in k.steps for r in s.reads if r.producer is None}
+    # a finish runs in its kernel's dispatch, but its steps share nothing else with the kernel's
+    planned = kernels + [k.finish for k in kernels if k.finish]
+    buffer_reads = {r.access for k in planned for s in k.steps for r in s.reads if r.producer is None}
     latest_results = {g.latest(c) for c in g.results}
-    stored: set[str] = set(buffer_reads | latest_results)
-    fills: dict[str, float] = {a: v for a, v in empty_fills.items() if a in stored}
+    counters = {k.counter: 0.0 for k in kernels if k.counter}
+    stored: set[str] = set(buffer_reads | latest_results | set(counters))
+    fills: dict[str, float] = {a: v for a, v in empty_fills.items() if a in stored} | counters
     overwritten: set[str] = set()
-    for kernel in kernels:
+    for kernel in planned:
         for step in kernel.steps:
             t = step.tasklet
             for access, m in g.writes(t.name):

@@ -79,3 +79,19 @@ def rematerialise(graph: DataflowGraph, names: Collection[str]) -> list[str]:
             graph.nx.remove_node(access)
         done.append(origin)
     return done
+
+
+def recompute_cheap(graph: DataflowGraph) -> None:
+    """Recompute, where it is read, every candidate a GPU recomputes for less
+    than storing it costs (``inlining.cheap`` with ``gpu``: a few dozen flops
+    of any kind on one varying element), including values a kernel would pass
+    in registers: a broadcast gradient (``g / n``) or ``exp(x - m)`` held in a
+    register still ties its readers to its writer's kernel, and its readers'
+    own values then read two varying elements and stop being cheap (softplus
+    + logsumexp kept four elementwise passes storing 1M-element
+    intermediates).  Rounds until none is left: each round's inlining can
+    make its readers cheap in turn; each removes tasklets, so it ends."""
+    while True:
+        names = [n for n in candidates(graph) if cheap(graph, graph.node(n), gpu=True)]
+        if not names or not rematerialise(graph, names):
+            return

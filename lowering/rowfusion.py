@@ -302,7 +302,7 @@ def fuse_rows(graph: DataflowGraph, kernels: list[Kernel], max_row: int | None =
                 runs.append((len(out) - 1, [f for f in forms if f is not None]))
     for pos, (rows, *_) in reversed(runs):
         if len(rows.members) > 1 and any(s.loop and _accumulates(graph, s) for s in rows.steps):
-            out[pos] = RowKernel(out[pos].name, rows.box, rows.steps, rows.groups)
+            out[pos] = RowKernel(out[pos].name, rows.box, rows.steps, groups=rows.groups)
         else:
             out[pos:pos + 1] = rows.members
     if len(out) == len(kernels):

@@ -262,7 +262,7 @@ class Executable:
         Empty on the numpy device and before symbolic sizes are bound."""
         if self._last is None:
             return {}
-        return {identifier(k.name): list(dict.fromkeys(o for s in k.steps
+        return {identifier(k.name): list(dict.fromkeys(o for s in k.all_steps
                                                        for o in (s.tasklet.meta["origin"], *s.tasklet.meta.get("folded", ()))))
                 for k in self._last.plan.kernels}
 

@@ -65,6 +65,17 @@ class Target:
     # in the time one element crosses memory; a CPU's vectorised exp does not
     # (lowering.reduce_fusion folds only arithmetic producers there).
     recompute_transcendentals: bool = False
+    # Wave (subgroup) shuffles (``WaveReadLaneAt``, ``WaveGetLaneCount``): the last
+    # steps of a workgroup's combining tree, those within one wave, run in
+    # registers instead of groupshared memory and barriers (lowering.codegen's
+    # ``combine_lanes``; same tree, same bits).  Vulkan 1.1 and CUDA have them
+    # (lavapipe: waves of 8, lanes numbered as the threads).
+    wave_operations: bool = False
+    # A device-scope memory fence and an integer atomic add on a buffer: a long
+    # reduction's workgroups count themselves done, and the last one sums every
+    # workgroup's partial result in the same kernel (lowering.last_workgroup),
+    # instead of a second kernel.  Vulkan and CUDA have both; lavapipe too.
+    single_pass_reductions: bool = False
     # Kernels whose points are independent may be split over worker threads that
     # the generated code starts itself (lowering.threads): slangpy's CPU device
     # holds the GIL through a dispatch and runs it on the calling thread.
@@ -91,9 +102,10 @@ ROW_OF_A_WORKGROUP = 16384
 
 CPU = Target("cpu", sequential=True, float_atomic_add=False, polynomial_math=True, worker_threads=True)
 VULKAN = Target("vulkan", sequential=False, float_atomic_add=True, polynomial_math=False,
-                folds_float_identities=True, workgroup_reductions=True, recompute_transcendentals=True)
+                folds_float_identities=True, workgroup_reductions=True, recompute_transcendentals=True,
+                wave_operations=True, single_pass_reductions=True)
 CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False, workgroup_reductions=True,
-              recompute_transcendentals=True)
+              recompute_transcendentals=True, wave_operations=True, single_pass_reductions=True)
 # Vulkan on a CPU rasteriser (Mesa lavapipe): the same code, but not for double
 # transcendentals, and float32 exp/log/sin/cos/tanh as polynomials: lavapipe's
 # built-in log (2.2e-5 relative error, 2^-21 absolute near 1, within the

@@ -96,3 +96,30 @@ def test_matmul_backward_writes_are_split_into_reductions_without_atomics():
     assert "atomic" not in {w.mode for kern in p.kernels for s in kern.steps for w in s.writes}
     loops = {s.tasklet.name: [int(e) - int(b) for _, b, e in s.loop] for kern in p.kernels for s in kern.steps}
     assert sorted(v for v in loops.values() if v) == [[16], [32], [64]]  # da over j, c over k, dw over i
+
+
+def test_seed_steps_run_in_the_next_one_point_kernel():
+    """A reverse pass's one-point seed steps (``placement_order`` puts them
+    first) join the next one-point kernel, a reduction's second stage, instead
+    of a kernel of their own; the numbers are the interpreter's."""
+    import symdiff as sd
+    from symdiff import lowering
+
+    def f(x: sd.f32[20000]):
+        return np.sum(x * x) * 2.0 + np.max(x)
+    prog = sd.differentiable_program(f)
+    graph = prog.backward_graph()
+    # two two-stage reductions and the gradient; on GPU targets each second stage
+    # runs in its first's dispatch (lowering.last_workgroup)
+    for target, count in (("cpu", 5), ("vulkan", 3)):
+        kernels = plan(graph, {}, target).kernels
+        one_point = [k for k in kernels + [k.finish for k in kernels if k.finish] if k.box == ()]
+        seeds = [k for k in one_point if all(not s.loop for s in k.steps)]
+        assert not seeds, [k.name for k in kernels]
+        assert len(kernels) == count, [k.name for k in kernels]
+    x = np.random.default_rng(5).standard_normal(20000).astype(np.float32)
+    want_value, want = prog.value_and_grad(x.astype(np.float64), device="numpy")
+    for device in [d for d in ("cpu", "vulkan") if d in lowering.available_devices()]:
+        value, grads = prog.value_and_grad(x, device=device)
+        np.testing.assert_allclose(value, want_value, rtol=1e-5)
+        np.testing.assert_allclose(grads["x"], want["x"], rtol=1e-5, atol=1e-7)

@@ -198,3 +198,97 @@ def test_cooperative_kernels_compile_to_cuda_source(case):
     cuda = slang_compiler.compile_source(module.source, "cuda", [f"{k.name}_main" for k in module.kernels])
     assert any("__syncthreads()" in text for text in cuda.values())
     assert any("__shared__" in text for text in cuda.values())
+
+
+def softplus_logsumexp(n: int):
+    def f(x: sd.f32[n]):
+        m = np.max(x)
+        return np.mean(np.log1p(np.exp(x))) + m + np.log(np.sum(np.exp(x - m)))
+    return program(f)
+
+
+def test_gpu_plans_recompute_elementwise_values_instead_of_storing_them(gpu):
+    """On a GPU target every elementwise value cheap to recompute (a few dozen
+    flops on one varying element: ``exp(x - m)``, ``g / n``, the softplus's
+    derivative) is recomputed where it is read, also where a kernel would have
+    kept it in a register: softplus + logsumexp then passes over its vector
+    in reductions and one gradient kernel, storing no vector but the gradient
+    (it kept four elementwise kernels storing 1M-element intermediates, 11
+    kernels, issue 11).  Each long reduction's second stage runs in its first's
+    dispatch (lowering.last_workgroup).  Checked against the interpreter on
+    lavapipe in the GPU form."""
+    n = 50_000
+    prog = softplus_logsumexp(n)
+    p = plan(prog.backward_graph(), {}, devices.target(gpu))
+    full = [k for k in p.kernels if k.box == (n,)]
+    assert len(full) == 1 and full[0].steps[0].tasklet.name == "gather_grad_x", [k.name for k in p.kernels]
+    vectors = {a.split("#")[0] for a in p.stored if p.graph.containers[p.graph.node(a).container].shape == (n,)}
+    assert vectors == {"x", "grad_x"}
+    assert len(p.kernels) <= 4  # three single-pass reductions and the gradient (issue 11's target)
+    (x,) = inputs([(n,)], np.float32, seed=3)
+    x *= 4.0
+    value, grads = prog.value_and_grad(x, device=gpu)
+    ref_value, ref_grads = prog.value_and_grad(x.astype(np.float64), device="numpy")
+    assert abs(value - ref_value) <= 1e-5 * abs(ref_value)
+    np.testing.assert_allclose(grads["x"], ref_grads["x"], rtol=1e-4, atol=1e-9)
+    again = prog.value_and_grad(x, device=gpu)
+    assert again[0] == value and np.array_equal(again[1]["x"], grads["x"])
+
+
+def test_cpu_plans_keep_transcendental_values_in_registers():
+    """The CPU device's vectorised exp costs more than a stored value: its plan keeps them."""
+    p = plan(softplus_logsumexp(50_000).backward_graph(), {}, "cpu")
+    assert any(len(k.steps) > 1 and k.box == (50_000,) for k in p.kernels)
+
+
+@pytest.mark.parametrize("case", ["logsumexp 37x1000", "sum 100003", "float64 rows 9x300", "prod/min/masked/columns 30x517"])
+def test_wave_steps_give_the_groupshared_trees_bits(case, gpu, monkeypatch):
+    """The tree's steps within a wave run as wave shuffles where the target has
+    them (lavapipe: waves of 8), in the same order as the groupshared tree:
+    the same bits as without them, on every run."""
+    prog, shapes = CASES[case]
+    args = inputs(shapes, np.float64 if "float64" in case else np.float32, seed=1)
+    assert "WaveReadLaneAt" in prog.slang_source(device=gpu)
+    with_waves = prog.value_and_grad(*args, device=gpu)
+    own = devices.target
+    monkeypatch.setattr(devices, "target", lambda kind: replace(own(kind), wave_operations=False))
+    sd.clear_caches()  # generated again, for the target without waves
+    plain = sd.differentiable_program(prog.function)
+    assert "WaveReadLaneAt" not in plain.slang_source(device=gpu)
+    without = plain.value_and_grad(*args, device=gpu)
+    assert with_waves[0] == without[0]
+    for name in without[1]:
+        assert np.array_equal(with_waves[1][name], without[1][name]), name
+
+
+def test_only_targets_with_waves_use_them():
+    for target, waves in (("vulkan", True), ("cuda", True), ("cpu", False)):
+        assert ("WaveReadLaneAt" in _module("layer norm 24x700", target).source) == waves, target
+    # 32 points a workgroup: a point's lanes are 32 threads apart, in different waves
+    source = _module("columns 70x2100", "vulkan").source
+    for kernel in source.split("// kernel ")[1:]:
+        if ACROSS in kernel.splitlines()[0]:
+            assert "WaveReadLaneAt" not in kernel
+
+
+def test_long_reductions_finish_in_their_last_workgroup(gpu):
+    """A long sum's second stage runs in the first stage's dispatch, in the
+    workgroup that finishes last (lowering.last_workgroup): one kernel and one
+    dispatch per long reduction, the same bits on every run (the chunks are
+    summed in a fixed order whichever workgroup is last), and the counter is
+    cleared for the next call."""
+    prog, shapes = CASES["sum 100003"]
+    p = plan(prog.backward_graph(), {}, devices.target(gpu))
+    finished = [k for k in p.kernels if k.finish is not None]
+    assert finished and all(k.finish.box == () and k.counter in p.fills for k in finished)
+    assert all(k.box != () for k in p.kernels)  # no one-point kernel left of its own
+    source = prog.slang_source(device=gpu)
+    assert "InterlockedAdd" in source and "DeviceMemoryBarrier" in source
+    assert _module("sum 100003", "cpu").source.count("InterlockedAdd") == 0
+    args = inputs(shapes, np.float32, seed=2)
+    ref_value, ref_grads = prog.value_and_grad(*[a.astype(np.float64) for a in args], device="numpy")
+    runs = [prog.value_and_grad(*args, device=gpu) for _ in range(3)]
+    for value, grads in runs:
+        assert value == runs[0][0] and np.array_equal(grads["x"], runs[0][1]["x"])
+    assert abs(runs[0][0] - ref_value) <= 1e-6 * abs(ref_value)
+    np.testing.assert_allclose(runs[0][1]["x"], ref_grads["x"], rtol=1e-5, atol=1e-7)
