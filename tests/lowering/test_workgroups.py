@@ -292,3 +292,13 @@ def test_long_reductions_finish_in_their_last_workgroup(gpu):
         assert value == runs[0][0] and np.array_equal(grads["x"], runs[0][1]["x"])
     assert abs(runs[0][0] - ref_value) <= 1e-6 * abs(ref_value)
     np.testing.assert_allclose(runs[0][1]["x"], ref_grads["x"], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.skipif(not slang_compiler.available(), reason="no Slang compiler library in slangpy's wheel")
+def test_single_pass_and_wave_forms_compile_to_cuda_source():
+    """The last-workgroup finish (a device fence, an atomic counter) and the wave
+    steps of the tree have a CUDA form (nvrtc's input; no GPU here to run it)."""
+    module = _module("sum 100003", "cuda")
+    cuda = "\n".join(slang_compiler.compile_source(module.source, "cuda",
+                                                   [f"{k.name}_main" for k in module.kernels]).values())
+    assert "__threadfence()" in cuda and "atomicAdd" in cuda and "__shfl" in cuda
