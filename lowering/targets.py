@@ -31,6 +31,10 @@ Facts behind the fields (slangpy 0.43.1, Slang 2026.12; ``shared/notes/slangpy.m
 """
 from __future__ import annotations
 
+import functools
+import os
+import shutil
+import subprocess
 from dataclasses import dataclass, replace
 
 
@@ -80,6 +84,11 @@ class Target:
     # the generated code starts itself (lowering.threads): slangpy's CPU device
     # holds the GIL through a dispatch and runs it on the calling thread.
     worker_threads: bool = False
+    # The backend compiler (g++ for the CPU device) may use every instruction of
+    # this machine (``compiler_args``): AVX-512 here instead of SSE2; a hand-written
+    # 512^3 matmul kernel went 9.2 -> 18.7 GFLOP/s, the generated ones 1.1-1.4x
+    # (bench.matmul_kernels), results bit-identical (g++ contracts nothing into FMA).
+    native_instructions: bool = False
 
     @property
     def max_row(self) -> int:
@@ -100,7 +109,8 @@ class Target:
 ROW_OF_A_THREAD = 256
 ROW_OF_A_WORKGROUP = 16384
 
-CPU = Target("cpu", sequential=True, float_atomic_add=False, polynomial_math=True, worker_threads=True)
+CPU = Target("cpu", sequential=True, float_atomic_add=False, polynomial_math=True, worker_threads=True,
+             native_instructions=True)
 VULKAN = Target("vulkan", sequential=False, float_atomic_add=True, polynomial_math=False,
                 folds_float_identities=True, workgroup_reductions=True, recompute_transcendentals=True,
                 wave_operations=True, single_pass_reductions=True)
@@ -128,3 +138,41 @@ def of(device: "str | Target") -> Target:
         return TARGETS[device]
     except KeyError:
         raise ValueError(f"no Slang target for device {device!r}: expected one of {sorted(TARGETS)}") from None
+
+
+# Set to 0 to compile CPU-device code for any x86-64 (g++'s default) instead of this machine.
+NATIVE_ENV = "SYMDIFF_CPU_NATIVE"
+
+
+def compiler_args(target: Target) -> list[str]:
+    """Extra arguments for a target's backend compiler: for native instructions,
+    what ``g++ -march=native`` means on this machine, spelled out (its
+    ``-march``, ``-m`` and ``--param`` flags): the same library on another CPU
+    then has other arguments, so a compiled-library cache keyed by them
+    (``lowering.compiler_cache``) never hands one machine's code to another.
+    ``$SYMDIFF_CPU_NATIVE=0`` (or no g++ found) leaves g++'s defaults."""
+    if not target.native_instructions or os.environ.get(NATIVE_ENV, "1").strip().lower() in ("0", "off", "false", "no"):
+        return []
+    return list(_native_flags())
+
+
+@functools.lru_cache(maxsize=None)
+def _native_flags() -> tuple[str, ...]:
+    gxx = shutil.which("g++")
+    if gxx is None:
+        return ()
+    try:
+        run = subprocess.run([gxx, "-march=native", "-E", "-v", "-x", "c++", os.devnull, "-o", os.devnull],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    line = next((ln for ln in run.stderr.splitlines() if "cc1plus" in ln and "-march=" in ln), None)
+    if line is None:
+        return ()
+    words, flags = line.split(), []
+    for n, w in enumerate(words):
+        if w.startswith("-march=") or w.startswith("-mtune=") or (w.startswith("-m") and flags):
+            flags.append(w)
+        elif w == "--param" and n + 1 < len(words):
+            flags.append(f"--param={words[n + 1]}")
+    return tuple(flags)

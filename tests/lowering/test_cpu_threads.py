@@ -21,6 +21,7 @@ COUNTS = ("1", "2", "3", "7")  # more workers than this machine's cores too
 def split_everything(monkeypatch):
     """Split every independent kernel, however small (the tests' sizes are)."""
     monkeypatch.setattr(threads, "MIN_WORK_PER_WORKER", 1)
+    monkeypatch.setenv("SYMDIFF_DISK_CACHE", "0")  # keyed by source text: a patched module must not be stored
 
 
 def _per_count(run, monkeypatch) -> dict[str, dict]:
@@ -107,3 +108,14 @@ def test_colliding_updates_and_checked_indices_stay_on_one_thread(build, split_e
 def test_small_kernels_run_on_the_calling_thread():
     graph, _ = chain(n=1000, ops=3)
     assert "_workers" not in lowering.compile(graph, device="cpu").source
+
+
+def test_native_compiler_args(monkeypatch):
+    from symdiff.lowering import targets
+    assert targets.compiler_args(targets.VULKAN) == []
+    monkeypatch.setenv(targets.NATIVE_ENV, "0")
+    assert targets.compiler_args(targets.CPU) == []
+    monkeypatch.delenv(targets.NATIVE_ENV)
+    args = targets.compiler_args(targets.CPU)
+    if args:  # g++ found: this machine's -march spelled out (never the word "native", which a cache could share)
+        assert args[0].startswith("-march=") and "native" not in " ".join(args)
