@@ -18,6 +18,10 @@ stored library to the requested output, a miss runs the real g++ and stores
 its output.  Anything else goes to the real g++ unchanged.  A stored library
 whose content no longer matches its recorded hash is deleted and rebuilt.
 
+``PATH`` is the process's: another thread starting ``g++`` during a symdiff
+compile goes through the wrapper too, which passes anything but such a
+compile on unchanged (and caches such a compile by content, as it would ours).
+
 Where: ``devices.cache_dir() / "cpu-binaries"``; off with ``SYMDIFF_DISK_CACHE=0``.
 The wrapper is POSIX-only (a shell script); elsewhere g++ runs every time.
 This module is run by a bare interpreter (``python -I -S``): standard library only.
