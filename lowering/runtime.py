@@ -78,10 +78,10 @@ def host_argument(name: str, value, dtype: str) -> np.ndarray:
 
 
 def _new_buffer(device: spy.Device, dtype: str, count: int, data: np.ndarray | None = None) -> spy.Buffer:
+    buffer = device.create_buffer(size=buffer_bytes(dtype, count), usage=_usage())
     if data is not None and data.size:
-        return device.create_buffer(size=buffer_bytes(dtype, count), usage=_usage(),
-                                    data=dlpack.uploadable(np.ascontiguousarray(data, dtype=STORAGE[dtype])))
-    return device.create_buffer(size=buffer_bytes(dtype, count), usage=_usage())
+        dlpack.upload(buffer, np.ascontiguousarray(data, dtype=STORAGE[dtype]))
+    return buffer
 
 
 def _readback(buffer: spy.Buffer, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -380,7 +380,7 @@ class Executable:
                 self._stats["buffers_allocated"] += 1
             bindings[access] = inst.buffers[access]
             if host.size:
-                inst.buffers[access].copy_from_numpy(dlpack.uploadable(host))  # slangpy refuses read-only arrays
+                dlpack.upload(inst.buffers[access], host)
                 moved += host.nbytes
         enc = dev.create_command_encoder()
         dispatches = self._record(enc, inst, bindings)

@@ -15,7 +15,6 @@ import numpy as np
 import sympy
 
 from symdiff import ir
-from symdiff import ir
 import symdiff.ir.view
 from symdiff import lowering
 from symdiff.ir.specs import ArraySpec, spec_of

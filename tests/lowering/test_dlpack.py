@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from symdiff import lowering
-from symdiff import lowering
 import symdiff.lowering.runtime
+import symdiff.lowering.dlpack
 import symdiff as sd
 from symdiff.lowering.dlpack import CopyWarning
 
@@ -137,3 +137,21 @@ def test_integer_arrays_become_int32_index_arrays_range_checked():
     np.testing.assert_array_equal(np.asarray(a), [0, 5, -3])
     with pytest.raises(lowering.ArgumentError, match="range"):
         sd.asarray(np.array([2 ** 40]), device=device)
+
+
+@pytest.mark.vulkan
+def test_uploads_in_pieces_arrive_whole(monkeypatch):
+    # Pieces of 12 bytes: the 103 float32 elements (412 bytes) end in a partial piece.
+    if "vulkan" not in lowering.available_devices():
+        pytest.skip("no vulkan device here")
+    monkeypatch.setattr(lowering.dlpack, "UPLOAD_PIECE_BYTES", 12)
+    x = np.random.default_rng(5).standard_normal(103).astype(np.float32)
+    np.testing.assert_array_equal(sd.asarray(x, device="vulkan").numpy(), x)
+
+    @sd.differentiable_program
+    def f(a: sd.f32[103]):
+        return np.sum(a * a)
+
+    value, grads = f.value_and_grad(x, device="vulkan")
+    np.testing.assert_allclose(grads["a"], 2 * x, rtol=1e-6)
+    np.testing.assert_allclose(value, np.sum(x.astype(np.float64) ** 2), rtol=1e-5)
