@@ -111,27 +111,37 @@ def staged(value: Any, host: np.ndarray, storage: type) -> np.ndarray:
 
 
 UPLOAD_PIECE_BYTES = 64 << 20
+_staging: dict[int, spy.Buffer] = {}  # per device (devices live as long as the process), made on first use
 
 
 def upload(buffer: spy.Buffer, host: np.ndarray) -> None:
     """Copy ``host`` into ``buffer``: every upload of ``runtime`` goes through here.
 
-    On a GPU driver, slangpy stages a whole upload in host-visible memory of
-    its size and keeps that memory after the upload.  On lavapipe, a 200 MB
-    upload, a kernel and a read left the process 4.00x the array's bytes
-    larger on the first call and 2.00x on the next (buffers, result, staging);
-    uploaded in pieces of ``UPLOAD_PIECE_BYTES``, each submitted and waited
-    for, 3.33x and 1.00x, in about the same time.  slangpy's CPU device
-    copies straight into host memory and takes the whole array at once."""
+    On a GPU driver, slangpy stages an upload in host-visible memory of its
+    size and keeps that memory after the upload; uploaded in pieces through
+    its own upload heap, the heap grew by each piece within a call.  On
+    lavapipe a 200 MB upload, a kernel and a read left the process 4.00x the
+    array's bytes larger on the first call and 2.00x on the next.  So an
+    upload over ``UPLOAD_PIECE_BYTES`` goes through one staging buffer of that
+    size, refilled and copied piece by piece, each piece submitted and waited
+    for: the staging memory is one piece, kept for the device's next large
+    upload (measured at 200 MB: 3.33x on the first call, 1.00x on the next).  slangpy's CPU device copies straight into host
+    memory and takes the whole array at once."""
     data = uploadable(host)
     device = buffer.device
     if data.nbytes <= UPLOAD_PIECE_BYTES or device.info.type == spy.DeviceType.cpu:
         buffer.copy_from_numpy(data)
         return
     raw = data.reshape(-1).view(np.uint8)
+    staging = _staging.get(id(device))
+    if staging is None:
+        staging = _staging[id(device)] = device.create_buffer(
+            size=UPLOAD_PIECE_BYTES, usage=spy.BufferUsage.copy_source, memory_type=spy.MemoryType.upload)
     for offset in range(0, raw.size, UPLOAD_PIECE_BYTES):
+        piece = raw[offset:offset + UPLOAD_PIECE_BYTES]
+        staging.copy_from_numpy(piece)
         encoder = device.create_command_encoder()
-        encoder.upload_buffer_data(buffer, offset, raw[offset:offset + UPLOAD_PIECE_BYTES])
+        encoder.copy_buffer(buffer, offset, staging, 0, piece.size)
         device.wait_for_submit(device.submit_command_buffer(encoder.finish()))
 
 
