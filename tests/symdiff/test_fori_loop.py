@@ -304,26 +304,42 @@ def newton_body(state):
     return x - (x * x * x - c) / (3.0 * x * x), c
 
 
-def test_newton_while_loop_matches_jax_with_the_same_trip_count(device):
-    if device == "vulkan":
-        pytest.skip("a 1e-12 tolerance needs float64, which lavapipe computes in full only without transcendentals")
+NEWTON_X0, NEWTON_C = np.array([1.0, 1.5, 2.0]), np.array([2.0, 5.0, 9.0])
 
+
+def newton_program(**loop_options):
+    """sum(x^2) for x Newton's cube roots of c from x0, by a while_loop (``loop_options``: its extra
+    arguments)."""
     @sd.differentiable_program
     def cube_root(x0: sd.f64[3], c: sd.f64[3]):
-        x, c = sd.while_loop(newton_cond, newton_body, (x0, c), max_iters=50)
+        x, c = sd.while_loop(newton_cond, newton_body, (x0, c), max_iters=50, **loop_options)
         return np.sum(x * x)
 
-    x0, c = np.array([1.0, 1.5, 2.0]), np.array([2.0, 5.0, 9.0])
-    trips, state = 0, (x0, c)
+    return cube_root
+
+
+def newton_with_jax():
+    """The JAX twin of ``newton_program`` at (NEWTON_X0, NEWTON_C): a fori_loop with the trip count
+    the while_loop takes there, and that count."""
+    trips, state = 0, (NEWTON_X0, NEWTON_C)
     while newton_cond(state):
         state, trips = newton_body(state), trips + 1
-    assert 3 < trips < 50
 
     def with_jax(x0, c):
         x, c = jax.lax.fori_loop(0, trips, lambda i, s: newton_body(s), (x0, c))
         return jnp.sum(x * x)
 
-    value, grads = cube_root.value_and_grad(x0, c, device=device)
+    return with_jax, trips
+
+
+def test_newton_while_loop_matches_jax_with_the_same_trip_count(device):
+    if device == "vulkan":
+        pytest.skip("a 1e-12 tolerance needs float64, which lavapipe computes in full only without transcendentals")
+    x0, c = NEWTON_X0, NEWTON_C
+    with_jax, trips = newton_with_jax()
+    assert 3 < trips < 50
+
+    value, grads = newton_program().value_and_grad(x0, c, device=device)
     want, (gx, gc) = jax.value_and_grad(with_jax, argnums=(0, 1))(x0, c)
     np.testing.assert_allclose(value, want, rtol=1e-12)
     np.testing.assert_allclose(grads["c"], gc, rtol=1e-9, atol=1e-12)

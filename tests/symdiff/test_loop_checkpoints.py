@@ -10,7 +10,7 @@ import pytest
 import symdiff as sd
 from symdiff import checkpoint_schedule as cs
 from test_checkpoint_schedule import optimum
-from test_fori_loop import jacobi_2d_jax, jacobi_2d_step, newton_body, newton_cond
+from test_fori_loop import NEWTON_C, NEWTON_X0, jacobi_2d_jax, jacobi_2d_step, newton_program, newton_with_jax
 
 jax.config.update("jax_enable_x64", True)
 
@@ -68,19 +68,9 @@ def test_checkpoints_give_jaxs_gradient_and_the_optimal_recomputation_count(slot
 
 
 def test_while_loop_with_few_checkpoints_matches_jax():
-    @sd.differentiable_program
-    def cube_root(x0: sd.f64[3], c: sd.f64[3]):
-        x, c = sd.while_loop(newton_cond, newton_body, (x0, c), max_iters=50, checkpoints=2)
-        return np.sum(x * x)
-
-    x0, c = np.array([1.0, 1.5, 2.0]), np.array([2.0, 5.0, 9.0])
-    trips, state = 0, (x0, c)
-    while newton_cond(state):
-        state, trips = newton_body(state), trips + 1
-
-    def with_jax(x0, c):
-        x, c = jax.lax.fori_loop(0, trips, lambda i, s: newton_body(s), (x0, c))
-        return jnp.sum(x * x)
+    cube_root = newton_program(checkpoints=2)
+    x0, c = NEWTON_X0, NEWTON_C
+    with_jax, _ = newton_with_jax()
 
     value, grads = cube_root.value_and_grad(x0, c, device="numpy")
     want, (gx, gc) = jax.value_and_grad(with_jax, argnums=(0, 1))(x0, c)

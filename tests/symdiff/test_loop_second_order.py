@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import symdiff as sd
-from test_fori_loop import _rk4, newton_body, newton_cond
+from test_fori_loop import NEWTON_C, NEWTON_X0, _rk4, newton_program, newton_with_jax
 
 jax.config.update("jax_enable_x64", True)
 
@@ -53,19 +53,9 @@ def test_hessian_vector_product_reverse_over_forward_matches_jax(device):
 
 
 def test_jvp_through_a_while_loop_matches_jax_with_the_same_trip_count():
-    @sd.differentiable_program
-    def cube_root(x0: sd.f64[3], c: sd.f64[3]):
-        x, c = sd.while_loop(newton_cond, newton_body, (x0, c), max_iters=50)
-        return np.sum(x * x)
-
-    x0, c = np.array([1.0, 1.5, 2.0]), np.array([2.0, 5.0, 9.0])
-    trips, state = 0, (x0, c)
-    while newton_cond(state):
-        state, trips = newton_body(state), trips + 1
-
-    def with_jax(x0, c):
-        x, c = jax.lax.fori_loop(0, trips, lambda i, s: newton_body(s), (x0, c))
-        return jnp.sum(x * x)
+    cube_root = newton_program()
+    x0, c = NEWTON_X0, NEWTON_C
+    with_jax, _ = newton_with_jax()
 
     tc = np.array([1.0, -0.5, 0.25])
     value, tangent = cube_root.jvp(x0, c, tangents={"c": tc}, device="numpy")
