@@ -18,8 +18,9 @@ cooperative form), in one of two layouts:
   parallelism one thread had;
 * each lane's partial result is combined in groupshared memory in a fixed
   binary tree (the same order on every run and every device: deterministic,
-  and at least as accurate as one long sequential sum), then every lane holds
-  the result, as the one thread did before;
+  and at least as accurate as one long sequential sum; the steps within one
+  wave as wave shuffles where the target has them, in the same order), then
+  every lane holds the result, as the one thread did before;
 * values of the point itself (a one-point step, a reduction's result) are
   computed by every lane alike and stored by lane 0 only.
 
