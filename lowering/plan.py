@@ -296,11 +296,17 @@ def _shares_written_elements(graph: DataflowGraph, t: Tasklet, other: Tasklet) -
     return any(a == b and not _distinct_elements(m, w) for a, m in graph.writes(t.name) for b, w in theirs)
 
 
+def _tiled(graph: DataflowGraph, t: Tasklet, box: tuple[int, ...]) -> bool:
+    """Whether ``t`` gets register tiles of its own (``lowering.matmul``) in a kernel over ``box``."""
+    return math.prod(box) >= MIN_TILED_OUTPUTS and matmul_shape(graph, t) is not None
+
+
 def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int], t: Tasklet) -> None:
     par = parallel_symbols(graph, t)
     parallel = tuple(rng for rng in t.domain if rng[0] in par)
     loop = tuple(rng for rng in t.domain if rng[0] not in par)
     box = tuple(extent(rng) for rng in parallel)
+    tiled = _tiled(graph, t, box)
     reads = graph.reads(t.name)
     writers_of = {access: [w for w, _ in graph.writers(access)] for access, _ in reads}
     # A kernel before one writing a version ``t`` reads can neither have that version finished
@@ -322,8 +328,10 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
                 ok = False
                 break
             step.reads.append(Read(m.connector, access, m, producer))
-        # a second accumulating writer of a version would collide with the first
-        if ok and not any(_shares_written_elements(graph, t, s.tasklet) for s in kernel.steps):
+        # a second accumulating writer of a version would collide with the first; a second
+        # matmul would run one output per thread behind the first's register tiles (lowering.matmul)
+        if ok and not any(_shares_written_elements(graph, t, s.tasklet) or (tiled and _tiled(graph, s.tasklet, box))
+                          for s in kernel.steps):
             kernel.steps.append(step)
             kernel_of[t.name] = k
             return
