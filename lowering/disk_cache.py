@@ -37,6 +37,7 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import io
 import os
 import pickle
 import sys
@@ -174,12 +175,30 @@ def load(kind: str, digest: str) -> tuple[bool, Any]:
         return False, None
 
 
+def _graph(state: dict) -> DataflowGraph:
+    graph = DataflowGraph.__new__(DataflowGraph)
+    graph.__dict__.update(state)
+    return graph
+
+
+class _Pickler(pickle.Pickler):
+    """Graphs go without ``derived``: what a process computed from a graph
+    (its executables, holding device buffers) is that process's own."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is DataflowGraph and obj.derived:
+            return _graph, ({**obj.__dict__, "derived": {}},)
+        return NotImplemented
+
+
 def store(kind: str, digest: str, value: Any) -> None:
     """Write an entry atomically (temporary file, then rename); a value that
     cannot be pickled or a full disk only means no entry."""
     path = _path(kind, digest)
     try:
-        data = pickle.dumps((FORMAT, digest, value), protocol=pickle.HIGHEST_PROTOCOL)
+        buffer = io.BytesIO()
+        _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump((FORMAT, digest, value))
+        data = buffer.getvalue()
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:

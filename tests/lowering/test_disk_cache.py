@@ -113,6 +113,17 @@ def test_uncacheable_graph_is_built_not_stored(cache_dir):
     assert disk_cache.stats["stores"] == 0
 
 
+def test_graphs_are_stored_without_what_a_process_derived(cache_dir):
+    """A graph's ``derived`` (executables with device buffers, here a lambda)
+    is not part of an entry: the entry is written, and loads without it."""
+    g = make().graph.copy()
+    g.derived["executables"] = lambda: None
+    assert disk_cache.cached("test", ["graph"], lambda: g) is g
+    assert disk_cache.stats["stores"] == 1
+    found, loaded = disk_cache.load("test", disk_cache.key("test", ["graph"]))
+    assert found and loaded.derived == {} and disk_cache.graph_text(loaded) == disk_cache.graph_text(g)
+
+
 def test_switched_off_writes_nothing(cache_dir, monkeypatch):
     monkeypatch.setenv("SYMDIFF_DISK_CACHE", "0")
     grads(make())
