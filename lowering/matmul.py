@@ -78,7 +78,9 @@ def matmul_shape(graph: DataflowGraph, t: Tasklet) -> MatmulShape | None:
         return None
     reduced = [s for s in t.index_symbols if s not in out.index]
     (sa, ma), (sb, mb) = ((t.inputs[m.connector], m) for _, m in reads)
-    coeff, factors = t.body[out.connector].as_coeff_mul()
+    # as_coeff_Mul: as_coeff_mul leaves a Float coefficient among the factors (1.5 * a @ b was untiled)
+    coeff, rest = t.body[out.connector].as_coeff_Mul()
+    factors = sympy.Mul.make_args(rest)
     if len(reduced) != 1 or sa == sb or sorted(factors, key=str) != sorted((sa, sb), key=str):
         return None
     (k,) = reduced

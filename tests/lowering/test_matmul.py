@@ -5,6 +5,7 @@ import pytest
 import sympy
 
 import symdiff as sd
+from symdiff import lowering
 from symdiff.ir.graph import index_symbol
 from symdiff.lowering.codegen import generate
 from symdiff.lowering.matmul import matmul_shape, tiling
@@ -142,3 +143,16 @@ def test_each_matmul_of_a_backward_gets_its_own_tiles():
     g = 2 * a.astype(np.float64) @ b
     np.testing.assert_allclose(grads["a"], g @ b.T, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(grads["b"], a.T.astype(np.float64) @ g, rtol=1e-4, atol=1e-4)
+
+
+def test_float_coefficient_is_tiled():
+    # sympy's as_coeff_mul leaves a Float among the factors: 1.5 * a @ b ran one output per thread
+    b = G("scaled").c("a", (40, 30), "argument").c("w", (30, 50), "argument").c("c", (40, 50), "result")
+    b.t("mm", [(i, 0, 40), (j, 0, 50), (k, 0, 30)], 1.5 * b.s("a", "a") * b.s("w", "w"),
+        {"a": ("a", (i, k)), "w": ("w", (k, j))}, ("c", (i, j)), "sum")
+    shape = matmul_shape(b.g, b.g.tasklets()[0])
+    assert shape is not None and float(shape.coeff) == 1.5
+    g = rng(7)
+    a, w = g.normal(size=(40, 30)).astype(np.float32), g.normal(size=(30, 50)).astype(np.float32)
+    got = lowering.compile(b.g, device="cpu")({"a": a, "w": w})["c"]
+    np.testing.assert_allclose(got, 1.5 * a.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
