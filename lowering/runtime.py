@@ -23,7 +23,7 @@ import math
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
@@ -202,6 +202,7 @@ class _Instance:
     launches: list[list[KernelEntry]]  # kernels as dispatched (lowering.buffer_plan.launches_of)
     readback: spy.Buffer | None = None  # host-visible: small results of a call are copied here and read at once
     key: tuple = ()  # the size binding, as lowering.memory knows this instance
+    handed: set[str] = field(default_factory=set)  # versions whose buffer a caller holds (_hand_over)
 
     @property
     def held_bytes(self) -> int:
@@ -212,7 +213,7 @@ class _Instance:
 
     def release(self) -> None:
         """Give every buffer back; plan and module stay for inspection."""
-        self.buffers, self.dispatches, self.readback = {}, {}, None
+        self.buffers, self.dispatches, self.readback, self.handed = {}, {}, None, set()
 
 
 class Executable:
@@ -362,6 +363,7 @@ class Executable:
         dev = devices.get_device(self.device)
         g = inst.plan.graph
         moved = 0
+        to_clear = self._replace_handed(inst, dev)
         bindings = dict(inst.buffers)
         for name in g.arguments:
             access = f"{name}#0"
@@ -383,13 +385,15 @@ class Executable:
                 dlpack.upload(inst.buffers[access], host)
                 moved += host.nbytes
         enc = dev.create_command_encoder()
+        for buffer in to_clear:
+            enc.clear_buffer(buffer)
         dispatches = self._record(enc, inst, bindings)
         results: dict[str, DeviceArray | np.ndarray] = {}
         if return_device_arrays:
             for r, access in inst.latest.items():
                 dtype = g.containers[r].dtype
                 if access in inst.buffers:
-                    results[r] = self._hand_over(inst, enc, access, dtype)
+                    results[r] = self._hand_over(inst, access, dtype)
                     continue
                 copy = _new_buffer(dev, dtype, math.prod(inst.shapes[access]))  # an argument returned as is
                 enc.copy_buffer(copy, 0, bindings[access], 0, copy.size)
@@ -400,7 +404,7 @@ class Executable:
             # caller's array (a view, no copy; its buffer goes back to the spares when dropped)
             for r, access in [(r, a) for r, a in read if a in inst.buffers and
                               inst.buffers[a].size > READ_PACKED_BYTES and g.containers[r].dtype != "bool"]:
-                results[r] = self._hand_over(inst, enc, access, g.containers[r].dtype)
+                results[r] = self._hand_over(inst, access, g.containers[r].dtype)
                 read.remove((r, access))
         flagged = check_bounds and FLAG in inst.buffers
         if flagged:
@@ -453,23 +457,36 @@ class Executable:
         return [raw[offsets[id(buf)]:offsets[id(buf)] + buf.size] if id(buf) in offsets else buf.to_numpy()
                 for buf in buffers]
 
-    def _hand_over(self, inst: _Instance, enc: spy.CommandEncoder, access: str, dtype: str) -> DeviceArray:
+    def _hand_over(self, inst: _Instance, access: str, dtype: str) -> DeviceArray:
         """The buffer this call's kernels wrote result version ``access`` into,
-        as the caller's array; a spare buffer replaces it for the next call,
-        cleared (in this call's encoder, which does not use it) unless every
-        call fills or overwrites that version anyway."""
+        as the caller's array; the next call binds a spare in its place
+        (``_replace_handed``), so a result the caller drops before then costs
+        no second buffer (on the CPU device a first call's 200M-element
+        gradient allocated and cleared its spare at once: +1x the result's
+        bytes at the call's peak)."""
         buffer = inst.buffers[access]
-        spares = self._spares.setdefault(buffer.size, [])
-        spare = spares.pop() if spares else None
-        if spare is None:
-            spare = _new_buffer(devices.get_device(self.device), dtype, math.prod(inst.shapes[access]))
-            self._stats["buffers_allocated"] += 1
-        if access not in inst.plan.overwritten and access not in inst.plan.fills:
-            enc.clear_buffer(spare)
-        inst.buffers[access] = spare
+        inst.handed.add(access)
         array = DeviceArray(buffer, inst.shapes[access], dtype, self.device)
-        weakref.finalize(array, spares.append, buffer)
+        weakref.finalize(array, self._spares.setdefault(buffer.size, []).append, buffer)
         return array
+
+    def _replace_handed(self, inst: _Instance, dev: spy.Device) -> list[spy.Buffer]:
+        """Bind a spare buffer (one a caller has dropped, else a new one) to
+        every version handed over by an earlier call; returns those this call
+        must clear first (versions that not every call fills or overwrites)."""
+        to_clear = []
+        for access in inst.handed:
+            size = inst.buffers[access].size
+            spares = self._spares.setdefault(size, [])
+            spare = spares.pop() if spares else None
+            if spare is None:
+                spare = dev.create_buffer(size=size, usage=_usage())
+                self._stats["buffers_allocated"] += 1
+            if access not in inst.plan.overwritten and access not in inst.plan.fills:
+                to_clear.append(spare)
+            inst.buffers[access] = spare
+        inst.handed.clear()
+        return to_clear
 
     def _bind_sizes(self, inputs: Mapping, sizes: Mapping[str, int] | None) -> dict[str, int]:
         """``ir.bind_sizes``, remembered per argument shapes: it runs sympy per
