@@ -51,6 +51,7 @@ def worker(rank: int, steps: int, folder: str) -> None:
     if rank == 0:
         np.savez(os.path.join(folder, "ddp.npz"), **{f"grad_{n}": g for n, g in grads.items()},
                  **{f"param_{n}": p for n, p in params.items()})
+    dist.barrier()  # both ranks done communicating before either tears gloo down (an abort otherwise, now and then)
     dist.destroy_process_group()
 
 

@@ -51,5 +51,15 @@ def test_torch_distributed_matches_one_process():
     pytest.importorskip("torch")
     # What is under test is DDP averaging symdiff's gradients across processes: the numpy device
     # spares three processes their g++ compiles (test_torch_training covers the Slang path).
-    out = _run("torch_distributed.py", "--steps", "2", env={"SYMDIFF_DEVICE": "numpy"})  # exits non-zero on a mismatch
-    assert _number(r"agree to (\S+)", out) < 1e-5
+    # A worker aborted once in CI and twice in six runs on a loaded machine ("terminate called
+    # without an active exception" in C++ teardown, no symdiff code compiled on the numpy device);
+    # the example now meets a barrier before gloo's teardown.  One more run is allowed for that
+    # abort only: a mismatch exits 1 without it and fails at once.
+    for attempt in range(2):
+        done = subprocess.run([sys.executable, str(EXAMPLES / "torch_distributed.py"), "--steps", "2"],
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "SYMDIFF_DEVICE": "numpy"})
+        if done.returncode == 0 or "terminate called without an active exception" not in done.stderr:
+            break
+    assert done.returncode == 0, done.stderr[-3000:]  # exits non-zero on a mismatch
+    assert _number(r"agree to (\S+)", done.stdout) < 1e-5
