@@ -110,39 +110,84 @@ def staged(value: Any, host: np.ndarray, storage: type) -> np.ndarray:
     return upload
 
 
-UPLOAD_PIECE_BYTES = 64 << 20
-_staging: dict[int, spy.Buffer] = {}  # per device (devices live as long as the process), made on first use
+PIECE_BYTES = 16 << 20
+_staging: dict[tuple[int, str], spy.Buffer] = {}  # per device and direction (devices live as long as the process)
+
+
+def _staging_buffer(device: spy.Device, direction: str) -> spy.Buffer:
+    """The device's one staging buffer of ``PIECE_BYTES`` for ``direction``
+    ("upload" or "read_back"), made on first use and kept for the next."""
+    key = (id(device), direction)
+    if key not in _staging or _staging[key].size < PIECE_BYTES:
+        usage = spy.BufferUsage.copy_source if direction == "upload" else spy.BufferUsage.copy_destination
+        _staging[key] = device.create_buffer(size=PIECE_BYTES, usage=usage, memory_type=getattr(spy.MemoryType, direction))
+    return _staging[key]
+
+
+def _host_memory(buffer: spy.Buffer, nbytes: int) -> np.ndarray | None:
+    """The first ``nbytes`` of ``buffer`` as a writable uint8 numpy view where
+    the buffer is host memory (slangpy's CPU device), else ``None``."""
+    device = buffer.device
+    if device.info.type != spy.DeviceType.cpu:
+        return None
+    device.wait()  # nothing recorded earlier still uses the buffer
+    return np.asarray(_HostMemory(buffer, buffer.device_address, (nbytes,), np.dtype(np.uint8)))
 
 
 def upload(buffer: spy.Buffer, host: np.ndarray) -> None:
     """Copy ``host`` into ``buffer``: every upload of ``runtime`` goes through here.
 
-    On a GPU driver, slangpy stages an upload in host-visible memory of its
-    size and keeps that memory after the upload; uploaded in pieces through
-    its own upload heap, the heap grew by each piece within a call.  On
-    lavapipe a 200 MB upload, a kernel and a read left the process 4.00x the
-    array's bytes larger on the first call and 2.00x on the next.  So an
-    upload over ``UPLOAD_PIECE_BYTES`` goes through one staging buffer of that
-    size, refilled and copied piece by piece, each piece submitted and waited
-    for: the staging memory is one piece, kept for the device's next large
-    upload (measured at 200 MB: 3.33x on the first call, 1.00x on the next).  slangpy's CPU device copies straight into host
-    memory and takes the whole array at once."""
+    slangpy's CPU device keeps buffers in host memory, and its own upload
+    copied through a temporary of the array's size (a 200M-element float32
+    upload raised the process's peak by 2x the array's bytes, 1x after): the
+    array is copied straight into the buffer's memory instead.  On a GPU
+    driver slangpy stages an upload in host-visible memory of its size and
+    keeps that memory after the upload; uploaded in pieces through its own
+    upload heap, the heap grew by each piece within a call.  So an upload over
+    ``PIECE_BYTES`` goes through one staging buffer of that size, refilled and
+    copied piece by piece, each piece submitted and waited for: the staging
+    memory is one piece, kept for the device's next large transfer."""
     data = uploadable(host)
-    device = buffer.device
-    if data.nbytes <= UPLOAD_PIECE_BYTES or device.info.type == spy.DeviceType.cpu:
+    view = _host_memory(buffer, data.nbytes)
+    if view is not None:
+        view[:] = data.reshape(-1).view(np.uint8)
+        return
+    if data.nbytes <= PIECE_BYTES:
         buffer.copy_from_numpy(data)
         return
+    device = buffer.device
     raw = data.reshape(-1).view(np.uint8)
-    staging = _staging.get(id(device))
-    if staging is None:
-        staging = _staging[id(device)] = device.create_buffer(
-            size=UPLOAD_PIECE_BYTES, usage=spy.BufferUsage.copy_source, memory_type=spy.MemoryType.upload)
-    for offset in range(0, raw.size, UPLOAD_PIECE_BYTES):
-        piece = raw[offset:offset + UPLOAD_PIECE_BYTES]
+    staging = _staging_buffer(device, "upload")
+    for offset in range(0, raw.size, PIECE_BYTES):
+        piece = raw[offset:offset + PIECE_BYTES]
         staging.copy_from_numpy(piece)
         encoder = device.create_command_encoder()
         encoder.copy_buffer(buffer, offset, staging, 0, piece.size)
         device.wait_for_submit(device.submit_command_buffer(encoder.finish()))
+
+
+def download(buffer: spy.Buffer, nbytes: int) -> np.ndarray:
+    """The first ``nbytes`` of ``buffer`` as a new uint8 host array, once the
+    device is done with it.  ``Buffer.to_numpy`` reads through a host-visible
+    copy of the whole buffer and then copies it again: on lavapipe reading a
+    200M-element gradient raised the process's peak by 2x its bytes for a 1x
+    result.  Over ``PIECE_BYTES`` the buffer is copied piece by piece through
+    one read-back staging buffer into the array instead."""
+    view = _host_memory(buffer, nbytes)
+    if view is not None:
+        return view.copy()
+    if nbytes <= PIECE_BYTES:
+        return buffer.to_numpy().view(np.uint8)[:nbytes]
+    device = buffer.device
+    out = np.empty(nbytes, np.uint8)
+    staging = _staging_buffer(device, "read_back")
+    for offset in range(0, nbytes, PIECE_BYTES):
+        size = min(PIECE_BYTES, nbytes - offset)
+        encoder = device.create_command_encoder()
+        encoder.copy_buffer(staging, 0, buffer, offset, size)
+        device.wait_for_submit(device.submit_command_buffer(encoder.finish()))
+        out[offset:offset + size] = staging.to_numpy().view(np.uint8)[:size]
+    return out
 
 
 def uploadable(host: np.ndarray) -> np.ndarray:

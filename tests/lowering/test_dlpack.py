@@ -140,11 +140,12 @@ def test_integer_arrays_become_int32_index_arrays_range_checked():
 
 
 @pytest.mark.vulkan
-def test_uploads_in_pieces_arrive_whole(monkeypatch):
-    # Pieces of 12 bytes: the 103 float32 elements (412 bytes) end in a partial piece.
+def test_transfers_in_pieces_arrive_whole(monkeypatch):
+    # Pieces of 12 bytes: the 103 float32 elements (412 bytes) end in a partial piece,
+    # uploaded (asarray, the program's argument) and read back (numpy()) piece by piece.
     if "vulkan" not in lowering.available_devices():
         pytest.skip("no vulkan device here")
-    monkeypatch.setattr(lowering.dlpack, "UPLOAD_PIECE_BYTES", 12)
+    monkeypatch.setattr(lowering.dlpack, "PIECE_BYTES", 12)
     x = np.random.default_rng(5).standard_normal(103).astype(np.float32)
     np.testing.assert_array_equal(sd.asarray(x, device="vulkan").numpy(), x)
 
