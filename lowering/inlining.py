@@ -97,11 +97,12 @@ def varies(index) -> bool:
 
 
 def cheap(graph: DataflowGraph, p: Tasklet, gpu: bool) -> bool:
-    """Recomputing ``p`` costs a few flops and no extra memory traffic (on a
-    ``gpu``, a few dozen flops of any kind and elements read at every point alike)."""
+    """Recomputing ``p`` (each of its outputs) costs a few flops and no extra memory
+    traffic (on a ``gpu``, a few dozen flops of any kind and elements read at every
+    point alike)."""
     elements = {(a, m.index) for a, m in graph.reads(p.name)}
-    body = next(iter(p.body.values()))
     if gpu:
-        return len({e for e in elements if varies(e[1])}) <= 1 and sympy.count_ops(body) <= RECOMPUTE_OPS
+        return len({e for e in elements if varies(e[1])}) <= 1 and \
+            all(sympy.count_ops(body) <= RECOMPUTE_OPS for body in p.body.values())
     return len(elements) <= 1 and all(isinstance(e, _CHEAP_OPS) and not (e.is_Pow and not e.exp.is_Integer)
-                                      for e in sympy.preorder_traversal(body))
+                                      for body in p.body.values() for e in sympy.preorder_traversal(body))

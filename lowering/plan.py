@@ -114,17 +114,27 @@ def split_multi_output_tasklets(graph: DataflowGraph) -> None:
                 for _, m in writes}
         if len(writes) < 2 or len(used) < 2 or any(uses_connectors(m.index, t) for _, m in writes):
             continue
-        reads = graph.reads(t.name)
-        graph.remove_tasklet(t.name)
-        for access, m in writes:
-            needed = sympy.sympify(t.body[m.connector]).free_symbols
-            for _ in reads:  # a gathered read needs the connectors in its index
-                needed |= {s for a, r in reads if t.inputs[r.connector] in needed for e in r.index
-                           for s in sympy.sympify(e).free_symbols}
-            graph.add_tasklet(f"{t.name}_{m.connector}", t.domain, {m.connector: t.body[m.connector]},
-                              {r.connector: (a, r.index) for a, r in reads if t.inputs[r.connector] in needed},
-                              {m.connector: (access, m.index, m.accumulate)}, condition=t.condition,
-                              source=t.source, backward=t.backward, **t.meta)
+        split_tasklet(graph, t)
+
+
+def split_tasklet(graph: DataflowGraph, t: Tasklet) -> list[str]:
+    """Replace tasklet ``t`` by one tasklet per write, ``<name>_<connector>``,
+    each reading only what its output needs (and keeping ``t``'s meta, so
+    its ``origin``); returns their names."""
+    reads, writes = graph.reads(t.name), graph.writes(t.name)
+    graph.remove_tasklet(t.name)
+    names = []
+    for access, m in writes:
+        needed = sympy.sympify(t.body[m.connector]).free_symbols
+        for _ in reads:  # a gathered read needs the connectors in its index
+            needed |= {s for a, r in reads if t.inputs[r.connector] in needed for e in r.index
+                       for s in sympy.sympify(e).free_symbols}
+        names.append(f"{t.name}_{m.connector}")
+        graph.add_tasklet(names[-1], t.domain, {m.connector: t.body[m.connector]},
+                          {r.connector: (a, r.index) for a, r in reads if t.inputs[r.connector] in needed},
+                          {m.connector: (access, m.index, m.accumulate)}, condition=t.condition,
+                          source=t.source, backward=t.backward, **t.meta)
+    return names
 
 
 # -- two-stage reductions ------------------------------------------------------------
@@ -454,15 +464,15 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     A value whose recomputation reads nothing more (``rematerialise.free_candidates``: a copy, a
     scale, ``g / n`` of a scalar) but that the plan passes to another kernel in a buffer is then
     recomputed where it is read, and the program planned once more: its buffer and its write go for
-    a few flops (in up to ``FREE_RECOMPUTE_ROUNDS`` more plans).  Values passed in registers inside
-    a kernel stay as they are."""
+    a few flops (in up to ``FREE_RECOMPUTE_ROUNDS`` more plans), and so are the free values it is
+    computed from (``rematerialise.free_buffered``).  Other values passed in registers inside a kernel
+    stay as they are."""
     target = None if target is None else targets.of(target)
-    from .rematerialise import free_candidates  # built on this module's index analysis
+    from .rematerialise import free_buffered  # built on this module's index analysis
     recompute = list(graph.meta.get("rematerialise", ()))
     p = _plan(graph, sizes, target, recompute)
     for _ in range(FREE_RECOMPUTE_ROUNDS):  # a recomputed value's own inputs may now be buffered in turn
-        free = set(free_candidates(p.graph))
-        buffered = sorted({p.graph.node(w).meta["origin"] for a in p.stored for w, _ in p.graph.writers(a) if w in free})
+        buffered = [n for n in free_buffered(p) if n not in recompute]
         if not buffered:
             break
         recompute += buffered
@@ -475,7 +485,8 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
     g = bind(graph, sizes)
     empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
-    from .rematerialise import rematerialise, recompute_cheap
+    from .rematerialise import rematerialise, recompute_cheap, split_free_copies
+    split_free_copies(g)
     rematerialise(g, recompute)
     if target is not None and target.recompute_transcendentals:
         recompute_cheap(g)

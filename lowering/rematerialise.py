@@ -25,7 +25,7 @@ from typing import Collection
 from symdiff.ir.graph import DataflowGraph, Tasklet
 
 from .inlining import cheap, inline, producer
-from .plan import uses_connectors
+from .plan import Plan, split_tasklet, uses_connectors
 
 
 def candidates(graph: DataflowGraph) -> list[str]:
@@ -48,6 +48,39 @@ def free_candidates(graph: DataflowGraph) -> list[str]:
     value's buffer and its write go for a few flops: every plan recomputes
     these (``lowering.plan``)."""
     return [name for name in candidates(graph) if cheap(graph, graph.node(name), gpu=False)]
+
+
+def split_free_copies(graph: DataflowGraph) -> None:
+    """Give each output of a tasklet that writes several values, each free to
+    recompute (``inlining.cheap``: the reverse of ``a + b`` copies its
+    gradient into both operands' gradients), its own tasklet, so that each
+    value is a candidate of its own.  A convolution's reverse pass copied one
+    gradient down a chain of nine additions, and the nine copies its tap
+    gradients read were nine buffers of the gradient's size."""
+    for t in list(graph.tasklets()):
+        writes = graph.writes(t.name)
+        if len(writes) > 1 and all(m.accumulate is None for _, m in writes) and cheap(graph, t, gpu=False):
+            split_tasklet(graph, t)
+
+
+def free_buffered(p: Plan) -> list[str]:
+    """Origins of the free candidates (``free_candidates``) whose value plan
+    ``p`` passes to another kernel in a buffer, and of the free candidates
+    those read, transitively: recomputed, a buffered value's readers read its
+    producer's input instead, which a free producer of its own would then
+    buffer in turn (a chain of copies is recomputed in one plan, not one
+    plan per link)."""
+    g = p.graph
+    free = set(free_candidates(g))
+    chosen = {w for a in p.stored for w, _ in g.writers(a) if w in free}
+    stack = list(chosen)
+    while stack:
+        for access, _ in g.reads(stack.pop()):
+            for w, _ in g.writers(access):
+                if w in free and w not in chosen:
+                    chosen.add(w)
+                    stack.append(w)
+    return sorted({g.node(w).meta["origin"] for w in chosen})
 
 
 def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:
