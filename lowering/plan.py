@@ -485,7 +485,8 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
     g = bind(graph, sizes)
     empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
-    from .rematerialise import rematerialise, recompute_cheap, split_free_copies
+    from .rematerialise import merge_duplicates, rematerialise, recompute_cheap, split_free_copies
+    merge_duplicates(g)
     split_free_copies(g)
     rematerialise(g, recompute)
     if target is not None and target.recompute_transcendentals:

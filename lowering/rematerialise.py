@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from typing import Collection
 
-from symdiff.ir.graph import DataflowGraph, Tasklet
+import sympy
+
+from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
 from .inlining import cheap, inline, producer
 from .plan import Plan, split_tasklet, uses_connectors
@@ -48,6 +50,67 @@ def free_candidates(graph: DataflowGraph) -> list[str]:
     value's buffer and its write go for a few flops: every plan recomputes
     these (``lowering.plan``)."""
     return [name for name in candidates(graph) if cheap(graph, graph.node(name), gpu=False)]
+
+
+def merge_duplicates(graph: DataflowGraph) -> None:
+    """Keep one version of each value computed twice: a plain write whose
+    expression, domain, condition and write index equal an earlier one's over
+    the same reads (domain symbols renamed by position), into a container of
+    the same shape and dtype, each the only writer of its version.  The later
+    write goes, and its readers read the earlier version.  The reverse of
+    ``a + b`` writes one gradient to both operands (a convolution's chain of
+    additions kept a copy per tap, each a buffer), and ``x - mean`` traced
+    twice was two buffers of the input's size (layer norm)."""
+    results = {graph.latest(c) for c in graph.results}
+    kept: dict[tuple, str] = {}
+    for name in graph.topological_order():
+        t = graph.node(name) if name in graph.nx else None  # an access node merged away is gone
+        if not isinstance(t, Tasklet):
+            continue
+        reads = graph.reads(name)
+        if any(uses_connectors(m.index, t) for _, m in reads):
+            continue
+        rename = {s: sympy.Symbol(f"_d{k}") for k, s in enumerate(t.index_symbols)}
+        values = {t.inputs[m.connector]: sympy.Symbol(f"_r{a}{tuple(sympy.sympify(i).xreplace(rename) for i in m.index)}")
+                  for a, m in reads}
+        domain = tuple((sympy.sympify(b).xreplace(rename), sympy.sympify(e).xreplace(rename)) for _, b, e in t.domain)
+        condition = t.condition.xreplace(rename).xreplace(values)
+        for access, m in graph.writes(name):
+            c = graph.containers[m.container]
+            if m.accumulate is not None or access in results or len(graph.writers(access)) != 1 \
+                    or uses_connectors(m.index, t):
+                continue
+            key = (domain, condition, tuple(sympy.sympify(i).xreplace(rename) for i in m.index), c.shape, c.dtype,
+                   t.body[m.connector].xreplace(rename).xreplace(values))
+            if key not in kept:
+                kept[key] = access
+                continue
+            _drop_write(graph, name, access, m.connector)
+            into = kept[key]
+            for r, rm in graph.readers(access):
+                _redirect(graph, access, r, rm, into)
+            graph.nx.remove_node(access)
+
+
+def _drop_write(graph: DataflowGraph, name: str, access: str, connector: str) -> None:
+    """Remove tasklet ``name``'s write of ``access`` (the tasklet too, if it wrote nothing else)."""
+    t = graph.node(name)
+    if len(t.body) == 1:
+        graph.remove_tasklet(name)
+        return
+    body = {k: e for k, e in t.body.items() if k != connector}
+    graph.nx.nodes[name]["node"] = Tasklet(t.name, t.domain, body, t.inputs, t.condition, t.source, t.backward,
+                                           t.meta)
+    for _, a, key in [e for e in graph.nx.out_edges(name, keys=True) if e[1] == access]:
+        graph.nx.remove_edge(name, a, key)
+
+
+def _redirect(graph: DataflowGraph, access: str, reader: str, m: Memlet, into: str) -> None:
+    """Reader ``reader`` reads version ``into`` where it read ``access`` through ``m``."""
+    for a, _, key, data in list(graph.nx.in_edges(reader, keys=True, data=True)):
+        if a == access and data["memlet"] == m:
+            graph.nx.remove_edge(a, reader, key)
+    graph.nx.add_edge(into, reader, memlet=Memlet(graph.node(into).container, m.index, m.connector))
 
 
 def split_free_copies(graph: DataflowGraph) -> None:
