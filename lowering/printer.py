@@ -56,7 +56,7 @@ T fmax_(T a, T b) { return select(b != b, a, select(a != a, b, select(a <= b, b,
 T fmin_(T a, T b) { return select(b != b, a, select(a != a, b, select(a >= b, b, a))); }
 T power(T x, T y)
 {
-    T m = select(select(x == ZERO, y < ZERO, false), INF, pow(abs(x), y));  // 0**-1: pow(0, y <= 0) is undefined in SPIR-V
+    T m = select(select(x == ZERO, y < ZERO, false), INF, POW(abs(x), y));  // 0**-1: pow(0, y <= 0) is undefined in SPIR-V
     bool integral = floor(y) == y;
     bool odd = select(integral, floor(y * HALF) != y * HALF, false);
     bool negative = select(x == ZERO, ONE / x < ZERO, x < ZERO);  // -0 too: (-0)**-1 = -inf
@@ -71,9 +71,10 @@ T times_zero(T r, uint sign) { T zero = TYPE(asfloat((asuint(float(r)) & 0x80000
 T cbrt_(T x) { T m = power(abs(x), THIRD); return select(x < ZERO, -m, m); }
 """
 _LITERALS = {"float": {"HALF": "0.5f", "THIRD": "0.33333334f", "ZERO": "0.0f", "ONE": "1.0f",
-                       "NAN": "asfloat(0x7FC00000u)", "INF": "asfloat(0x7F800000u)", "TYPE": "float"},
+                       "NAN": "asfloat(0x7FC00000u)", "INF": "asfloat(0x7F800000u)", "TYPE": "float", "POW": cpu_math.FUNCTIONS["pow"]},
              "double": {"HALF": "0.5l", "THIRD": "0.3333333333333333l", "ZERO": "0.0l", "ONE": "1.0l",
-                        "NAN": "double(asfloat(0x7FC00000u))", "INF": "double(asfloat(0x7F800000u))", "TYPE": "double"}}
+                        "NAN": "double(asfloat(0x7FC00000u))", "INF": "double(asfloat(0x7F800000u))", "TYPE": "double",
+                        "POW": "pow"}}
 
 
 def _per_type(scalar: str) -> str:

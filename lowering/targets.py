@@ -50,9 +50,9 @@ class Target:
     # Atomic add on float and double buffers (``InterlockedAdd``); without it a
     # colliding sum must be sequential or owner-computes.
     float_atomic_add: bool
-    # float32 exp/log/sin/cos/tanh as inline polynomials (lowering.cpu_math)
-    # rather than the built-ins: g++ vectorises loops calling them (CPU), and
-    # lavapipe's own log and tanh are ~100x less accurate (LAVAPIPE below).
+    # float32 transcendentals as inline polynomials (lowering.cpu_math) rather
+    # than the built-ins: g++ vectorises loops calling them (CPU), and lavapipe's
+    # own are up to 3800 ulp off (LAVAPIPE below).
     polynomial_math: bool
     # The double-precision transcendentals (exp, sin, log, pow, tanh) are right.
     float64_transcendentals: bool = True
@@ -117,9 +117,10 @@ VULKAN = Target("vulkan", sequential=False, float_atomic_add=True, polynomial_ma
 CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False, workgroup_reductions=True,
               recompute_transcendentals=True, wave_operations=True, single_pass_reductions=True)
 # Vulkan on a CPU rasteriser (Mesa lavapipe): the same code, but not for double
-# transcendentals, and float32 exp/log/sin/cos/tanh as polynomials: lavapipe's
+# transcendentals, and float32 transcendentals as lowering.cpu_math's: lavapipe's
 # built-in log (2.2e-5 relative error, 2^-21 absolute near 1, within the
-# Vulkan spec) and tanh (4.9e-5) were ~100x JAX float32's (measured).  And one
+# Vulkan spec) and tanh (4.9e-5) were ~100x JAX float32's, arcsin 3800 ulp
+# off, pow 60 (measured).  And one
 # thread per reduction or row: lavapipe runs the cooperative form correctly
 # (tests/lowering/test_workgroups.py forces it there) but its barriers are
 # costly: value_and_grad on this 2-core machine went 163 -> 664 ms (layer norm

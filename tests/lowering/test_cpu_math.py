@@ -19,15 +19,20 @@ spy = pytest.importorskip("slangpy")
 KERNEL = """
 [shader("compute")]
 [numthreads(64, 1, 1)]
-void apply(uint3 tid: SV_DispatchThreadID, RWStructuredBuffer<float> x, RWStructuredBuffer<float> y, uniform int n)
+void apply(uint3 tid: SV_DispatchThreadID, RWStructuredBuffer<float> x, RWStructuredBuffer<float> x2,
+           RWStructuredBuffer<float> y, uniform int n)
 {
     int first = int(tid.x) * 1024;
     for (int i = first; i < min(first + 1024, n); i++)
-        y[i] = FN(x[i]);
+        y[i] = FN;
 }
 """
 
-REFERENCE = {"exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "tanh": np.tanh}
+REFERENCE = {"exp": np.exp, "log": np.log, "log2": np.log2, "log10": np.log10, "sin": np.sin, "cos": np.cos,
+             "tanh": np.tanh, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+             "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh}
+# two arguments, in the order the helper takes them
+REFERENCE2 = {"atan2": np.arctan2, "pow": np.power}
 
 
 # where the polynomials are used: the CPU device, and lavapipe (its built-in
@@ -42,20 +47,24 @@ def kind(request) -> str:
     return request.param
 
 
-def run(name: str, x: np.ndarray, kind: str = "cpu") -> np.ndarray:
-    """``name``'s helper applied to float32 ``x`` on the device ``kind``."""
+def run(name: str, x: np.ndarray, kind: str = "cpu", x2: np.ndarray | None = None) -> np.ndarray:
+    """``name``'s helper applied to float32 ``x`` (and ``x2``, its second
+    argument where it has one) on the device ``kind``."""
     try:
         device = devices.get_device(kind)
     except devices.DeviceUnavailable as exc:
         pytest.skip(str(exc))
     x = np.ascontiguousarray(x, np.float32)
-    source = cpu_math.source(KINDS[kind]) + KERNEL.replace("FN", cpu_math.FUNCTIONS[name])
+    x2 = np.ascontiguousarray(x if x2 is None else x2, np.float32)
+    call = f"{cpu_math.FUNCTIONS[name]}(x[i], x2[i])" if name in REFERENCE2 else f"{cpu_math.FUNCTIONS[name]}(x[i])"
+    source = cpu_math.source(KINDS[kind]) + KERNEL.replace("FN", call)
     module = device.load_module_from_source(f"cpu_math_{name}_{kind}", source)
     kernel = device.create_compute_kernel(device.link_program([module], [module.entry_point("apply")]))
     usage = spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access
     xb = device.create_buffer(data=x, usage=usage)
+    x2b = device.create_buffer(data=x2, usage=usage)
     yb = device.create_buffer(size=4 * x.size, usage=usage)
-    kernel.dispatch(thread_count=[-(-x.size // 1024), 1, 1], x=xb, y=yb, n=x.size)
+    kernel.dispatch(thread_count=[-(-x.size // 1024), 1, 1], x=xb, x2=x2b, y=yb, n=x.size)
     return yb.to_numpy().view(np.float32)[:x.size]
 
 
@@ -81,6 +90,31 @@ SWEEPS = {
     "sin": lambda: np.concatenate([sweep(-4.0e9, 4.0e9), sweep(-100.0, 100.0), np.float32(2.0) ** np.arange(-149, 32)]),
 }
 SWEEPS["cos"] = SWEEPS["sin"]
+SWEEPS["log2"] = SWEEPS["log10"] = SWEEPS["log"]
+SWEEPS.update({
+    "asin": lambda: sweep(-1.0, 1.0), "acos": lambda: sweep(-1.0, 1.0), "atanh": lambda: sweep(-0.99999994, 0.99999994),
+    "atan": lambda: sweep(-3e38, 3e38), "asinh": lambda: sweep(-3e38, 3e38), "acosh": lambda: sweep(1.0, 3e38),
+    "sinh": lambda: sweep(-89.4, 89.4), "cosh": lambda: sweep(-89.4, 89.4)})
+
+
+def pairs(n: int = 300_000) -> tuple[np.ndarray, np.ndarray]:
+    """Random float32 pairs over every sign and magnitude, plus small integers
+    (atan2 at equal magnitudes, pow at integer exponents)."""
+    rng = np.random.default_rng(7)
+    def values():
+        return (rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(-38, 38, n)).astype(np.float32)
+    small = rng.integers(-20, 21, (2, n // 10)).astype(np.float32)
+    return np.concatenate([values(), small[0]]), np.concatenate([values(), small[1]])
+
+
+def two_argument_sweep(name: str) -> tuple[np.ndarray, np.ndarray]:
+    a, b = pairs()
+    if name == "pow":  # the helper's contract: x >= 0 (lowering.printer's ``power`` passes |x|)
+        a = np.abs(a)
+        b = b / np.float32(1e36)  # exponents in about [-100, 100]: results over the whole float32 range
+        b[-a.size // 10:] = np.float32(np.rint(b[-a.size // 10:] * 1e36))
+        a = np.where(a > 1e-30, a, np.float32(1.5))
+    return a, b
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
@@ -89,6 +123,15 @@ def test_within_two_ulp(name: str, kind: str) -> None:
     exact = REFERENCE[name](x.astype(np.float64))
     finite = np.abs(exact) < np.finfo(np.float32).max
     assert ulps(run(name, x, kind)[finite], exact[finite]).max() <= 2.0
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE2))
+def test_two_arguments_within_two_ulp(name: str, kind: str) -> None:
+    a, b = two_argument_sweep(name)
+    with np.errstate(over="ignore"):
+        exact = REFERENCE2[name](a.astype(np.float64), b.astype(np.float64))
+    finite = np.abs(exact) < np.finfo(np.float32).max
+    assert ulps(run(name, a, kind, b)[finite], exact[finite]).max() <= 2.0
 
 
 def test_sin_of_tiny_is_exact(kind: str) -> None:
@@ -113,3 +156,23 @@ def test_edge_values(name: str, kind: str) -> None:
     assert close.all(), (EDGES[ok][~close], got[ok][~close], exact[ok][~close])
     zero = ok & (exact == 0)  # exp(-inf) = +0, log(1) = +0, sin(-0) = tanh(-0) = -0
     np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(exact[zero]))
+
+
+SPECIAL = np.float32([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, np.inf, -np.inf, np.nan, 1e-45, 3e38])
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE2))
+def test_two_argument_edge_values(name: str, kind: str) -> None:
+    """Every pair of special values (for pow only x >= 0, the helper's contract;
+    lowering.printer's ``power`` covers 1**y and x**0 at NaN)."""
+    a, b = (grid.ravel() for grid in np.meshgrid(SPECIAL, SPECIAL))
+    if name == "pow":
+        keep = ~np.signbit(a) & (a != 1.0) & (b != 0.0)
+        a, b = a[keep], b[keep]
+    with np.errstate(all="ignore"):
+        exact = REFERENCE2[name](a, b).astype(np.float32)
+    got = run(name, a, kind, b)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(exact))
+    ok = ~np.isnan(exact)
+    np.testing.assert_allclose(got[ok], exact[ok], rtol=3e-7, atol=0.0)
+    np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(exact[ok]))
