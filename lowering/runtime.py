@@ -205,7 +205,8 @@ class _Instance:
     readback: spy.Buffer | None = None  # host-visible: small results of a call are copied here and read at once
     key: tuple = ()  # the size binding, as lowering.memory knows this instance
     handed: set[str] = field(default_factory=set)  # versions whose buffer a caller holds (_hand_over)
-    bound: dict[tuple, spy.ShaderObject] = field(default_factory=dict)  # recorded launches' bindings (record)
+    # record(): launch and buffers -> (its root shader object, the buffers, kept alive so that their ids stay theirs)
+    bound: dict[tuple, tuple] = field(default_factory=dict)
 
     @property
     def held_bytes(self) -> int:
@@ -223,8 +224,9 @@ class Executable:
     """A compiled program: ``exe(inputs) -> {result: array}``."""
 
     def __init__(self, graph: DataflowGraph, device: str, sizes: Mapping[str, int] | None = None,
-                 deterministic: bool = False, source: DataflowGraph | None = None):
+                 deterministic: bool = False, source: DataflowGraph | None = None, repeated: bool = False):
         self.graph = graph
+        self.repeated = repeated  # called many times per run (a loop body): compiled at full optimisation
         self.source_graph = source or graph  # the caller's graph, before rewrites: errors are told in its terms
         self.deterministic = deterministic
         self.device = device
@@ -287,8 +289,8 @@ class Executable:
                                                       repr(target), repr(self.deterministic)), lower)
             dev = devices.get_device(self.device)
             entries = [PROGRAM] if target.sequential else [f"{k.name}_main" for k in module.kernels]
-            kernels = cache.kernels(self.device, dev, module.source, entries,
-                                    work=sum(max(k.work, k.threads) for k in module.kernels))
+            work = None if self.repeated else sum(max(k.work, k.threads) for k in module.kernels)
+            kernels = cache.kernels(self.device, dev, module.source, entries, work=work)
             g = p.graph
             shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
             latest = {r: g.latest(r) for r in g.results}
@@ -553,6 +555,7 @@ class Executable:
         on every call (recording a launch: ~1 us on the CPU device and ~13 us on lavapipe
         against 60-140 us, measured)."""
         with self._lock:
+            self._stats["calls"] += 1
             inst = self._instance({**self.sizes, **(sizes or {})})
             g = inst.plan.graph
             dev = devices.get_device(self.device)
@@ -589,18 +592,18 @@ class Executable:
                 dtype = g.containers[r].dtype
                 results[r] = array = DeviceArray(buffer, inst.shapes[access], dtype, self.device)
                 weakref.finalize(array, spares.append, buffer)
-            self._record(enc, inst, bindings, dev)
+            self._stats["dispatches"] = self._record(enc, inst, bindings, kept_on=dev)
             return results
 
     def _record(self, enc: spy.CommandEncoder, inst: _Instance, bindings: dict[str, spy.Buffer],
-                bound: spy.Device | None = None) -> int:
+                kept_on: spy.Device | None = None) -> int:
         """Record the fills and kernel dispatches of one call; returns the count.
         A zero fill comes before every launch, or, for a version sharing its
         buffer (``lowering.buffer_plan``), just before the launch that first
         binds it, once the slot's earlier tenants are done: a filled version is
         written only by the kernels accumulating into it and read only after
-        them, never by a kernel before.  ``bound`` (``record``): launches go
-        through the instance's kept root shader objects of that device."""
+        them, never by a kernel before.  ``kept_on`` (``record``): launches go
+        through the instance's kept root shader objects, made on that device."""
         if FLAG in bindings:
             enc.clear_buffer(bindings[FLAG])
         first = inst.buffer_plan.first_launch
@@ -615,18 +618,19 @@ class Executable:
             for access in late.get(position, ()):
                 enc.clear_buffer(bindings[access])
             per_call = {n: bindings[a] for n, a in d.per_call.items()}
-            if bound is None:
+            if kept_on is None:
                 d.kernel.dispatch(thread_count=d.thread_count, command_encoder=enc, **uniforms, **d.params, **per_call)
                 continue
             key = (position, *uniforms.values(), *(id(b) for b in per_call.values()))
-            root = inst.bound.get(key)
-            if root is None:
+            if key not in inst.bound:
                 if len(inst.bound) >= RECORDED_BINDINGS:
                     inst.bound.clear()
-                root = inst.bound[key] = bound.create_root_shader_object(d.kernel.program)
+                root = kept_on.create_root_shader_object(d.kernel.program)
                 entry = spy.ShaderCursor(root).find_entry_point(0)
                 for name, value in {**uniforms, **d.params, **per_call}.items():
                     entry[name] = value
+                inst.bound[key] = (root, tuple(per_call.values()))
+            root = inst.bound[key][0]
             compute = enc.begin_compute_pass()
             compute.bind_pipeline(d.kernel.pipeline, root)
             compute.dispatch(d.thread_count)
@@ -647,7 +651,7 @@ def planned_buffers(graph: DataflowGraph, device: str | None, sizes: Mapping[str
 
 
 def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str, int] | None = None,
-            deterministic: bool = False) -> Executable:
+            deterministic: bool = False, repeated: bool = False) -> Executable:
     """Lower ``graph`` for a device (``None``: ``$SYMDIFF_DEVICE`` or ``"auto"``).
 
     Sizes left symbolic are bound at call time; each distinct binding gets its
@@ -662,6 +666,11 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     ``deterministic=True``: no float atomics (``lowering.deterministic``), so
     repeated runs give bitwise identical results; a LoweringError names a
     tasklet that cannot be made atomic-free.
+
+    ``repeated=True``: the program runs many times per use (a loop body,
+    ``symdiff.loop_runtime``), so its modules compile at full optimisation
+    whatever the work of one call (``cache.optimization`` would pick g++ -O0
+    for a small body: the 1000-step 64x64 jacobi-2d ran 5x slower).
     """
     graph.validate()  # a hand-built graph may break the IR's rules (e.g. colliding plain writes): refuse it here
     requested = devices.requested(device)
@@ -675,5 +684,5 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
                 "lavapipe (software Vulkan) computes double-precision exp/sin/log/pow/tanh wrongly; "
                 f"tasklets {', '.join(bad)} use them on float64 data. Use device='cpu', or float32.")
     if deterministic and kind != "numpy":  # the interpreter's scatters are deterministic already
-        return Executable(owner_computes(graph), kind, sizes, deterministic, source=graph)
-    return Executable(graph, kind, sizes, deterministic)
+        return Executable(owner_computes(graph), kind, sizes, deterministic, source=graph, repeated=repeated)
+    return Executable(graph, kind, sizes, deterministic, repeated=repeated)

@@ -7,7 +7,9 @@ argument (``Loop.outputs``).  ``LoopProgram`` compiles that graph once (the
 
 * forward: the stage with the loop outputs still zero gives the first loop's
   inputs (they cannot depend on any loop's outputs); the loop runs on the host
-  as a sequence of calls of its compiled body; the stage runs again with that
+  as a sequence of calls of its compiled body (on a device recorded into one
+  command buffer, the state alternating between device buffers: ``_Calls``);
+  the stage runs again with that
   loop's outputs bound, giving the next loop's inputs, and so on; the last run
   gives the results.  Loops run in trace order, so K loops cost K + 1 stage runs.
 * reverse (a graph from ``add_backward_pass`` here): the stage's reverse pass
@@ -21,12 +23,13 @@ argument (``Loop.outputs``).  ``LoopProgram`` compiles that graph once (the
   sent back through the stage's reverse pass, which is linear in its
   cotangents, so the contributions add.
 
-Every run is an ordinary compiled executable (``lowering.compile``), so loops
-run on every device, the numpy interpreter included, and the compile time does
-not depend on the trip count.
+Every run is an ordinary compiled executable (``lowering.compile``, bodies with
+``repeated=True``: full optimisation), so loops run on every device, the numpy
+interpreter included, and the compile time does not depend on the trip count.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -35,6 +38,7 @@ import numpy as np
 
 from symdiff import ir
 from symdiff import lowering
+from symdiff.lowering import devices
 
 from . import backward, forward
 from .errors import DifferentiationError
@@ -123,11 +127,13 @@ def _tangent_body(body: ir.DataflowGraph, floats: list[int], count: int) -> ir.D
     return graph
 
 
-def compile(graph: ir.DataflowGraph, device: str | None = None, deterministic: bool = False):  # noqa: A001
-    """``lowering.compile``, or a ``LoopProgram`` where the graph keeps loops out."""
+def compile(graph: ir.DataflowGraph, device: str | None = None, deterministic: bool = False,  # noqa: A001
+            repeated: bool = False):
+    """``lowering.compile``, or a ``LoopProgram`` where the graph keeps loops out; ``repeated``:
+    a loop body, run once per iteration (``lowering.compile``)."""
     loops = loops_of(graph)
     if not loops:
-        return lowering.compile(graph, device=device, deterministic=deterministic)
+        return lowering.compile(graph, device=device, deterministic=deterministic, repeated=repeated)
     if "loop_seeds" in graph.meta and not {"seeds", "gradients"} <= graph.meta.keys():
         raise DifferentiationError(_second_order(loops, "a gradient program (grad_program) or "
                                                         "forward-over-reverse"))
@@ -159,14 +165,52 @@ def _kept(value: Any) -> Any:
     return value if isinstance(value, lowering.DeviceArray) else np.array(value)
 
 
+RECORDED_CALLS = 256  # calls recorded into one command buffer before it is submitted (_Calls)
+
+
+class _Calls:
+    """How one run of a loop calls its compiled body and reverse step.
+
+    On a device, where each executable can (``Executable.recordable``), calls are
+    recorded (``Executable.record``) into one command encoder and submitted every
+    ``RECORDED_CALLS`` calls and before anything is read on the host: the state stays in
+    device buffers that alternate between iterations, and nothing waits.  A call made
+    and submitted one at a time cost ~170 us of Python, binding and submission per
+    iteration on the CPU device (the 64x64 jacobi-2d's kernels themselves: a few us).
+    Elsewhere (the numpy device, a body holding loops, index checks read after each
+    call) each call runs at once."""
+
+    def __init__(self, device: str | None, check_bounds: bool, on_device: bool):
+        self.check_bounds, self.on_device = check_bounds, on_device
+        self.device = devices.get_device(device) if device else None
+        self.enc, self.recorded = None, 0
+
+    def __call__(self, exe: Any, args: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, Any]:
+        if self.device is None:
+            return exe(args, sizes, check_bounds=self.check_bounds, return_device_arrays=self.on_device)
+        if self.enc is None:
+            self.enc = self.device.create_command_encoder()
+        out = exe.record(self.enc, args, sizes)
+        self.recorded += 1
+        if self.recorded >= RECORDED_CALLS:
+            self.submit()
+        return out
+
+    def submit(self) -> None:
+        """Submit the calls recorded so far (a later read of their results waits for them)."""
+        if self.enc is not None:
+            self.device.submit_command_buffer(self.enc.finish())
+            self.enc, self.recorded = None, 0
+
+
 class _LoopRunner:
     """One loop: its compiled body (and condition), run forward and reversed."""
 
     def __init__(self, loop: Loop, device: str | None, deterministic: bool):
         self.loop = loop
         self.device, self.deterministic = device, deterministic
-        self.body = compile(loop.body, device=device, deterministic=deterministic)  # may hold loops itself
-        self.cond = compile(loop.cond, device=device, deterministic=deterministic) if loop.cond else None
+        self.body = compile(loop.body, device, deterministic, repeated=True)  # may hold loops itself
+        self.cond = compile(loop.cond, device, deterministic, repeated=True) if loop.cond else None
         self.results = list(loop.body.meta["result_names"])
         self.body_sizes = size_names(loop.body)
         self.cond_sizes = size_names(loop.cond) if loop.cond else frozenset()
@@ -178,25 +222,36 @@ class _LoopRunner:
         self.last: Schedule | None = None     # the latest reversed run's schedule (explain)
         self.held_bytes = 0                   # states it held at most (stats)
         self.reads_state = True               # whether the reverse step's gradients depend on the state (_reverse_step)
+        # one run at a time: recorded runs share the executables' buffers until they are submitted (_Calls)
+        self._lock = threading.Lock()
 
     @staticmethod
     def _args(tape: _Tape, n: int, state: Sequence[np.ndarray]) -> dict[str, Any]:
         return {"i": np.asarray(tape.lo + n, dtype=np.int32), **{f"s{k}": v for k, v in enumerate(state)}}
 
-    def step(self, tape: _Tape, n: int, state: list, check_bounds: bool) -> list:
+    def calls(self, tape: _Tape, check_bounds: bool, reverse: bool = False) -> "_Calls":
+        """How this run calls the body (and the reverse step): recorded where they can be."""
+        exes = [(self.body, self.body_sizes)]
+        if reverse:
+            exes.append((self._reverse_step()[0], self._reverse_step()[3]))
+        record = self.on_device and all(isinstance(e, lowering.Executable) and
+                                        e.recordable(_only(tape.sizes, names), check_bounds) for e, names in exes)
+        return _Calls(self.device if record else None, check_bounds, self.on_device)
+
+    def step(self, calls: "_Calls", tape: _Tape, n: int, state: list) -> list:
         """Iteration ``n`` (counted from 0); the state stays on the device between iterations
         (``DeviceArray``s, numpy arrays on the numpy device)."""
-        out = self.body(self._args(tape, n, state), _only(tape.sizes, self.body_sizes), check_bounds=check_bounds,
-                        return_device_arrays=self.on_device)
+        out = calls(self.body, self._args(tape, n, state), _only(tape.sizes, self.body_sizes))
         return [out[r] for r in self.results]
 
-    def running(self, tape: _Tape, n: int, state: list[np.ndarray], check_bounds: bool, planned: int) -> bool:
+    def running(self, calls: "_Calls", tape: _Tape, n: int, state: list, planned: int) -> bool:
         if self.cond is None:
             return n < planned
         (result,) = self.loop.cond.meta["result_names"]
+        calls.submit()  # the condition is read on the host: the iterations recorded so far run first
         go = bool(np.asarray(self.cond({a: state[int(a[1:])] for a in self.loop.cond.arguments},
                                        _only(tape.sizes, self.cond_sizes),
-                                       check_bounds=check_bounds)[result]))
+                                       check_bounds=calls.check_bounds)[result]))
         if go and n >= planned:
             raise LoopError(f"while_loop ({self.loop.where}) still running after max_iters={planned} "
                             "iterations; raise max_iters if the loop converges more slowly (no truncated result "
@@ -237,15 +292,18 @@ class _LoopRunner:
         stored = set(plan.stored) if plan else set()
         online = Online(plan.slots) if plan and self.cond is not None and plan.kind == "binomial" else None
         n = 0
-        while self.running(tape, n, state, check_bounds, planned):
-            if online is not None and online.wants(n):
-                tape.checkpoints[n] = [_kept(v) for v in state]
-                for dropped in online.add(n):
-                    del tape.checkpoints[dropped]
-            elif online is None and n in stored:
-                tape.checkpoints[n] = [_kept(v) for v in state]
-            state = self.step(tape, n, state, check_bounds)
-            n += 1
+        with self._lock:
+            calls = self.calls(tape, check_bounds)
+            while self.running(calls, tape, n, state, planned):
+                if online is not None and online.wants(n):
+                    tape.checkpoints[n] = [_kept(v) for v in state]
+                    for dropped in online.add(n):
+                        del tape.checkpoints[dropped]
+                elif online is None and n in stored:
+                    tape.checkpoints[n] = [_kept(v) for v in state]
+                state = self.step(calls, tape, n, state)
+                n += 1
+            calls.submit()
         tape.trips = n
         if online is not None:
             tape.schedule = online.schedule(n)
@@ -259,7 +317,7 @@ class _LoopRunner:
                                       outputs=[self.results[k] for k in self.floats])
             graph.meta["gradients"] = grads
             seeds = [graph.meta["seeds"][self.results[k]] for k in self.floats]
-            exe = compile(graph, device=self.device, deterministic=self.deterministic)
+            exe = compile(graph, self.device, self.deterministic, repeated=True)
             self._vjp = exe, seeds, [grads[f"s{k}"] for k in self.floats], size_names(graph)
             self.reads_state = _reads_state(graph, len(self.loop.dtypes), set(grads.values()))
         return self._vjp
@@ -273,23 +331,25 @@ class _LoopRunner:
         exe, seeds, grads, names = self._reverse_step()
         sizes = _only(tape.sizes, names)
         ct = [cotangent]
+        calls = self.calls(tape, check_bounds, reverse=True)
 
         def advance(state: list, a: int, b: int) -> list:
             for n in range(a, b):
-                state = self.step(tape, n, state, check_bounds)
+                state = self.step(calls, tape, n, state)
             return state
 
         def adjoint(n: int, state: list) -> None:
-            out = exe({**self._args(tape, n, state), **dict(zip(seeds, ct[0]))}, sizes,
-                      check_bounds=check_bounds, return_device_arrays=self.on_device)
+            out = calls(exe, {**self._args(tape, n, state), **dict(zip(seeds, ct[0]))}, sizes)
             ct[0] = [out[g] for g in grads]
 
-        if tape.schedule.kind == "state not read":  # any state will do: the one going in
-            for n in range(tape.trips - 1, -1, -1):
-                adjoint(n, tape.checkpoints[0])
-        else:
-            for start, end, free in reversed(tape.schedule.segments(tape.trips)):
-                checkpoint_schedule.reverse(tape.checkpoints.pop(start), start, end, free, advance, adjoint)
+        with self._lock:
+            if tape.schedule.kind == "state not read":  # any state will do: the one going in
+                for n in range(tape.trips - 1, -1, -1):
+                    adjoint(n, tape.checkpoints[0])
+            else:
+                for start, end, free in reversed(tape.schedule.segments(tape.trips)):
+                    checkpoint_schedule.reverse(tape.checkpoints.pop(start), start, end, free, advance, adjoint)
+            calls.submit()
         self.last = tape.schedule
         self.held_bytes = min(tape.schedule.slots, tape.trips) * self.loop.state_bytes(tape.sizes)
         return [np.asarray(c) for c in ct[0]]
