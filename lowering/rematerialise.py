@@ -146,6 +146,32 @@ def free_buffered(p: Plan) -> list[str]:
     return sorted({g.node(w).meta["origin"] for w in chosen})
 
 
+def for_reductions(p: Plan) -> list[str]:
+    """Origins of the producers to recompute so that a buffered value read
+    only by reductions can be folded into them (``reduce_fusion``) instead of
+    stored: for each such value whose elementwise producer reads values in
+    registers, the producers of those values, when each is cheap to recompute
+    on a GPU (``inlining.cheap``: a few dozen flops, one varying element).
+    ``mean(tanh(x) * x)``'s reverse pass keeps ``tanh(x)`` in a register for
+    the gradient, so ``tanh(x) * x`` was a buffer of x's size for the mean to
+    read; with ``tanh`` recomputed, the mean reads ``x``.  Whether that pays
+    is measured on the plan by the caller (``plan.plan``)."""
+    g = p.graph
+    results = {g.latest(c) for c in g.results}
+    recomputable = set(candidates(g))
+    steps = {s.tasklet.name: s for k in p.kernels for s in k.all_steps}
+    names: set[str] = set()
+    for access in p.stored:
+        readers, writers = g.readers(access), g.writers(access)
+        if access in results or not readers or len(writers) != 1 or writers[0][0] not in recomputable \
+                or not all(m.accumulate for r, _ in readers for _, m in g.writes(r)):
+            continue
+        held = {r.producer for r in steps[writers[0][0]].reads if r.producer}
+        if held and all(q in recomputable and cheap(g, g.node(q), gpu=True) for q in held):
+            names |= {g.node(q).meta["origin"] for q in held}
+    return sorted(names)
+
+
 def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:
     readers = graph.readers(access)
     return bool(readers) and producer(graph, access) is graph.node(name) and not any(

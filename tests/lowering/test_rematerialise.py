@@ -142,3 +142,27 @@ def test_a_value_traced_twice_is_one_version(device):
         dx[i] = (f(x64 + e) - f(x64 - e)) / (2 * h)
     np.testing.assert_allclose(value, f(x64), rtol=1e-5)
     np.testing.assert_allclose(grads["x"], dx, rtol=1e-3, atol=1e-5)
+
+
+def _tanh_x(x: sd.f32[8192]):
+    return np.mean(np.tanh(x) * x)
+
+
+def test_a_value_only_a_reduction_reads_is_folded_into_it_on_parallel_targets(device):
+    """``tanh(x) * x`` is read only by the mean; the reverse pass keeps
+    ``tanh(x)`` in a register, so the product was a buffer of x's size.  On
+    parallel targets ``tanh`` is recomputed (``for_reductions``) and the mean
+    folds the product in; slangpy's CPU device, whose reduction loops ran
+    slower so, keeps the buffer.  Gradients vs float64."""
+    program = sd.differentiable_program(_tanh_x)
+    x = RNG.standard_normal(8192).astype(np.float32)
+    value, grads = program.value_and_grad(x, device=device)
+    graph = next(e for e in program._executables.values() if e.graph.meta.get("gradients")).graph
+    target = lowering.devices.target(device)  # lavapipe's own: a thread per point, tanh not recomputed elsewhere
+    p = plan(graph, {}, target)
+    full = {a for a in p.stored if p.graph.containers[p.graph.node(a).container].shape == (8192,)}
+    assert full == {"x#0", "grad_x#0"} | ({"multiply#0"} if target.sequential else set())
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(value, np.mean(np.tanh(x64) * x64), rtol=1e-5)
+    np.testing.assert_allclose(grads["x"], (np.tanh(x64) + x64 * (1 - np.tanh(x64) ** 2)) / 8192, rtol=1e-4,
+                               atol=1e-9)
