@@ -468,7 +468,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     computed from (``rematerialise.free_buffered``).  Other values passed in registers inside a kernel
     stay as they are."""
     target = None if target is None else targets.of(target)
-    from .rematerialise import for_reductions, free_buffered  # built on this module's index analysis
+    from .rematerialise import for_reductions, free_buffered, from_live_inputs  # built on this module's index analysis
     recompute = list(graph.meta.get("rematerialise", ()))
     p = _plan(graph, sizes, target, recompute)
     for _ in range(FREE_RECOMPUTE_ROUNDS):  # a recomputed value's own inputs may now be buffered in turn
@@ -477,17 +477,19 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
             break
         recompute += buffered
         p = _plan(graph, sizes, target, recompute)
-    # On parallel targets (the CPU device's reduction loops ran 2x slower recomputing tanh: 20M elements
-    # 185 -> 352 ms; lavapipe the same time); kept where the plan then stores fewer elements.
-    folded = [] if target is None or target.sequential else [n for n in for_reductions(p) if n not in recompute]
+    # Values whose recomputation frees a buffer (rematerialise.for_reductions, from_live_inputs), on
+    # parallel targets only (the CPU device's reduction loop recomputing tanh ran 185 -> 352 ms at 20M
+    # elements; lavapipe the same time); the plan is kept where it then stores fewer elements.
+    folded = [] if target is None or target.sequential else \
+        [n for n in dict.fromkeys(for_reductions(p) + from_live_inputs(p)) if n not in recompute]
     if folded:
         trial = _plan(graph, sizes, target, recompute + folded)
-        if _stored_bytes(trial) < _stored_bytes(p):
+        if _stored_elements(trial) < _stored_elements(p):
             p = trial
     return p
 
 
-def _stored_bytes(p: Plan) -> int:
+def _stored_elements(p: Plan) -> int:
     """Elements of the versions a plan stores, arguments' first versions aside."""
     g = p.graph
     return sum(math.prod(int(d) for d in g.containers[g.node(a).container].shape) for a in p.stored

@@ -17,6 +17,13 @@ names; a memory budget's choice), and in every plan those that cost no read
 (``inlining.producer``) and no reader indexes the value through a connector
 (a gather keeps its buffer).  A result's latest version is recomputed for its
 readers but still written.
+
+Before any of that, every plan keeps one version of a value computed twice
+(``merge_duplicates``) and gives each output of a tasklet writing several
+copies its own tasklet (``split_free_copies``), so that chains of copies are
+recomputed as one (``free_buffered``).  On parallel targets ``plan.plan``
+also tries recomputing what frees a buffer without keeping any other live
+longer (``for_reductions``, ``from_live_inputs``).
 """
 from __future__ import annotations
 
@@ -169,6 +176,37 @@ def for_reductions(p: Plan) -> list[str]:
         held = {r.producer for r in steps[writers[0][0]].reads if r.producer}
         if held and all(q in recomputable and cheap(g, g.node(q), gpu=True) for q in held):
             names |= {g.node(q).meta["origin"] for q in held}
+    return sorted(names)
+
+
+def from_live_inputs(p: Plan) -> list[str]:
+    """Origins of the buffered values cheap to recompute on a GPU
+    (``inlining.cheap``) from buffers that stay live anyway: each version the
+    producer reads is a buffer from the producer's kernel through the last
+    kernel reading the value.  Recomputed there, the value's buffer goes and
+    no other lives longer (softplus + logsumexp's reverse pass kept ``exp(x)``
+    and ``g / (1 + exp(x))`` for a gather at the end, next to ``x``)."""
+    g = p.graph
+    recomputable = set(candidates(g))
+    kernel_of, span = {}, {}
+    for k, kernel in enumerate(p.kernels):
+        for step in kernel.all_steps:
+            kernel_of.setdefault(step.tasklet.name, k)
+            for access in [r.access for r in step.reads if r.producer is None] + [w.access for w in step.writes]:
+                first, last = span.get(access, (k, k))
+                span[access] = (min(first, k), max(last, k))
+    steps = {s.tasklet.name: s for k in p.kernels for s in k.all_steps}
+    names = set()
+    for access in p.stored:
+        writers = g.writers(access)
+        if len(writers) != 1 or writers[0][0] not in recomputable or not cheap(g, g.node(writers[0][0]), gpu=True):
+            continue
+        producer = writers[0][0]
+        last = max(kernel_of[r] for r, _ in g.readers(access))
+        reads = steps[producer].reads
+        if all(r.producer is None and r.access in span and span[r.access][0] <= kernel_of[producer]
+               and span[r.access][1] >= last for r in reads):
+            names.add(g.node(producer).meta["origin"])
     return sorted(names)
 
 

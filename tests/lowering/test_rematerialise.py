@@ -166,3 +166,27 @@ def test_a_value_only_a_reduction_reads_is_folded_into_it_on_parallel_targets(de
     np.testing.assert_allclose(value, np.mean(np.tanh(x64) * x64), rtol=1e-5)
     np.testing.assert_allclose(grads["x"], (np.tanh(x64) + x64 * (1 - np.tanh(x64) ** 2)) / 8192, rtol=1e-4,
                                atol=1e-9)
+
+
+def _softplus_logsumexp(x: sd.f32[8192]):
+    m = np.max(x)
+    return np.mean(np.log1p(np.exp(x))) + m + np.log(np.sum(np.exp(x - m)))
+
+
+def test_a_value_recomputed_from_buffers_live_anyway_on_parallel_targets(device):
+    """The reverse pass read ``exp(x)`` in its last kernel, stored since its
+    first, next to ``x``, which stays live through both: on parallel targets
+    it is recomputed there (``from_live_inputs``) and its buffer goes.
+    Gradients vs float64."""
+    program = sd.differentiable_program(_softplus_logsumexp)
+    x = RNG.standard_normal(8192).astype(np.float32)
+    value, grads = program.value_and_grad(x, device=device)
+    graph = next(e for e in program._executables.values() if e.graph.meta.get("gradients")).graph
+    target = lowering.devices.target(device)
+    p = plan(graph, {}, target)
+    assert ("exp#0" in p.stored) == target.sequential
+    x64 = x.astype(np.float64)
+    softmax = np.exp(x64 - x64.max()) / np.sum(np.exp(x64 - x64.max()))
+    want = np.mean(np.log1p(np.exp(x64))) + x64.max() + np.log(np.sum(np.exp(x64 - x64.max())))
+    np.testing.assert_allclose(value, want, rtol=1e-5)
+    np.testing.assert_allclose(grads["x"], 1 / (1 + np.exp(-x64)) / 8192 + softmax, rtol=1e-3, atol=1e-7)
