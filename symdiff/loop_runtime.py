@@ -30,6 +30,7 @@ interpreter included, and the compile time does not depend on the trip count.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -38,7 +39,7 @@ import numpy as np
 
 from symdiff import ir
 from symdiff import lowering
-from symdiff.lowering import devices
+from symdiff.lowering import devices, runtime
 
 from . import backward, forward
 from .errors import DifferentiationError
@@ -178,22 +179,68 @@ class _Calls:
     and submitted one at a time cost ~170 us of Python, binding and submission per
     iteration on the CPU device (the 64x64 jacobi-2d's kernels themselves: a few us).
     Elsewhere (the numpy device, a body holding loops, index checks read after each
-    call) each call runs at once."""
+    call) each call runs at once.
 
-    def __init__(self, device: str | None, check_bounds: bool, on_device: bool):
+    ``record`` keeps one binding per set of buffers, so a recorded run keeps the
+    buffers its calls bind few: a stored state is a copy (``keep``) into a buffer of
+    the runner's ``pool``, and a call reading a state stored at some iteration reads it
+    from the run's one fixed buffer per state element (``fixed``).  Binding each
+    stored state's own buffer made a binding per iteration (lavapipe: ~85 us each)."""
+
+    def __init__(self, device: str | None, check_bounds: bool, on_device: bool,
+                 pool: dict[int, list]):
         self.check_bounds, self.on_device = check_bounds, on_device
         self.device = devices.get_device(device) if device else None
+        self.pool = pool
         self.enc, self.recorded = None, 0
+        self._fixed: dict[int, lowering.DeviceArray] = {}  # state element -> its fixed buffer (fixed)
 
     def __call__(self, exe: Any, args: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, Any]:
         if self.device is None:
             return exe(args, sizes, check_bounds=self.check_bounds, return_device_arrays=self.on_device)
-        if self.enc is None:
-            self.enc = self.device.create_command_encoder()
-        out = exe.record(self.enc, args, sizes)
+        out = exe.record(self._encoder(), args, sizes)
         self.recorded += 1
         if self.recorded >= RECORDED_CALLS:
             self.submit()
+        return out
+
+    def _encoder(self):
+        if self.enc is None:
+            self.enc = self.device.create_command_encoder()
+        return self.enc
+
+    def _copy(self, value: lowering.DeviceArray, into: lowering.DeviceArray | None = None) -> lowering.DeviceArray:
+        """``value`` copied into ``into``, or into a buffer of the pool (back to it when dropped)."""
+        size = value.buffer.size
+        if into is None:
+            free = self.pool.setdefault(size, [])
+            buffer = free.pop() if free else self.device.create_buffer(size=size, usage=runtime._usage())
+            into = lowering.DeviceArray(buffer, value.shape, value.dtype, value.device)
+            weakref.finalize(into, free.append, buffer)
+        self._encoder().copy_buffer(into.buffer, 0, value.buffer, 0, size)
+        return into
+
+    def keep(self, state: list) -> list:
+        """A state to store for the reverse pass."""
+        if self.device is None:
+            return [_kept(v) for v in state]
+        return [self._copy(v) if isinstance(v, lowering.DeviceArray) else v for v in state]
+
+    def fixed(self, state: list) -> list:
+        """``state`` in the run's fixed buffers (recorded runs; others as it is).  A call's
+        results are containers of their own (``ir.tracer``), never its arguments' buffers, so a
+        fixed buffer never becomes a state that the schedule holds."""
+        if self.device is None:
+            return state
+        out = list(state)
+        for k, v in enumerate(state):
+            if not isinstance(v, lowering.DeviceArray):
+                continue  # a numpy state (the one going in) is uploaded by the call
+            if k not in self._fixed:
+                self._fixed[k] = self._copy(v)
+            elif v.buffer is not self._fixed[k].buffer:
+                self._copy(v, self._fixed[k])
+            out[k] = self._fixed[k]
         return out
 
     def submit(self) -> None:
@@ -224,6 +271,7 @@ class _LoopRunner:
         self.reads_state = True               # whether the reverse step's gradients depend on the state (_reverse_step)
         # one run at a time: recorded runs share the executables' buffers until they are submitted (_Calls)
         self._lock = threading.Lock()
+        self._pool: dict[int, list] = {}  # bytes -> device buffers of dropped stored states (_Calls.keep)
 
     @staticmethod
     def _args(tape: _Tape, n: int, state: Sequence[np.ndarray]) -> dict[str, Any]:
@@ -236,7 +284,7 @@ class _LoopRunner:
             exes.append((self._reverse_step()[0], self._reverse_step()[3]))
         record = self.on_device and all(isinstance(e, lowering.Executable) and
                                         e.recordable(_only(tape.sizes, names), check_bounds) for e, names in exes)
-        return _Calls(self.device if record else None, check_bounds, self.on_device)
+        return _Calls(self.device if record else None, check_bounds, self.on_device, self._pool)
 
     def step(self, calls: "_Calls", tape: _Tape, n: int, state: list) -> list:
         """Iteration ``n`` (counted from 0); the state stays on the device between iterations
@@ -296,11 +344,11 @@ class _LoopRunner:
             calls = self.calls(tape, check_bounds)
             while self.running(calls, tape, n, state, planned):
                 if online is not None and online.wants(n):
-                    tape.checkpoints[n] = [_kept(v) for v in state]
+                    tape.checkpoints[n] = calls.keep(state)
                     for dropped in online.add(n):
                         del tape.checkpoints[dropped]
                 elif online is None and n in stored:
-                    tape.checkpoints[n] = [_kept(v) for v in state]
+                    tape.checkpoints[n] = calls.keep(state)
                 state = self.step(calls, tape, n, state)
                 n += 1
             calls.submit()
@@ -334,12 +382,14 @@ class _LoopRunner:
         calls = self.calls(tape, check_bounds, reverse=True)
 
         def advance(state: list, a: int, b: int) -> list:
-            for n in range(a, b):
+            if a < b:
+                state = self.step(calls, tape, a, calls.fixed(state))
+            for n in range(a + 1, b):
                 state = self.step(calls, tape, n, state)
             return state
 
         def adjoint(n: int, state: list) -> None:
-            out = calls(exe, {**self._args(tape, n, state), **dict(zip(seeds, ct[0]))}, sizes)
+            out = calls(exe, {**self._args(tape, n, calls.fixed(state)), **dict(zip(seeds, ct[0]))}, sizes)
             ct[0] = [out[g] for g in grads]
 
         with self._lock:
