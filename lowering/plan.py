@@ -468,7 +468,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     computed from (``rematerialise.free_buffered``).  Other values passed in registers inside a kernel
     stay as they are."""
     target = None if target is None else targets.of(target)
-    from .rematerialise import for_reductions, free_buffered, from_live_inputs  # built on this module's index analysis
+    from .rematerialise import cheap_on_gpu, free_buffered  # built on this module's index analysis
     recompute = list(graph.meta.get("rematerialise", ()))
     p = _plan(graph, sizes, target, recompute)
     for _ in range(FREE_RECOMPUTE_ROUNDS):  # a recomputed value's own inputs may now be buffered in turn
@@ -477,15 +477,16 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
             break
         recompute += buffered
         p = _plan(graph, sizes, target, recompute)
-    # Values whose recomputation frees a buffer (rematerialise.for_reductions, from_live_inputs), on
-    # parallel targets only (the CPU device's reduction loop recomputing tanh ran 185 -> 352 ms at 20M
-    # elements; lavapipe the same time); the plan is kept where it then stores fewer elements.
-    folded = [] if target is None or target.sequential else \
-        [n for n in dict.fromkeys(for_reductions(p) + from_live_inputs(p)) if n not in recompute]
-    if folded:
-        trial = _plan(graph, sizes, target, recompute + folded)
-        if _stored_elements(trial) < _stored_elements(p):
-            p = trial
+    # lavapipe: values a GPU recomputes where read (rematerialise.cheap_on_gpu), kept where the plan then
+    # stores fewer elements in no more kernels (bench.gpu --scale 64: softmax_xent's 8 kernels became 10 and
+    # ran 15% slower; those with fewer kernels ran as fast or faster).  Not on the CPU device: its
+    # reduction loop recomputing tanh ran 185 -> 352 ms at 20M elements.
+    if target is not None and not target.sequential and not target.recompute_transcendentals:
+        extra = [n for n in cheap_on_gpu(p) if n not in recompute]
+        if extra:
+            trial = _plan(graph, sizes, target, recompute + extra)
+            if _stored_elements(trial) < _stored_elements(p) and len(trial.kernels) <= len(p.kernels):
+                p = trial
     return p
 
 

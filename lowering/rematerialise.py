@@ -21,9 +21,9 @@ readers but still written.
 Before any of that, every plan keeps one version of a value computed twice
 (``merge_duplicates``) and gives each output of a tasklet writing several
 copies its own tasklet (``split_free_copies``), so that chains of copies are
-recomputed as one (``free_buffered``).  On parallel targets ``plan.plan``
-also tries recomputing what frees a buffer without keeping any other live
-longer (``for_reductions``, ``from_live_inputs``).
+recomputed as one (``free_buffered``).  On parallel targets that do not
+recompute cheap values anyway, ``plan.plan`` also tries recomputing them
+(``cheap_on_gpu``) and keeps that plan where it stores less in no more kernels.
 """
 from __future__ import annotations
 
@@ -153,61 +153,16 @@ def free_buffered(p: Plan) -> list[str]:
     return sorted({g.node(w).meta["origin"] for w in chosen})
 
 
-def for_reductions(p: Plan) -> list[str]:
-    """Origins of the producers to recompute so that a buffered value read
-    only by reductions can be folded into them (``reduce_fusion``) instead of
-    stored: for each such value whose elementwise producer reads values in
-    registers, the producers of those values, when each is cheap to recompute
-    on a GPU (``inlining.cheap``: a few dozen flops, one varying element).
-    ``mean(tanh(x) * x)``'s reverse pass keeps ``tanh(x)`` in a register for
-    the gradient, so ``tanh(x) * x`` was a buffer of x's size for the mean to
-    read; with ``tanh`` recomputed, the mean reads ``x``.  Whether that pays
-    is measured on the plan by the caller (``plan.plan``)."""
+def cheap_on_gpu(p: Plan) -> list[str]:
+    """Origins of the candidates in plan ``p``'s graph that a GPU recomputes
+    where they are read (``inlining.cheap`` with ``gpu``: a few dozen flops on
+    one varying element), for ``plan.plan`` to try on parallel targets that do
+    not recompute them anyway (lavapipe).  Recomputed, ``mean(tanh(x) * x)``'s
+    product is folded into the mean instead of stored (its reverse pass keeps
+    ``tanh(x)`` in a register), and softplus + logsumexp's ``exp(x)`` is no
+    longer stored from the first kernel for the last one's gather."""
     g = p.graph
-    results = {g.latest(c) for c in g.results}
-    recomputable = set(candidates(g))
-    steps = {s.tasklet.name: s for k in p.kernels for s in k.all_steps}
-    names: set[str] = set()
-    for access in p.stored:
-        readers, writers = g.readers(access), g.writers(access)
-        if access in results or not readers or len(writers) != 1 or writers[0][0] not in recomputable \
-                or not all(m.accumulate for r, _ in readers for _, m in g.writes(r)):
-            continue
-        held = {r.producer for r in steps[writers[0][0]].reads if r.producer}
-        if held and all(q in recomputable and cheap(g, g.node(q), gpu=True) for q in held):
-            names |= {g.node(q).meta["origin"] for q in held}
-    return sorted(names)
-
-
-def from_live_inputs(p: Plan) -> list[str]:
-    """Origins of the buffered values cheap to recompute on a GPU
-    (``inlining.cheap``) from buffers that stay live anyway: each version the
-    producer reads is a buffer from the producer's kernel through the last
-    kernel reading the value.  Recomputed there, the value's buffer goes and
-    no other lives longer (softplus + logsumexp's reverse pass kept ``exp(x)``
-    and ``g / (1 + exp(x))`` for a gather at the end, next to ``x``)."""
-    g = p.graph
-    recomputable = set(candidates(g))
-    kernel_of, span = {}, {}
-    for k, kernel in enumerate(p.kernels):
-        for step in kernel.all_steps:
-            kernel_of.setdefault(step.tasklet.name, k)
-            for access in [r.access for r in step.reads if r.producer is None] + [w.access for w in step.writes]:
-                first, last = span.get(access, (k, k))
-                span[access] = (min(first, k), max(last, k))
-    steps = {s.tasklet.name: s for k in p.kernels for s in k.all_steps}
-    names = set()
-    for access in p.stored:
-        writers = g.writers(access)
-        if len(writers) != 1 or writers[0][0] not in recomputable or not cheap(g, g.node(writers[0][0]), gpu=True):
-            continue
-        producer = writers[0][0]
-        last = max(kernel_of[r] for r, _ in g.readers(access))
-        reads = steps[producer].reads
-        if all(r.producer is None and r.access in span and span[r.access][0] <= kernel_of[producer]
-               and span[r.access][1] >= last for r in reads):
-            names.add(g.node(producer).meta["origin"])
-    return sorted(names)
+    return sorted({g.node(n).meta["origin"] for n in candidates(g) if cheap(g, g.node(n), gpu=True)})
 
 
 def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:

@@ -151,7 +151,7 @@ def _tanh_x(x: sd.f32[8192]):
 def test_a_value_only_a_reduction_reads_is_folded_into_it_on_parallel_targets(device):
     """``tanh(x) * x`` is read only by the mean; the reverse pass keeps
     ``tanh(x)`` in a register, so the product was a buffer of x's size.  On
-    parallel targets ``tanh`` is recomputed (``for_reductions``) and the mean
+    parallel targets ``tanh`` is recomputed (``cheap_on_gpu``) and the mean
     folds the product in; slangpy's CPU device, whose reduction loops ran
     slower so, keeps the buffer.  Gradients vs float64."""
     program = sd.differentiable_program(_tanh_x)
@@ -173,10 +173,10 @@ def _softplus_logsumexp(x: sd.f32[8192]):
     return np.mean(np.log1p(np.exp(x))) + m + np.log(np.sum(np.exp(x - m)))
 
 
-def test_a_value_recomputed_from_buffers_live_anyway_on_parallel_targets(device):
+def test_a_value_stored_for_the_last_kernel_is_recomputed_there_on_parallel_targets(device):
     """The reverse pass read ``exp(x)`` in its last kernel, stored since its
     first, next to ``x``, which stays live through both: on parallel targets
-    it is recomputed there (``from_live_inputs``) and its buffer goes.
+    it is recomputed there (``cheap_on_gpu``) and its buffer goes.
     Gradients vs float64."""
     program = sd.differentiable_program(_softplus_logsumexp)
     x = RNG.standard_normal(8192).astype(np.float32)
