@@ -197,7 +197,7 @@ class _KernelWriter:
         t = step.tasklet
         p = identifier(t.name)
         o, i = tl.axis(tl.outer), tl.axis(tl.inner)
-        n_o, n_i = tl.tile[o], tl.tile[i]
+        n_o, n_i = tl.along(tl.outer), tl.along(tl.inner)
         names: dict[sympy.Symbol, str] = {}
         for a, (s, b, _) in enumerate(step.parallel):
             pos = self.tile_point(tl, a)
@@ -206,46 +206,74 @@ class _KernelWriter:
             names[s] = f"({pos} + {int(b)})" if int(b) else f"({pos})"
         k, kb, _ = step.loop[0]
         names[k] = f"(mm_r + {int(kb)})" if int(kb) else "mm_r"
-        acc_type = self.out_type(t, next(iter(t.body)))
+        acc_type = self.tile_sum_type(tl)
         by_conn = {r.connector: r for r in step.reads}
         outer_read, inner_read = (by_conn[shape.a], by_conn[shape.b]) if tl.outer == shape.row else \
             (by_conn[shape.b], by_conn[shape.a])
         unroll = "[ForceUnroll] " if n_i <= 8 else ""  # a long inner loop is left to the vectoriser
+        tile = f"a row of {n_i} outputs along {tl.inner}" if tl.outer is None else \
+            f"a {n_o}x{n_i} tile of outputs over ({tl.outer}, {tl.inner})"
         self.emit(f"// tasklet {t.name}" + (f" ({t.source})" if t.source else "")
-                  + f": a {n_o}x{n_i} tile of outputs over ({tl.outer}, {tl.inner}) per thread, "
-                  f"summed over {k} in registers", 1)
+                  + f": {tile} per thread, summed over {k} in registers", 1)
         self.emit(f"{acc_type} {p}_acc[{n_o}][{n_i}];", 1)
         self.emit(f"for (int mm_u = 0; mm_u < {n_o}; mm_u++) for (int mm_v = 0; mm_v < {n_i}; mm_v++) "
                   f"{p}_acc[mm_u][mm_v] = {SlangPrinter(acc_type).literal(0)};", 1)
-        self.emit(f"for (int mm_r = 0; mm_r < {extent(step.loop[0])}; mm_r++)", 1)
-        self.emit("{", 1)
+        length = extent(step.loop[0])
         outer_var, inner_var = f"{p}_{identifier(outer_read.connector)}", f"{p}_{identifier(inner_read.connector)}"
         outer_type = STORAGE_TYPES[self.g.containers[outer_read.memlet.container].dtype]
         inner_type = STORAGE_TYPES[self.g.containers[inner_read.memlet.container].dtype]
-        self.emit(f"{outer_type} {outer_var}[{n_o}];", 2)
+        inner_load = f"{self.buffer(inner_read.access)}[{self.flat_index(inner_read.memlet, names)}]"
+        depth = 1
+        if tl.transposed:  # blocks of the inner operand's k's, transposed (lowering.matmul.CPU_TRANSPOSED_K)
+            q = tl.transposed
+            last = f"min(mm_r0 + mm_q, {length - 1})" if length % q else "mm_r0 + mm_q"
+            block_names = {**names, k: f"({last} + {int(kb)})" if int(kb) else f"({last})"}
+            self.emit(f"for (int mm_r0 = 0; mm_r0 < {length}; mm_r0 += {q})", 1)
+            self.emit("{", 1)
+            self.emit(f"{inner_type} {inner_var}_block[{q}][{n_i}];", 2)
+            self.emit(f"for (int mm_v = 0; mm_v < {n_i}; mm_v++)", 2)
+            self.emit(f"    [ForceUnroll] for (int mm_q = 0; mm_q < {q}; mm_q++) {inner_var}_block[mm_q][mm_v] = "
+                      f"{self.buffer(inner_read.access)}[{self.flat_index(inner_read.memlet, block_names)}];", 2)
+            self.emit(f"for (int mm_r = mm_r0; mm_r < min(mm_r0 + {q}, {length}); mm_r++)", 2)
+            inner_load = f"{inner_var}_block[mm_r - mm_r0][mm_v]"
+            depth = 2
+        else:
+            self.emit(f"for (int mm_r = 0; mm_r < {length}; mm_r++)", 1)
+        self.emit("{", depth)
+        self.emit(f"{outer_type} {outer_var}[{n_o}];", depth + 1)
         self.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {n_o}; mm_u++) {outer_var}[mm_u] = "
-                  f"{self.buffer(outer_read.access)}[{self.flat_index(outer_read.memlet, names)}];", 2)
-        self.emit(f"{unroll}for (int mm_v = 0; mm_v < {n_i}; mm_v++)", 2)
-        self.emit("{", 2)
-        self.emit(f"{inner_type} {inner_var} = "
-                  f"{self.buffer(inner_read.access)}[{self.flat_index(inner_read.memlet, names)}];", 3)
+                  f"{self.buffer(outer_read.access)}[{self.flat_index(outer_read.memlet, names)}];", depth + 1)
+        self.emit(f"{unroll}for (int mm_v = 0; mm_v < {n_i}; mm_v++)", depth + 1)
+        self.emit("{", depth + 1)
+        self.emit(f"{inner_type} {inner_var} = {inner_load};", depth + 2)
         self.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {n_o}; mm_u++) "
-                  f"{p}_acc[mm_u][mm_v] += {outer_var}[mm_u] * {inner_var};", 3)
-        self.emit("}", 2)
-        self.emit("}", 1)
+                  f"{p}_acc[mm_u][mm_v] += {outer_var}[mm_u] * {inner_var};", depth + 2)
+        self.emit("}", depth + 1)
+        self.emit("}", depth)
+        if tl.transposed:
+            self.emit("}", 1)
+
+    def tile_sum_type(self, tl: Tiling) -> str:
+        """A tile's sums: a matmul's in its output type, as BLAS sums; a
+        vector-matrix product's (memory-bound, one row of sums) wide, as every
+        other in-thread sum (``WIDE_ACCUMULATORS``)."""
+        t = tl.step.tasklet
+        own = self.out_type(t, next(iter(t.body)))
+        return WIDE_ACCUMULATORS.get(("sum", own), own) if tl.outer is None else own
 
     def per_output(self, tl: Tiling) -> None:
         """Every step of the kernel for each output of the tile, the matmul step
         taking its value from the tile's sums."""
         o, i = tl.axis(tl.outer), tl.axis(tl.inner)
         self.emit("// the rest of the kernel, once per output of the tile", 1)
-        self.emit(f"for (int mm_u = 0; mm_u < {tl.tile[o]}; mm_u++)", 1)
-        self.emit(f"for (int mm_v = 0; mm_v < {tl.tile[i]}; mm_v++)", 1)
+        self.emit(f"for (int mm_u = 0; mm_u < {tl.along(tl.outer)}; mm_u++)", 1)
+        self.emit(f"for (int mm_v = 0; mm_v < {tl.along(tl.inner)}; mm_v++)", 1)
         self.emit("{", 1)
         for a in range(len(tl.box)):
             self.emit(f"int t{a} = {self.tile_point(tl, a)};", 2)
-        if tl.box[o] % tl.tile[o] or tl.box[i] % tl.tile[i]:
-            self.emit(f"if (t{o} >= {tl.box[o]} || t{i} >= {tl.box[i]}) continue;", 2)
+        past = [f"t{a} >= {tl.box[a]}" for a, s in ((o, tl.outer), (i, tl.inner)) if tl.ragged(s)]
+        if past:
+            self.emit(f"if ({' || '.join(past)}) continue;", 2)
         self.indent += 1
         for step in self.kernel.steps:
             self.step(step)
@@ -263,7 +291,10 @@ class _KernelWriter:
             (c, var), coeff = self.outputs(t).popitem(), self.tiling.shape.coeff
             out_type = self.out_type(t, c)
             scale = "" if coeff == 1 else f"{SlangPrinter(out_type).doprint(coeff)} * "
-            self.emit(f"{out_type} {var} = {scale}{p}_acc[mm_u][mm_v];", 1)
+            acc = f"{p}_acc[mm_u][mm_v]"
+            if self.tile_sum_type(self.tiling) != out_type:
+                acc = f"{out_type}({acc})"
+            self.emit(f"{out_type} {var} = {scale}{acc};", 1)
             self.stores(step, {c: var}, names, 1)
             return
         if not step.loop:

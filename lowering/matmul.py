@@ -20,6 +20,22 @@ operand element once per tile:
   unrolled (5 GFLOP/s against 0.9; groupshared tiles measured slower, its
   barriers are costly, and wider vector loads gained nothing).
 
+Two more forms on the CPU device, where the plain one read memory across the
+grain (``bench.linear_algebra``):
+
+* ``A B^T`` (the reverse pass's ``dA = G B^T``): the row's operand runs along
+  ``k`` only, so each output of the row read another cache line; it is read in
+  blocks of ``CPU_TRANSPOSED_K`` k's per output, transposed into a local
+  array the row loop reads along memory (512^3 at 7 -> 12-13 GFLOP/s on one
+  core, CPU time on the loaded machine).
+* vector-matrix products ``x @ A`` and ``A^T g`` (``matvec_shape``; the
+  reverse pass of every ``A @ x``): one output per thread walked a column of
+  ``A``; a thread now owns a row of ``CPU_VECTOR_ROW`` outputs and reads ``A``
+  row by row, summing in doubles as every other in-thread float32 sum (mvt at
+  2048 value_and_grad 99 -> 20 ms).  The planner still treats them as
+  reductions (fused with others, split in two stages when long): only code
+  generation tiles them, so every other target's plan is unchanged.
+
 Everything else in the kernel (the epilogue: bias, activation, gradient
 chains fused behind the matmul) runs per output point, afterwards, from the
 tile's registers.  ``bench/matmul_kernels.py`` measures both forms.
@@ -32,7 +48,7 @@ from typing import TYPE_CHECKING
 
 import sympy
 
-from symdiff.ir.graph import DataflowGraph, Tasklet
+from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
 from . import targets
 
@@ -45,6 +61,16 @@ CPU_ROW = 512
 # Rows per CPU thread: each element of the contiguous operand's row, once loaded,
 # feeds CPU_ROWS rows of sums (4x512 floats, 8 KB, stay in L1).
 CPU_ROWS = 4
+# A B^T on the CPU device: the row's operand runs along k, so the row loop read
+# one cache line per output.  It is read CPU_TRANSPOSED_K k's (a 64-byte line of
+# float32) at a time per output into a local block, transposed, and the row loop
+# reads the block along memory; rows of CPU_TRANSPOSED_ROW keep the block (16 KB)
+# and the sums in L1.
+CPU_TRANSPOSED_K = 16
+CPU_TRANSPOSED_ROW = 256
+# Outputs per CPU thread of a vector-matrix product (one row of sums, kept in
+# doubles as every in-thread float32 sum is: lowering.codegen.WIDE_ACCUMULATORS).
+CPU_VECTOR_ROW = 256
 # Fewer outputs than this leave too few tiles for the cores: a long reduction is
 # then better split in two stages (plan.split_large_reductions).
 MIN_TILED_OUTPUTS = 256
@@ -53,20 +79,26 @@ MIN_TILED_OUTPUTS = 256
 @dataclass(frozen=True)
 class MatmulShape:
     """A sum of ``coeff * a[.., k, ..] * b[.., k, ..]``: ``a`` is the read using
-    ``row``, ``b`` the one using ``col``; other parallel symbols are batch axes."""
+    ``row``, ``b`` the one using ``col``; other parallel symbols are batch axes.
+    In a vector-matrix product (``matvec_shape``) the vector's axis is None."""
 
-    row: sympy.Symbol
-    col: sympy.Symbol
+    row: sympy.Symbol | None
+    col: sympy.Symbol | None
     k: sympy.Symbol
     a: str  # connector names
     b: str
     coeff: sympy.Expr
 
+    @property
+    def vector(self) -> bool:
+        return self.row is None or self.col is None
 
-def matmul_shape(graph: DataflowGraph, t: Tasklet) -> MatmulShape | None:
-    """The matmul reading of a tasklet, or None: one summed write, two reads,
-    every index component a lone domain symbol, one reduced symbol read by
-    both operands and one parallel symbol read by each operand alone."""
+
+def _product(graph: DataflowGraph, t: Tasklet) -> tuple[MatmulShape, Memlet, Memlet] | None:
+    """``t`` as a sum of products of its two reads over one reduced symbol, with
+    each read's output axes (either may have none), and the two reads' memlets;
+    or None: one summed write, two reads, every index component a lone domain
+    symbol."""
     writes, reads = graph.writes(t.name), graph.reads(t.name)
     if len(writes) != 1 or len(reads) != 2 or writes[0][1].accumulate != "sum" or t.condition is not sympy.true:
         return None
@@ -87,23 +119,53 @@ def matmul_shape(graph: DataflowGraph, t: Tasklet) -> MatmulShape | None:
     used_a, used_b = set(ma.index), set(mb.index)
     only_a = [s for s in out.index if s in used_a - used_b]
     only_b = [s for s in out.index if s in used_b - used_a]
-    if k not in used_a & used_b or not only_a or not only_b:
+    if k not in used_a & used_b:
         return None
-    return MatmulShape(only_a[-1], only_b[-1], k, ma.connector, mb.connector, coeff)
+    shape = MatmulShape(only_a[-1] if only_a else None, only_b[-1] if only_b else None, k, ma.connector,
+                        mb.connector, coeff)
+    return shape, ma, mb
+
+
+def matmul_shape(graph: DataflowGraph, t: Tasklet) -> MatmulShape | None:
+    """The matmul reading of a tasklet, or None: one summed write, two reads,
+    every index component a lone domain symbol, one reduced symbol read by
+    both operands and one parallel symbol read by each operand alone."""
+    found = _product(graph, t)
+    return None if found is None or found[0].vector else found[0]
+
+
+def matvec_shape(graph: DataflowGraph, t: Tasklet) -> MatmulShape | None:
+    """A vector-matrix product whose matrix runs along memory with the output,
+    ``out[j] += v[k] * m[k, j]`` (``x @ A``, and ``A^T g``: the reverse pass of
+    every ``A @ x``), or None.  One output per thread walks a column of the
+    matrix, one element per cache line; tiled along ``j`` (``tiling``) a
+    thread reads rows of the matrix along memory instead.  ``A @ x`` (the
+    matrix contiguous along the reduction) is not one: a thread per output
+    already reads its row along memory."""
+    found = _product(graph, t)
+    if found is None or not found[0].vector or (found[0].row is None) == (found[0].col is None):
+        return None
+    shape, ma, mb = found
+    axis, matrix = (shape.row, ma) if shape.row is not None else (shape.col, mb)
+    return shape if matrix.index[-1] == axis else None
 
 
 @dataclass
 class Tiling:
     """How a kernel's threads cover its box: ``tile[a]`` outputs along box axis
     ``a`` per thread; ``outer``/``inner`` are the step's tiled symbols, the
-    inner one running along contiguous memory where an operand allows."""
+    inner one running along contiguous memory where an operand allows (a
+    vector-matrix product has no ``outer``: its tiles are one row)."""
 
     step: "Step"
     shape: MatmulShape
-    outer: sympy.Symbol
+    outer: sympy.Symbol | None
     inner: sympy.Symbol
     tile: tuple[int, ...]
     box: tuple[int, ...]
+    # > 0: the inner operand runs along memory with k only (A B^T, dY W^T): read this many of its
+    # k's at a time per output of the row, transposed into a local block the row's loop reads along
+    transposed: int = 0
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -113,8 +175,16 @@ class Tiling:
     def threads(self) -> int:
         return math.prod(self.grid)
 
-    def axis(self, symbol: sympy.Symbol) -> int:
-        return [s for s, _, _ in self.step.parallel].index(symbol)
+    def axis(self, symbol: sympy.Symbol | None) -> int | None:
+        return None if symbol is None else [s for s, _, _ in self.step.parallel].index(symbol)
+
+    def along(self, symbol: sympy.Symbol | None) -> int:
+        """Outputs of a tile along ``symbol`` (1 along a vector product's missing ``outer``)."""
+        return 1 if symbol is None else self.tile[self.axis(symbol)]
+
+    def ragged(self, symbol: sympy.Symbol | None) -> bool:
+        """Whether the last tile along ``symbol`` reaches past the box."""
+        return symbol is not None and self.box[self.axis(symbol)] % self.along(symbol) != 0
 
 
 def _unit_stride(graph: DataflowGraph, t: Tasklet, connector: str, symbol: sympy.Symbol) -> bool:
@@ -124,27 +194,44 @@ def _unit_stride(graph: DataflowGraph, t: Tasklet, connector: str, symbol: sympy
 
 def tiling(graph: DataflowGraph, kernel: "Kernel", device: "str | targets.Target") -> Tiling | None:
     """The register-blocked layout of a kernel whose first matmul-shaped step
-    has enough outputs, or None (one thread per output, as planned)."""
+    has enough outputs, else, on the CPU device, of its first vector-matrix
+    product (``matvec_shape``; elsewhere neighbouring threads' columns are
+    neighbouring lanes, read together), or None (one thread per output, as
+    planned)."""
     if kernel.threads < MIN_TILED_OUTPUTS:
         return None
-    for step in kernel.steps:
-        shape = matmul_shape(graph, step.tasklet) if len(step.loop) == 1 else None
-        if shape is None or any(graph.containers[r.memlet.container].dtype not in ("float32", "float64")
-                                for r in step.reads):
-            continue
-        t = step.tasklet
-        # the vectorised axis: one whose operand is contiguous along it, the output's last one on a tie
-        out_last = graph.writes(t.name)[0][1].index[-1]
-        unit = [s for s, c in ((shape.col, shape.b), (shape.row, shape.a)) if _unit_stride(graph, t, c, s)]
-        inner = unit[0] if len(unit) == 1 else (out_last if out_last in (shape.row, shape.col) else shape.col)
-        outer = shape.row if inner == shape.col else shape.col
-        syms = [s for s, _, _ in step.parallel]
-        tile = [1] * len(kernel.box)
-        n_inner = kernel.box[syms.index(inner)]
-        if targets.of(device).sequential:
-            tile[syms.index(inner)] = -(-n_inner // -(-n_inner // CPU_ROW))  # balanced rows of at most CPU_ROW
-            tile[syms.index(outer)] = CPU_ROWS  # clamped below for a shorter axis
-        else:
-            tile[syms.index(outer)], tile[syms.index(inner)] = VECTOR_TILE
-        return Tiling(step, shape, outer, inner, tuple(min(t, n) for t, n in zip(tile, kernel.box)), kernel.box)
+    sequential = targets.of(device).sequential
+    for find in (matmul_shape, matvec_shape) if sequential else (matmul_shape,):
+        for step in kernel.steps:
+            shape = find(graph, step.tasklet) if len(step.loop) == 1 else None
+            if shape is not None and all(graph.containers[r.memlet.container].dtype in ("float32", "float64")
+                                         for r in step.reads):
+                return _tiles(graph, kernel, step, shape, sequential)
     return None
+
+
+def _tiles(graph: DataflowGraph, kernel: "Kernel", step: "Step", shape: MatmulShape, sequential: bool) -> Tiling:
+    t = step.tasklet
+    syms = [s for s, _, _ in step.parallel]
+    tile = [1] * len(kernel.box)
+    if shape.vector:
+        inner = shape.row if shape.col is None else shape.col
+        n_inner = kernel.box[syms.index(inner)]
+        tile[syms.index(inner)] = -(-n_inner // -(-n_inner // CPU_VECTOR_ROW))
+        return Tiling(step, shape, None, inner, tuple(tile), kernel.box)
+    # the vectorised axis: one whose operand is contiguous along it, the output's last one on a tie
+    out_last = graph.writes(t.name)[0][1].index[-1]
+    unit = [s for s, c in ((shape.col, shape.b), (shape.row, shape.a)) if _unit_stride(graph, t, c, s)]
+    inner = unit[0] if len(unit) == 1 else (out_last if out_last in (shape.row, shape.col) else shape.col)
+    outer = shape.row if inner == shape.col else shape.col
+    n_inner = kernel.box[syms.index(inner)]
+    inner_operand = shape.b if inner == shape.col else shape.a
+    transposed = CPU_TRANSPOSED_K if sequential and _unit_stride(graph, t, inner_operand, shape.k) else 0
+    if sequential:
+        row = CPU_TRANSPOSED_ROW if transposed else CPU_ROW
+        tile[syms.index(inner)] = -(-n_inner // -(-n_inner // row))  # balanced rows of at most CPU_ROW
+        tile[syms.index(outer)] = CPU_ROWS  # clamped below for a shorter axis
+    else:
+        tile[syms.index(outer)], tile[syms.index(inner)] = VECTOR_TILE
+    return Tiling(step, shape, outer, inner, tuple(min(t, n) for t, n in zip(tile, kernel.box)), kernel.box,
+                  transposed)

@@ -8,7 +8,7 @@ import symdiff as sd
 from symdiff import lowering
 from symdiff.ir.graph import index_symbol
 from symdiff.lowering.codegen import generate
-from symdiff.lowering.matmul import matmul_shape, tiling
+from symdiff.lowering.matmul import matmul_shape, matvec_shape, tiling
 from symdiff.lowering.plan import plan
 from lowering_graphs import G, i, j, k, rng
 from test_programs import assert_agrees
@@ -156,3 +156,90 @@ def test_float_coefficient_is_tiled():
     a, w = g.normal(size=(40, 30)).astype(np.float32), g.normal(size=(30, 50)).astype(np.float32)
     got = lowering.compile(b.g, device="cpu")({"a": a, "w": w})["c"]
     np.testing.assert_allclose(got, 1.5 * a.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+
+
+# (vector index, matrix index, output index) over (j, k): out += v * m, the two vector-matrix forms
+VECTOR_LAYOUTS = {
+    "vector_matrix": ((k,), (k, j), (j,)),   # x @ A, and A^T g: the reverse pass of every A @ x
+    "matrix_vector": ((k,), (j, k), (j,)),   # A @ x: a thread per output already reads its row along memory
+}
+
+
+def vector_graph(n: int, kk: int, layout: str, coeff=1, dtype: str = "float32"):
+    iv, im, io = VECTOR_LAYOUTS[layout]
+    ext = {j: n, k: kk}
+    shape = lambda ix: tuple(ext[s] for s in ix)  # noqa: E731
+    b = G(f"mv_{layout}", dtype).c("v", shape(iv), "argument").c("m", shape(im), "argument")
+    b.c("c", shape(io), "result")
+    b.t("mv", [(j, 0, n), (k, 0, kk)], coeff * b.s("x", "v") * b.s("y", "m"), {"x": ("v", iv), "y": ("m", im)},
+        ("c", io), acc="sum")
+    r = rng(3)
+    return b.g, {"v": r.standard_normal(shape(iv)).astype(dtype), "m": r.standard_normal(shape(im)).astype(dtype)}
+
+
+def test_matvec_shape_only_where_the_matrix_runs_with_the_output():
+    for layout, want in (("vector_matrix", True), ("matrix_vector", False)):
+        graph, _ = vector_graph(300, 20, layout)
+        (t,) = graph.tasklets()
+        assert matmul_shape(graph, t) is None  # the planner keeps treating it as a reduction
+        shape = matvec_shape(graph, t)
+        assert (shape is not None) == want, layout
+        if want:
+            assert (shape.row, shape.col, shape.k) == (None, j, k)
+
+
+@pytest.mark.parametrize("n, kk", [(300, 37), (256, 5), (1030, 300)])
+@pytest.mark.parametrize("layout", sorted(VECTOR_LAYOUTS))
+def test_vector_matrix_products_match_interpreter(layout, n, kk, device):
+    """Tiled along the output on the CPU device (rows of sums in doubles; 300 and 1030 leave a
+    ragged last tile), one output per thread elsewhere and for A @ x."""
+    graph, inputs = vector_graph(n, kk, layout, coeff=1.5)
+    (tl,) = kernel_tiling(graph, device)
+    tiled = device == "cpu" and layout == "vector_matrix"
+    assert (tl is not None) == tiled
+    exe = assert_agrees(graph, inputs, device, rtol=1e-5, atol=1e-5)
+    if tiled:
+        assert "double mv_acc[1][" in exe.source
+        assert ("continue;" in exe.source) == (n % tl.tile[0] != 0)
+
+
+def test_float64_vector_matrix_product(device):
+    graph, inputs = vector_graph(300, 40, "vector_matrix", dtype="float64")
+    assert_agrees(graph, inputs, device, rtol=1e-12, atol=1e-12)
+
+
+def test_mvt_gradients_through_tiled_vector_products(device):
+    """NPBench's mvt at a size whose products are tiled: x1 + A y1 and x2 + y2 A forward, A^T g and
+    A g backward; value and gradients against numpy float64."""
+    def mvt(x1, x2, y_1, y_2, A):
+        return np.sum((x1 + A @ y_1) ** 2) + np.sum((x2 + y_2 @ A) ** 2)
+
+    r = rng(5)
+    n = 520
+    args = {name: r.standard_normal(n).astype(np.float32) for name in ("x1", "x2", "y_1", "y_2")}
+    args["A"] = (r.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
+    program = sd.differentiable_program(mvt)
+    value, grads = program.value_and_grad(**args, wrt=list(args), device=device)
+    a = {name: v.astype(np.float64) for name, v in args.items()}
+    u, w = a["x1"] + a["A"] @ a["y_1"], a["x2"] + a["y_2"] @ a["A"]
+    want = {"x1": 2 * u, "x2": 2 * w, "y_1": a["A"].T @ (2 * u), "y_2": a["A"] @ (2 * w),
+            "A": np.outer(2 * u, a["y_1"]) + np.outer(a["y_2"], 2 * w)}
+    np.testing.assert_allclose(value, np.sum(u * u) + np.sum(w * w), rtol=1e-5)
+    for name, g in want.items():
+        np.testing.assert_allclose(grads[name], g, rtol=1e-4, atol=1e-5 * np.abs(g).max(), err_msg=name)
+    if device == "cpu":
+        p = plan(program.backward_graph(list(args)), {}, device)
+        assert sum(tiling(p.graph, kern, device) is not None for kern in p.kernels) >= 2
+
+
+@pytest.mark.parametrize("kk", [48, 37])
+def test_transposed_operand_is_read_in_blocks_on_the_cpu(kk, device):
+    """dX = dY W^T: the row's operand runs along k only; on the CPU device it is read in
+    blocks of k (a ragged last block when 16 does not divide k), elsewhere directly."""
+    graph, inputs = matmul_graph(70, kk, 300, "nt", coeff=2)
+    (tl,) = kernel_tiling(graph, device)
+    assert bool(tl.transposed) == (device == "cpu")
+    exe = assert_agrees(graph, inputs, device, rtol=1e-4, atol=1e-4)
+    assert ("mm_y_block[16][" in exe.source) == (device == "cpu")
+    if device == "cpu":
+        assert (f"min(mm_r0 + mm_q, {kk - 1})" in exe.source) == (kk % tl.transposed != 0)
