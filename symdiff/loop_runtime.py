@@ -224,7 +224,7 @@ class _Calls:
         """A state to store for the reverse pass."""
         if self.device is None:
             return [_kept(v) for v in state]
-        return [self._copy(v) if isinstance(v, lowering.DeviceArray) else v for v in state]
+        return [self._copy(v) if isinstance(v, lowering.DeviceArray) else _kept(v) for v in state]
 
     def fixed(self, state: list) -> list:
         """``state`` in the run's fixed buffers (recorded runs; others as it is).  A call's
@@ -394,8 +394,9 @@ class _LoopRunner:
 
         with self._lock:
             if tape.schedule.kind == "state not read":  # any state will do: the one going in
+                state = calls.fixed(tape.checkpoints[0])  # copied once, not per adjoint
                 for n in range(tape.trips - 1, -1, -1):
-                    adjoint(n, tape.checkpoints[0])
+                    adjoint(n, state)
             else:
                 for start, end, free in reversed(tape.schedule.segments(tape.trips)):
                     checkpoint_schedule.reverse(tape.checkpoints.pop(start), start, end, free, advance, adjoint)
