@@ -124,6 +124,7 @@ class _KernelWriter:
         self.mapping = Threads.for_device(self.layout.threads(self.threads) if self.layout else self.threads,
                                           self.target)
         self.lanes = CPU_REDUCTION_LANES if self.target.sequential else 1
+        self.kept = "[loop] " if self.target.keep_loops else ""  # prefix of the long loops (targets.keep_loops)
         self.indent = 0  # extra depth of the point loop and of the per-output loop of a tiled kernel
         self.colliding = False  # some point updates an element other points update too (atomic_<op>)
 
@@ -238,17 +239,17 @@ class _KernelWriter:
             q = tl.transposed
             last = f"min(mm_r0 + mm_q, {length - 1})" if length % q else "mm_r0 + mm_q"
             block_names = {**names, k: f"({last} + {int(kb)})" if int(kb) else f"({last})"}
-            self.emit(f"for (int mm_r0 = 0; mm_r0 < {length}; mm_r0 += {q})", 1)
+            self.emit(f"{self.kept}for (int mm_r0 = 0; mm_r0 < {length}; mm_r0 += {q})", 1)
             self.emit("{", 1)
             self.emit(f"{inner_type} {inner_var}_block[{q}][{n_i}];", 2)
-            self.emit(f"for (int mm_v = 0; mm_v < {n_i}; mm_v++)", 2)
+            self.emit(f"{self.kept}for (int mm_v = 0; mm_v < {n_i}; mm_v++)", 2)
             self.emit(f"    [ForceUnroll] for (int mm_q = 0; mm_q < {q}; mm_q++) {inner_var}_block[mm_q][mm_v] = "
                       f"{self.buffer(inner_read.access)}[{self.flat_index(inner_read.memlet, block_names)}];", 2)
             self.emit(f"for (int mm_r = mm_r0; mm_r < min(mm_r0 + {q}, {length}); mm_r++)", 2)
             inner_load = f"{inner_var}_block[mm_r - mm_r0][mm_v]"
             depth = 2
         else:
-            self.emit(f"for (int mm_r = 0; mm_r < {length}; mm_r++)", 1)
+            self.emit(f"{self.kept}for (int mm_r = 0; mm_r < {length}; mm_r++)", 1)
         self.emit("{", depth)
         self.emit(f"{outer_type} {outer_var}[{n_o}];", depth + 1)
         self.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {n_o}; mm_u++) {outer_var}[mm_u] = "
@@ -276,8 +277,8 @@ class _KernelWriter:
         taking its value from the tile's sums."""
         o, i = tl.axis(tl.outer), tl.axis(tl.inner)
         self.emit("// the rest of the kernel, once per output of the tile", 1)
-        self.emit(f"for (int mm_u = 0; mm_u < {tl.along(tl.outer)}; mm_u++)", 1)
-        self.emit(f"for (int mm_v = 0; mm_v < {tl.along(tl.inner)}; mm_v++)", 1)
+        self.emit(f"{self.kept}for (int mm_u = 0; mm_u < {tl.along(tl.outer)}; mm_u++)", 1)
+        self.emit(f"{self.kept}for (int mm_v = 0; mm_v < {tl.along(tl.inner)}; mm_v++)", 1)
         self.emit("{", 1)
         for a in range(len(tl.box)):
             self.emit(f"int t{a} = {self.tile_point(tl, a)};", 2)
@@ -365,7 +366,7 @@ class _KernelWriter:
             for *_, var, acc_type in accs:
                 self.emit(f"{acc_type} {var}_lanes[{lanes}];", 1)
                 self.emit(f"[ForceUnroll] for (int lane = 0; lane < {lanes}; lane++) {var}_lanes[lane] = {var};", 1)
-            self.emit(f"for (int block = 0; block < {start}; block += {lanes})", 1)
+            self.emit(f"{self.kept}for (int block = 0; block < {start}; block += {lanes})", 1)
             self.emit("{", 1)
             self.emit(f"[ForceUnroll] for (int lane = 0; lane < {lanes}; lane++)", 2)
             self.emit("{", 2)
@@ -378,7 +379,7 @@ class _KernelWriter:
                 self.emit(f"[ForceUnroll] for (int lane = 0; lane < {lanes}; lane++) {var} = {combined};", 1)
         if start == length:
             return
-        self.emit(f"for (int r = {start}; r < {length}; r++)", 1)
+        self.emit(f"{self.kept}for (int r = {start}; r < {length}; r++)", 1)
         self.emit("{", 1)
         point(2, None)
         self.emit("}", 1)
@@ -408,7 +409,7 @@ class _KernelWriter:
         """``lane_loops`` in a workgroup: lane ``l`` runs points ``l``,
         ``l + WORKGROUP``, ... and each reducing step's accumulators are then
         combined over the lanes (``combine_lanes``)."""
-        self.emit(f"for (int r = lane; r < {length}; r += {self.layout.lanes})", 1)
+        self.emit(f"{self.kept}for (int r = lane; r < {length}; r += {self.layout.lanes})", 1)
         self.emit("{", 1)
         self.per_lane = True
         point(2, None)

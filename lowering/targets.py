@@ -89,6 +89,13 @@ class Target:
     # 512^3 matmul kernel went 9.2 -> 18.7 GFLOP/s, the generated ones 1.1-1.4x
     # (bench.matmul_kernels), results bit-identical (g++ contracts nothing into FMA).
     native_instructions: bool = False
+    # Loops over a tile's contraction, a row or a reduction are marked ``[loop]``
+    # (SPIR-V DontUnroll): lavapipe compiles a shader at its first dispatch and
+    # unrolls constant-trip loops with their inlined maths, so the first call of
+    # a 256x64-64-10 MLP spent 15 s compiling (the softmax row kernel alone 4.7 s,
+    # 0.22 s with ``[loop]``; a matmul kernel's loop over its 8x4 tile of
+    # outputs 2.0 s, 0.34 with it).
+    keep_loops: bool = False
 
     @property
     def max_row(self) -> int:
@@ -126,7 +133,7 @@ CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=F
 # costly: value_and_grad on this 2-core machine went 163 -> 664 ms (layer norm
 # 4096x1024), 61 -> 309 ms (row log-sum-exp 4096x1000), 208 -> 330 ms (16M sum).
 LAVAPIPE = replace(VULKAN, float64_transcendentals=False, polynomial_math=True, workgroup_reductions=False,
-                   recompute_transcendentals=False)
+                   recompute_transcendentals=False, keep_loops=True)
 
 TARGETS = {t.name: t for t in (CPU, VULKAN, CUDA)}
 

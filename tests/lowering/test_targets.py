@@ -231,3 +231,22 @@ def test_colliding_float64_max_is_refused_where_threads_run_together(target):
     with pytest.raises(LoweringError, match=r"scatter \(hist.py:3\).*float64.*max"):
         generate(p, target)
     assert "buf[i] = maximum(buf[i], v);" in generate(p, "cpu").source
+
+
+def test_long_loops_stay_loops_where_the_target_keeps_them():
+    """lavapipe unrolls constant-trip loops at its first dispatch (15 s for a small
+    MLP's first call): a row's, a reduction's and a matmul's loops carry
+    ``[loop]`` there and nowhere else, and a register tile's loops stay unrollable."""
+    def f(x: sd.f32[64, 32], w: sd.f32[32, 10]):
+        z = x @ w
+        return np.sum(np.log(np.sum(np.exp(z - np.max(z, axis=1, keepdims=True)), axis=1)))
+    program = sd.differentiable_program(f)
+    graph = program.backward_graph(["x", "w"])
+    for target in (targets.CPU, targets.VULKAN, targets.CUDA, targets.LAVAPIPE):
+        source = generate(plan(graph, {}), target).source
+        kept = [line.strip() for line in source.splitlines() if "[loop] for" in line]
+        if target.keep_loops:
+            assert any("mm_r" in line for line in kept) and any("int r = " in line for line in kept), kept
+        else:
+            assert not kept
+        assert "[ForceUnroll] for (int mm_u" in source and "[loop] [ForceUnroll]" not in source
