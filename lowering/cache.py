@@ -90,7 +90,8 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
                 for entry in entries:
                     program = session.link_program([module], [module.entry_point(entry)])
                     out[entry] = device.create_compute_kernel(program)
-                    out[entry].pipeline  # force the backend compile now, not at first dispatch
+                    out[entry].pipeline  # the backend compile now, not at first dispatch (lavapipe still
+                    # compiles its shader code there: measured, bench.first_call's cold run)
         except spy.SlangCompileError as exc:
             raise SlangGenerationError(_quote(source, str(exc))) from None
         except RuntimeError as exc:
