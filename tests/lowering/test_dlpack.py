@@ -145,7 +145,8 @@ def test_transfers_in_pieces_arrive_whole(monkeypatch):
     # uploaded (asarray, the program's argument) and read back (numpy()) piece by piece.
     if "vulkan" not in lowering.available_devices():
         pytest.skip("no vulkan device here")
-    monkeypatch.setattr(lowering.dlpack, "PIECE_BYTES", 12)
+    monkeypatch.setattr(lowering.dlpack, "UPLOAD_PIECE_BYTES", 12)
+    monkeypatch.setattr(lowering.dlpack, "READ_PIECE_BYTES", 12)
     x = np.random.default_rng(5).standard_normal(103).astype(np.float32)
     np.testing.assert_array_equal(sd.asarray(x, device="vulkan").numpy(), x)
 
