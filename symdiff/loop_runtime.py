@@ -29,6 +29,7 @@ interpreter included, and the compile time does not depend on the trip count.
 """
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from dataclasses import dataclass, field, replace
@@ -39,7 +40,8 @@ import numpy as np
 
 from symdiff import ir
 from symdiff import lowering
-from symdiff.lowering import devices, runtime
+from symdiff.lowering import devices, dlpack, runtime
+from symdiff.lowering.buffer_plan import STORAGE, buffer_bytes
 
 from . import backward, forward
 from .errors import DifferentiationError
@@ -189,10 +191,11 @@ class _Calls:
     stored state's own buffer made a binding per iteration (lavapipe: ~85 us each)."""
 
     def __init__(self, device: str | None, check_bounds: bool, on_device: bool,
-                 pool: dict[int, list]):
+                 pool: dict[int, list], dtypes: Sequence[str]):
         self.check_bounds, self.on_device = check_bounds, on_device
+        self.kind = device
         self.device = devices.get_device(device) if device else None
-        self.pool = pool
+        self.pool, self.dtypes = pool, dtypes
         self.enc, self.recorded = None, 0
         self._fixed: dict[int, lowering.DeviceArray] = {}  # state element -> its fixed buffer (fixed)
 
@@ -210,22 +213,32 @@ class _Calls:
             self.enc = self.device.create_command_encoder()
         return self.enc
 
-    def _copy(self, value: lowering.DeviceArray, into: lowering.DeviceArray | None = None) -> lowering.DeviceArray:
-        """``value`` copied into ``into``, or into a buffer of the pool (back to it when dropped)."""
-        size = value.buffer.size
+    def _copy(self, k: int, value: Any, into: lowering.DeviceArray | None = None) -> lowering.DeviceArray:
+        """State element ``k`` copied into ``into``, or into a buffer of the pool (back to it
+        when dropped).  A numpy element (the state going in) is uploaded once here, after the
+        calls recorded so far have been submitted (a pool buffer may be one they read), not
+        through the encoder at every call reading it: slangpy keeps an encoder's uploads in its
+        upload heap until the submission."""
+        dtype, shape = self.dtypes[k], tuple(np.shape(value))
+        nbytes = buffer_bytes(dtype, math.prod(shape))
         if into is None:
-            free = self.pool.setdefault(size, [])
-            buffer = free.pop() if free else self.device.create_buffer(size=size, usage=runtime._usage())
-            into = lowering.DeviceArray(buffer, value.shape, value.dtype, value.device)
+            free = self.pool.setdefault(nbytes, [])
+            buffer = free.pop() if free else self.device.create_buffer(size=nbytes, usage=runtime._usage())
+            into = lowering.DeviceArray(buffer, shape, dtype, self.kind)
             weakref.finalize(into, free.append, buffer)
-        self._encoder().copy_buffer(into.buffer, 0, value.buffer, 0, size)
+        if isinstance(value, lowering.DeviceArray):
+            self._encoder().copy_buffer(into.buffer, 0, value.buffer, 0, nbytes)
+        else:
+            self.submit()
+            dlpack.upload(into.buffer, np.ascontiguousarray(runtime.host_argument(f"s{k}", value, dtype),
+                                                            dtype=STORAGE[dtype]))
         return into
 
     def keep(self, state: list) -> list:
         """A state to store for the reverse pass."""
         if self.device is None:
             return [_kept(v) for v in state]
-        return [self._copy(v) if isinstance(v, lowering.DeviceArray) else _kept(v) for v in state]
+        return [self._copy(k, v) for k, v in enumerate(state)]
 
     def fixed(self, state: list) -> list:
         """``state`` in the run's fixed buffers (recorded runs; others as it is).  A call's
@@ -233,16 +246,12 @@ class _Calls:
         fixed buffer never becomes a state that the schedule holds."""
         if self.device is None:
             return state
-        out = list(state)
         for k, v in enumerate(state):
-            if not isinstance(v, lowering.DeviceArray):
-                continue  # a numpy state (the one going in) is uploaded by the call
             if k not in self._fixed:
-                self._fixed[k] = self._copy(v)
-            elif v.buffer is not self._fixed[k].buffer:
-                self._copy(v, self._fixed[k])
-            out[k] = self._fixed[k]
-        return out
+                self._fixed[k] = self._copy(k, v)
+            elif not (isinstance(v, lowering.DeviceArray) and v.buffer is self._fixed[k].buffer):
+                self._copy(k, v, self._fixed[k])
+        return [self._fixed[k] for k in range(len(state))]
 
     def submit(self) -> None:
         """Submit the calls recorded so far (a later read of their results waits for them)."""
@@ -285,7 +294,7 @@ class _LoopRunner:
             exes.append((self._reverse_step()[0], self._reverse_step()[3]))
         record = self.on_device and all(isinstance(e, lowering.Executable) and
                                         e.recordable(_only(tape.sizes, names), check_bounds) for e, names in exes)
-        return _Calls(self.device if record else None, check_bounds, self.on_device, self._pool)
+        return _Calls(self.device if record else None, check_bounds, self.on_device, self._pool, self.loop.dtypes)
 
     def step(self, calls: "_Calls", tape: _Tape, n: int, state: list) -> list:
         """Iteration ``n`` (counted from 0); the state stays on the device between iterations

@@ -95,3 +95,19 @@ def test_a_body_with_checked_indices_runs_call_by_call_and_raises(slang_device, 
     assert counted["record"] == 0
     np.testing.assert_allclose(f(x, np.zeros(8, np.int32), device=slang_device),
                                f(x, np.zeros(8, np.int32), device="numpy"), rtol=1e-6)
+
+
+def test_the_state_going_in_is_uploaded_once(slang_device, monkeypatch):
+    """Binomial checkpointing recomputes from the stored state going in many times; that state
+    is held in a device buffer, so no recorded call uploads it again (an encoder's uploads stay
+    in slangpy's upload heap until it is submitted)."""
+    uploads = []
+    record = runtime.Executable.record
+
+    def counting(self, enc, inputs, sizes=None):
+        uploads.extend(k for k, v in inputs.items() if k[0] == "s" and k[1:].isdigit() and isinstance(v, np.ndarray))
+        return record(self, enc, inputs, sizes)
+    monkeypatch.setattr(runtime.Executable, "record", counting)
+    u = np.linspace(-1, 1, 16, dtype=np.float32)
+    _program(30, 2, sd.f32).value_and_grad(u, u[::-1].copy(), device=slang_device)
+    assert len(uploads) <= 2  # the forward's first call (both state elements), nothing in the reverse
