@@ -11,12 +11,14 @@ g++ (``downstream_args`` never reaches its command line, measured), and its
 finite-math assumptions break the inf/NaN handling programs rely on; so the
 vectorised libmvec routines are out of reach.  These helpers are branch-free
 range reduction + polynomial (Cephes' float32 minimax coefficients), which
-g++ inlines and vectorises with the rest of the loop.  Targets without
-``polynomial_math`` (lowering.targets) keep the built-ins: ``source`` gives
-each target only its own definitions of the names in ``FUNCTIONS``.  lavapipe
-has ``polynomial_math`` too, for accuracy: its built-in log and tanh were ~100x
-less accurate, arcsin and arccos 3800 ulp off, pow 60 (the same tests run there).
-Where a float32 formula cancels (arcsin near 1/2, arcsinh's and arccosh's logs,
+g++ inlines and vectorises with the rest of the loop (``VECTORISED``; the
+CPU device keeps glibc's accurate pow, log2, arcsinh...: ours, partly in
+double, ran slower there).  Targets without ``polynomial_math``
+(lowering.targets) keep the built-ins: ``source`` gives each target only its
+own definitions of the names in ``FUNCTIONS``.  lavapipe takes every function
+here, for accuracy (``accurate_builtins``): its built-in log and tanh were
+~100x less accurate, arcsin and arccos 3800 ulp off, pow 60 (the same tests
+run there).  Where a float32 formula cancels (arcsin near 1/2, arcsinh's and arccosh's logs,
 pow's y log x, sinh/cosh near overflow) the helpers compute in double with
 + - * / only: lavapipe's double transcendentals are wrong, its double
 arithmetic is not.
@@ -44,6 +46,10 @@ _POLYNOMIAL = {"exp": "cpu_exp(x)", "log": "cpu_log(x)", "sin": "cpu_sin_quadran
                "sinh": "cpu_sinh(x)", "cosh": "cpu_cosh(x)", "asinh": "cpu_asinh(x)", "acosh": "cpu_acosh(x)",
                "atanh": "cpu_atanh(x)", "pow": "cpu_pow(x, y)"}
 _ARGUMENTS = {"atan2": "y, x", "pow": "x, y"}
+# the float32 polynomials g++ vectorises, faster than glibc's scalar calls on the
+# CPU device (targets.polynomial_math); the rest replace inaccurate built-ins only
+# (targets.accurate_builtins)
+VECTORISED = ("exp", "log", "sin", "cos", "tanh", "atan", "atan2")
 
 SOURCE = """\
 // float32 exp/log/sin/cos/tanh: branch-free polynomials on the CPU device so
@@ -313,8 +319,9 @@ static const float PIO2_LO = -4.37113900018624e-8f;
 
 
 def source(target: Target) -> str:
-    """Slang defining each name of ``FUNCTIONS`` for ``target``: the
-    polynomials above where it has ``polynomial_math``, the built-ins elsewhere;
+    """Slang defining each name of ``FUNCTIONS`` for ``target``: the helpers
+    above for ``VECTORISED`` where it has ``polynomial_math`` and for all where
+    its built-ins are not ``accurate_builtins``, the built-ins elsewhere;
     and ``unfolded(a, b)``, which is ``a`` (``b`` only where ``a`` is NaN) in a
     form the target's compiler cannot see through where it
     ``folds_float_identities`` (so ``unfolded(x + K, x) - K`` rounds x), and
@@ -323,12 +330,14 @@ def source(target: Target) -> str:
     barrier = "".join(f"[ForceInline] {t} unfolded({t} a, {t} b) {{ return {keep}; }}\n" for t in ("float", "double"))
     def wrapper(name: str) -> str:
         arguments = _ARGUMENTS.get(name, "x").split(", ")
-        call = _POLYNOMIAL[name] if target.polynomial_math else f"{name}({', '.join(arguments)})"
+        own = not target.accurate_builtins or target.polynomial_math and name in VECTORISED
+        call = _POLYNOMIAL[name] if own else f"{name}({', '.join(arguments)})"
         parameters = ", ".join(f"float {a}" for a in arguments)
         # the caller's rounding kept: acosh(1 + p) computes (1 + p) - 1, which the
         # optimiser would fold to p once the helper is inlined
         keep = "".join(f"{a} = unfolded({a}, asfloat(0x7FC00000u)); " for a in arguments
-                       if target.polynomial_math and target.folds_float_identities)
+                       if own and target.folds_float_identities)
         return f"[ForceInline] float {FUNCTIONS[name]}({parameters}) {{ {keep}return {call}; }}\n"
 
-    return barrier + (SOURCE if target.polynomial_math else "") + "".join(wrapper(name) for name in FUNCTIONS)
+    helpers = SOURCE if target.polynomial_math or not target.accurate_builtins else ""
+    return barrier + helpers + "".join(wrapper(name) for name in FUNCTIONS)

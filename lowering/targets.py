@@ -50,12 +50,18 @@ class Target:
     # Atomic add on float and double buffers (``InterlockedAdd``); without it a
     # colliding sum must be sequential or owner-computes.
     float_atomic_add: bool
-    # float32 transcendentals as inline polynomials (lowering.cpu_math) rather
-    # than the built-ins: g++ vectorises loops calling them (CPU), and lavapipe's
-    # own are up to 3800 ulp off (LAVAPIPE below).
+    # float32 exp, log, sin, cos, tanh, arctan and arctan2 as inline polynomials
+    # (lowering.cpu_math's ``VECTORISED``) rather than the built-ins: g++
+    # vectorises loops calling them (CPU), and lavapipe's own are far less accurate.
     polynomial_math: bool
     # The double-precision transcendentals (exp, sin, log, pow, tanh) are right.
     float64_transcendentals: bool = True
+    # The float32 built-ins are as accurate as numpy's; where not, every float32
+    # transcendental comes from lowering.cpu_math (lavapipe's arcsin was 3800 ulp
+    # off, arctan 270, pow 60).  The CPU device keeps glibc's for the functions
+    # outside ``polynomial_math``: its own pow, log2 or arcsinh, computed partly in
+    # double, ran 1.2-4x slower there.
+    accurate_builtins: bool = True
     # The compiler applies float identities that change rounding: Slang's SPIR-V
     # optimiser (any level >= 1, any floating-point mode) folds (x + K) - K and
     # (1 + x) - 1 to x, so rounding tricks need lowering.cpu_math's ``unfolded``.
@@ -132,7 +138,8 @@ CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=F
 # (tests/lowering/test_workgroups.py forces it there) but its barriers are
 # costly: value_and_grad on this 2-core machine went 163 -> 664 ms (layer norm
 # 4096x1024), 61 -> 309 ms (row log-sum-exp 4096x1000), 208 -> 330 ms (16M sum).
-LAVAPIPE = replace(VULKAN, float64_transcendentals=False, polynomial_math=True, workgroup_reductions=False,
+LAVAPIPE = replace(VULKAN, float64_transcendentals=False, polynomial_math=True, accurate_builtins=False,
+                   workgroup_reductions=False,
                    recompute_transcendentals=False, keep_loops=True)
 
 TARGETS = {t.name: t for t in (CPU, VULKAN, CUDA)}
