@@ -14,7 +14,7 @@ import re
 import threading
 import time
 
-from . import compiler_cache, devices
+from . import compiler_cache, devices, targets
 from .slang import spy
 
 _lock = threading.Lock()
@@ -108,10 +108,13 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
 
 
 def _binaries_cached(device_kind: str) -> contextlib.AbstractContextManager:
-    """On the CPU device, g++ goes through the on-disk library cache (``compiler_cache``)."""
-    if device_kind == "cpu" and devices.disk_cache_enabled():
-        return compiler_cache.active(devices.cache_dir() / "cpu-binaries")
-    return contextlib.nullcontext()
+    """On the CPU device, g++ goes through ``compiler_cache``'s wrapper: it adds
+    the target's flags (``targets.compiler_args``) and, unless the disk cache is
+    off, keeps the libraries on disk."""
+    if device_kind != "cpu":
+        return contextlib.nullcontext()
+    store = devices.cache_dir() / "cpu-binaries" if devices.disk_cache_enabled() else None
+    return compiler_cache.active(store, targets.compiler_args(targets.CPU))
 
 
 def clear() -> int:

@@ -22,8 +22,15 @@ whose content no longer matches its recorded hash is deleted and rebuilt.
 compile goes through the wrapper too, which passes anything but such a
 compile on unchanged (and caches such a compile by content, as it would ours).
 
-Where: ``devices.cache_dir() / "cpu-binaries"``; off with ``SYMDIFF_DISK_CACHE=0``.
-The wrapper is POSIX-only (a shell script); elsewhere g++ runs every time.
+The wrapper is also how the target's own compiler flags reach g++ (``extra``:
+``targets.compiler_args``, the spelled-out ``-march=native``): slangpy 0.43
+drops the device's ``downstream_args`` (measured: g++ ran with ``-O3 -g0``
+and no ``-march``, and none of 350 cached libraries used a 256-bit register),
+so they are added here to each library compile, and are part of its key.
+
+Where: ``devices.cache_dir() / "cpu-binaries"``; with ``SYMDIFF_DISK_CACHE=0``
+the wrapper still runs (for the flags) and stores nothing.
+The wrapper is POSIX-only (a shell script); elsewhere g++ runs every time, without the flags.
 This module is run by a bare interpreter (``python -I -S``): standard library only.
 """
 from __future__ import annotations
@@ -42,14 +49,19 @@ COMPILERS = ("g++",)  # what Slang's downstream compiler locator runs here
 SOURCES = (".cpp", ".cc", ".cxx", ".c++")
 
 
+NO_STORE = "-"  # the directory argument of a wrapper that stores nothing
+EXTRA_ENV = "SYMDIFF_CXX_EXTRA"  # the wrapper's extra flags, space-separated
+
+
 @contextlib.contextmanager
-def active(directory: Path) -> Iterator[None]:
-    """Within the block, ``g++`` (found on ``PATH``) stores and reuses
-    libraries in ``directory``."""
+def active(directory: Path | None, extra: list[str] = ()) -> Iterator[None]:
+    """Within the block, ``g++`` (found on ``PATH``) compiles each library
+    with ``extra`` flags added, and stores and reuses libraries in ``directory``
+    (None: stores nothing)."""
     if os.name != "posix":
         yield
         return
-    bin_dir = _wrappers(directory)
+    bin_dir = _wrappers(directory, list(extra))
     saved = os.environ.get("PATH", "")
     os.environ["PATH"] = str(bin_dir) + os.pathsep + saved
     try:
@@ -58,13 +70,15 @@ def active(directory: Path) -> Iterator[None]:
         os.environ["PATH"] = saved
 
 
-def _wrappers(directory: Path) -> Path:
-    """``directory/bin`` with a ``g++`` script running this file (rewritten if
-    this file or the interpreter moved)."""
-    bin_dir = directory / "bin"
+def _wrappers(directory: Path | None, extra: list[str]) -> Path:
+    """``directory/bin`` (a directory of this process's where nothing is
+    stored) with a ``g++`` script running this file (rewritten if this file,
+    the interpreter or the flags changed)."""
+    bin_dir = directory / "bin" if directory is not None else _own_bin_dir()
+    flags = " ".join(extra)
     for name in COMPILERS:
-        script = (f'#!/bin/sh\nexec "{sys.executable}" -I -S "{Path(__file__).resolve()}" '
-                  f'"{directory}" "{name}" "$@"\n')
+        script = (f'#!/bin/sh\n{EXTRA_ENV}="{flags}" exec "{sys.executable}" -I -S "{Path(__file__).resolve()}" '
+                  f'"{directory if directory is not None else NO_STORE}" "{bin_dir}" "{name}" "$@"\n')
         path = bin_dir / name
         try:
             if path.read_text() == script:
@@ -78,6 +92,16 @@ def _wrappers(directory: Path) -> Path:
         os.chmod(tmp, 0o755)
         os.replace(tmp, path)
     return bin_dir
+
+
+_own_bin: list[Path] = []
+
+
+def _own_bin_dir() -> Path:
+    """A temporary directory for this process's wrapper when nothing is stored."""
+    if not _own_bin:
+        _own_bin.append(Path(tempfile.mkdtemp(prefix="symdiff-cxx-")))
+    return _own_bin[0]
 
 
 def real_compiler(name: str, own_dir: str) -> str | None:
@@ -141,17 +165,22 @@ def _store(entry: Path, output: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``compiler_cache.py DIRECTORY NAME ARGS...``: run compiler ``NAME`` on
-    ``ARGS`` through the library cache in ``DIRECTORY``."""
-    directory, name, args = Path(argv[0]), argv[1], argv[2:]
-    compiler = real_compiler(name, str(directory / "bin"))
+    """``compiler_cache.py DIRECTORY BIN NAME ARGS...``: run compiler ``NAME``
+    (the one on ``PATH`` after the wrappers' own ``BIN``) on ``ARGS``, a library
+    compile with ``$SYMDIFF_CXX_EXTRA`` added and through the library cache in
+    ``DIRECTORY`` (``-``: none)."""
+    directory, bin_dir, name, args = argv[0], argv[1], argv[2], argv[3:]
+    compiler = real_compiler(name, bin_dir)
     if compiler is None:
         sys.stderr.write(f"symdiff's compiler cache: no {name} on PATH\n")
         return 127
-    found = cache_key(compiler, args)
-    if found is None:
+    if cache_key(compiler, args) is None:  # not a library compile: passed on as it is
         return subprocess.call([compiler, *args])
-    key, output = found
+    args = args + os.environ.get(EXTRA_ENV, "").split()
+    if directory == NO_STORE:
+        return subprocess.call([compiler, *args])
+    key, output = cache_key(compiler, args)  # the flags are part of the key
+    directory = Path(directory)
     entry = directory / key[:2] / f"{key}.so"
     if _hit(entry, output):
         return 0

@@ -5,8 +5,8 @@ plain arithmetic.
 Slang's C++ target calls glibc's scalar ``expf``/``logf``/``sinf``/``tanhf``
 once per element, and a call in the body stops g++ -O3 from vectorising the
 per-thread point loop (lowering.threads): transcendental chains ran 6x slower
-than numpy.  slangpy gives no way to pass ``-fno-math-errno``/``-march`` to
-g++ (``downstream_args`` never reaches its command line, measured), and its
+than numpy.  slangpy drops the device's ``downstream_args`` (``-march`` now
+reaches g++ through lowering.compiler_cache's wrapper instead), and its
 ``floating_point_mode=fast`` adds ``-ffast-math`` to the whole module, whose
 finite-math assumptions break the inf/NaN handling programs rely on; so the
 vectorised libmvec routines are out of reach.  These helpers are branch-free

@@ -127,8 +127,7 @@ def get_device(kind: str) -> spy.Device:
             try:
                 _devices[kind] = spy.Device(
                     type=getattr(spy.DeviceType, kind), enable_hot_reload=False,
-                    compiler_options={"optimization": spy.SlangOptimizationLevel.maximal,
-                                      "downstream_args": targets.compiler_args(targets.of(kind))}, **on_disk)
+                    compiler_options={"optimization": spy.SlangOptimizationLevel.maximal}, **on_disk)
             except Exception as exc:
                 raise DeviceUnavailable(f"cannot create a slangpy {kind} device here: {exc}") from exc
         return _devices[kind]

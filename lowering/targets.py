@@ -91,7 +91,8 @@ class Target:
     # holds the GIL through a dispatch and runs it on the calling thread.
     worker_threads: bool = False
     # The backend compiler (g++ for the CPU device) may use every instruction of
-    # this machine (``compiler_args``): AVX-512 here instead of SSE2; a hand-written
+    # this machine (``compiler_args``, added by lowering.compiler_cache's g++
+    # wrapper: slangpy drops downstream arguments): AVX-512 here instead of SSE2; a hand-written
     # 512^3 matmul kernel went 9.2 -> 18.7 GFLOP/s, the generated ones 1.1-1.4x
     # (bench.matmul_kernels), results bit-identical (g++ contracts nothing into FMA).
     native_instructions: bool = False

@@ -202,7 +202,8 @@ def test_compiler_cache_reuses_libraries(tmp_path, monkeypatch):
         src, out = tmp_path / "unknown-abc.cpp", tmp_path / "libslang-generated-xyz.so"
         src.write_text(text)
         out.unlink(missing_ok=True)
-        assert compiler_cache.main([str(store), "g++", *flags, "-shared", "-o", str(out), str(src)]) == 0
+        assert compiler_cache.main([str(store), str(tmp_path / "bin"), "g++", *flags, "-shared", "-o", str(out),
+                                    str(src)]) == 0
         return out.read_bytes()
 
     def runs() -> int:
@@ -216,4 +217,45 @@ def test_compiler_cache_reuses_libraries(tmp_path, monkeypatch):
         lib.write_bytes(b"garbage")
     assert compile_("int a;") == b"int a;" and runs() == 4          # corrupt: rebuilt
     assert compile_("int a;") == b"int a;" and runs() == 4
-    assert compiler_cache.main([str(store), "g++", "-v"]) == 0 and runs() == 5  # not a compile: passed on
+    assert compiler_cache.main([str(store), str(tmp_path / "bin"), "g++", "-v"]) == 0 and runs() == 5  # passed on
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")
+def test_compiler_flags_reach_library_compiles_only(tmp_path, monkeypatch):
+    """slangpy drops the device's downstream arguments, so the wrapper adds the
+    target's flags to each library compile (keyed by them), stores nothing
+    when there is no cache directory, and passes any other call on unchanged."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    log = tmp_path / "log"
+    (fake / "g++").write_text(FAKE_CXX.format(log=log).replace('echo run >>', 'echo "$@" >>'))
+    (fake / "g++").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    src, out = tmp_path / "unknown-abc.cpp", tmp_path / "libslang-generated-xyz.so"
+    src.write_text("int a;")
+    monkeypatch.setenv(compiler_cache.EXTRA_ENV, "-march=test1 -mfoo")
+    bin_dir = str(tmp_path / "bin")
+    assert compiler_cache.main([compiler_cache.NO_STORE, bin_dir, "g++", "-O3", "-shared", "-o", str(out), str(src)]) == 0
+    assert compiler_cache.main([compiler_cache.NO_STORE, bin_dir, "g++", "-v"]) == 0
+    calls = log.read_text().splitlines()
+    assert calls[0].endswith("-march=test1 -mfoo") and calls[1] == "-v"
+    store = tmp_path / "binaries"
+    assert compiler_cache.main([str(store), bin_dir, "g++", "-shared", "-o", str(out), str(src)]) == 0
+    monkeypatch.setenv(compiler_cache.EXTRA_ENV, "-march=test2")
+    assert compiler_cache.main([str(store), bin_dir, "g++", "-shared", "-o", str(out), str(src)]) == 0
+    assert len(log.read_text().splitlines()) == 4  # other flags, another library
+    assert len(list(store.rglob("*.so"))) == 2
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")
+def test_cpu_compiles_go_through_the_wrapper_with_the_targets_flags(monkeypatch):
+    """With the disk cache on or off, the CPU device's compiles find our g++
+    first on PATH, and it carries ``targets.compiler_args``."""
+    from symdiff.lowering import cache, targets
+    for enabled in ("1", "0"):
+        monkeypatch.setenv("SYMDIFF_DISK_CACHE", enabled)
+        with cache._binaries_cached("cpu"):
+            wrapper = Path(os.environ["PATH"].split(os.pathsep)[0]) / "g++"
+            text = wrapper.read_text()
+        assert compiler_cache.EXTRA_ENV in text and " ".join(targets.compiler_args(targets.CPU)) in text
+        assert (f'"{compiler_cache.NO_STORE}"' in text.split()) == (enabled == "0")
