@@ -41,10 +41,16 @@ def _stored_peak(device: str) -> int:
     return exe.stats()["peak_bytes"]
 
 
+# A budget below the program's own plan.  0.9: on lavapipe that plan already recomputes what a
+# GPU would (lowering.rematerialise.cheap_on_gpu: 37,444 -> 21,060 bytes), 1.24x the least any
+# choice reaches here (16,964 bytes on every device).
+BELOW = 0.9
+
+
 def test_a_budget_below_storing_everything_is_met_with_exact_gradients(slang_device):
     device = slang_device
     stored = _stored_peak(device)
-    budget = int(stored * 0.8)
+    budget = int(stored * BELOW)
     value, grads = loss.value_and_grad(X, W, device=device, memory_budget=budget)
     plan = loss.memory_plan()
     assert plan.stored_peak_bytes == stored
@@ -75,8 +81,8 @@ def test_the_numpy_device_has_no_buffers_to_budget():
 def test_a_program_level_budget_applies_to_every_call(slang_device):
     device = slang_device
     stored = _stored_peak(device)
-    budgeted = sd.differentiable_program(loss.function, memory_budget=int(stored * 0.8))
+    budgeted = sd.differentiable_program(loss.function, memory_budget=int(stored * BELOW))
     _, grads = budgeted.value_and_grad(X, W, device=device)
-    assert budgeted.memory_plan().peak_bytes <= int(stored * 0.8)
+    assert budgeted.memory_plan().peak_bytes <= int(stored * BELOW)
     _, plain = loss.value_and_grad(X, W, device=device)
     np.testing.assert_allclose(grads["x"], plain["x"], rtol=1e-4, atol=1e-6)
