@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -367,28 +367,8 @@ class Executable:
         inst = self._instance(self._bind_sizes(inputs, sizes))
         dev = devices.get_device(self.device)
         g = inst.plan.graph
-        moved = 0
         to_clear = self._replace_handed(inst, dev)
-        bindings = dict(inst.buffers)
-        for name in g.arguments:
-            access = f"{name}#0"
-            if access not in inst.plan.stored:
-                continue
-            value, dtype = inputs[name], g.containers[name].dtype
-            if isinstance(value, DeviceArray):
-                if value.device != self.device or value.dtype != dtype:
-                    raise ValueError(f"argument {name!r}: a {value.dtype} array on {value.device!r}, "
-                                     f"the program needs {dtype} on {self.device!r}")
-                bindings[access] = value.buffer
-                continue
-            host = np.ascontiguousarray(host_argument(name, value, dtype), dtype=STORAGE[dtype])
-            if access not in inst.buffers:
-                inst.buffers[access] = _new_buffer(dev, dtype, host.size)
-                self._stats["buffers_allocated"] += 1
-            bindings[access] = inst.buffers[access]
-            if host.size:
-                dlpack.upload(inst.buffers[access], host)
-                moved += host.nbytes
+        bindings, moved = self._bind_arguments(inst, inputs, dev, dlpack.upload)
         enc = dev.create_command_encoder()
         for buffer in to_clear:
             enc.clear_buffer(buffer)
@@ -538,6 +518,36 @@ class Executable:
         with self._lock:
             return not (check_bounds and self._instance({**self.sizes, **(sizes or {})}).module.checks)
 
+    def _bind_arguments(self, inst: _Instance, inputs: Mapping[str, np.ndarray | DeviceArray], dev: spy.Device,
+                        upload: Callable[[spy.Buffer, np.ndarray], object]) -> tuple[dict[str, spy.Buffer], int]:
+        """The buffers of one call's launches (the instance's own, and each stored
+        argument's) and the bytes uploaded: a ``DeviceArray`` argument binds its own
+        buffer (checked: this device, the argument's dtype), a host array is put by
+        ``upload`` into the instance's buffer for it (a direct copy for a call, a
+        command in the encoder for ``record``)."""
+        g = inst.plan.graph
+        bindings, moved = dict(inst.buffers), 0
+        for name in g.arguments:
+            access = f"{name}#0"
+            if access not in inst.plan.stored:
+                continue
+            value, dtype = inputs[name], g.containers[name].dtype
+            if isinstance(value, DeviceArray):
+                if value.device != self.device or value.dtype != dtype:
+                    raise ValueError(f"argument {name!r}: a {value.dtype} array on {value.device!r}, "
+                                     f"the program needs {dtype} on {self.device!r}")
+                bindings[access] = value.buffer
+                continue
+            host = np.ascontiguousarray(host_argument(name, value, dtype), dtype=STORAGE[dtype])
+            if access not in inst.buffers:
+                inst.buffers[access] = _new_buffer(dev, dtype, host.size)
+                self._stats["buffers_allocated"] += 1
+            bindings[access] = inst.buffers[access]
+            if host.size:
+                upload(inst.buffers[access], host)
+                moved += host.nbytes
+        return bindings, moved
+
     def record(self, enc: spy.CommandEncoder, inputs: Mapping[str, np.ndarray | DeviceArray],
                sizes: Mapping[str, int] | None = None) -> dict[str, DeviceArray]:
         """Record one call into the caller's command encoder ``enc`` without submitting it
@@ -559,22 +569,8 @@ class Executable:
             inst = self._instance({**self.sizes, **(sizes or {})})
             g = inst.plan.graph
             dev = devices.get_device(self.device)
-            bindings = dict(inst.buffers)
-            for name in g.arguments:
-                access = f"{name}#0"
-                if access not in inst.plan.stored:
-                    continue
-                value, dtype = inputs[name], g.containers[name].dtype
-                if isinstance(value, DeviceArray):
-                    bindings[access] = value.buffer
-                    continue
-                host = np.ascontiguousarray(host_argument(name, value, dtype), dtype=STORAGE[dtype])
-                if access not in inst.buffers:
-                    inst.buffers[access] = _new_buffer(dev, dtype, host.size)
-                    self._stats["buffers_allocated"] += 1
-                bindings[access] = inst.buffers[access]
-                if host.size:
-                    enc.upload_buffer_data(bindings[access], 0, host.reshape(-1))
+            bindings, _ = self._bind_arguments(
+                inst, inputs, dev, lambda buffer, host: enc.upload_buffer_data(buffer, 0, host.reshape(-1)))
             results = {}
             for r, access in inst.latest.items():
                 if access not in inst.buffers:  # an argument returned as is
