@@ -9,8 +9,9 @@ elementwise value in every kernel that reads it instead
 (``lowering.rematerialise``) removes its buffer, at the price of evaluating
 its expression again there, and may keep its own inputs alive longer.
 
-``fit`` starts from storing everything and, while the planned buffers exceed
-the budget, switches values to recompute, the most bytes per recomputed
+``fit`` starts from the program's own plan (every forward value stored, but
+what the lowering recomputes anyway: ``lowering.rematerialise``) and, while
+the planned buffers exceed the budget, switches values to recompute, the most bytes per recomputed
 operation first, keeping a switch only where the plan's peak really drops;
 a value passed over is tried again once after the others (its inputs may
 have been switched since).  Each trial re-plans the program (no Slang
@@ -56,13 +57,13 @@ class MemoryPlan:
     """What ``fit`` chose (``program.memory_plan()`` returns it)."""
 
     budget: int
-    stored_peak_bytes: int  # store everything
+    stored_peak_bytes: int  # the program's own plan (no value chosen for recompute)
     peak_bytes: int  # with the choices made
     choices: list[Choice] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"memory budget {self.budget:,} bytes: planned buffers {self.peak_bytes:,} bytes "
-                 f"(storing every forward value: {self.stored_peak_bytes:,})"]
+                 f"(the program's own plan: {self.stored_peak_bytes:,})"]
         for c in self.choices:
             where = f" ({c.source})" if c.source else ""
             saved = f", saves {c.bytes_saved:,} bytes" if c.decision == "recompute" else ""
@@ -126,6 +127,6 @@ def fit(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
     if peak > budget:
         raise MemoryBudgetError(
             f"the program's buffers need at least {peak:,} bytes, over memory_budget={budget:,}, even "
-            f"recomputing every value that helps (storing everything: {stored_peak:,} bytes).\n{plan}\n"
+            f"recomputing every value that helps (the program's own plan: {stored_peak:,} bytes).\n{plan}\n"
             "Raise the budget, or split the program (smaller batches, or fewer values returned).")
     return with_recomputed(graph, chosen), plan
