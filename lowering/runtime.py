@@ -461,12 +461,7 @@ class Executable:
         must clear first (versions that not every call fills or overwrites)."""
         to_clear = []
         for access in inst.handed:
-            size = inst.buffers[access].size
-            spares = self._spares.setdefault(size, [])
-            spare = spares.pop() if spares else None
-            if spare is None:
-                spare = dev.create_buffer(size=size, usage=_usage())
-                self._stats["buffers_allocated"] += 1
+            spare = self._spare(dev, inst.buffers[access].size)
             if access not in inst.plan.overwritten and access not in inst.plan.fills:
                 to_clear.append(spare)
             inst.buffers[access] = spare
@@ -517,6 +512,14 @@ class Executable:
             return False
         with self._lock:
             return not (check_bounds and self._instance({**self.sizes, **(sizes or {})}).module.checks)
+
+    def _spare(self, dev: spy.Device, size: int) -> spy.Buffer:
+        """A buffer of ``size`` bytes from this executable's spares, or a new one."""
+        spares = self._spares.setdefault(size, [])
+        if spares:
+            return spares.pop()
+        self._stats["buffers_allocated"] += 1
+        return dev.create_buffer(size=size, usage=_usage())
 
     def _bind_arguments(self, inst: _Instance, inputs: Mapping[str, np.ndarray | DeviceArray], dev: spy.Device,
                         upload: Callable[[spy.Buffer, np.ndarray], object]) -> tuple[dict[str, spy.Buffer], int]:
@@ -577,11 +580,8 @@ class Executable:
                     results[r] = inputs[g.node(access).container]
                     continue
                 size = inst.buffers[access].size
-                spares = self._spares.setdefault(size, [])
-                buffer = spares.pop() if spares else None
-                if buffer is None:
-                    buffer = dev.create_buffer(size=size, usage=_usage())
-                    self._stats["buffers_allocated"] += 1
+                buffer = self._spare(dev, size)
+                spares = self._spares[size]
                 if access not in inst.plan.overwritten and access not in inst.plan.fills:
                     enc.clear_buffer(buffer)
                 bindings[access] = buffer
