@@ -203,11 +203,22 @@ def tiling(graph: DataflowGraph, kernel: "Kernel", device: "str | targets.Target
     sequential = targets.of(device).sequential
     for find in (matmul_shape, matvec_shape) if sequential else (matmul_shape,):
         for step in kernel.steps:
+            if not _rest_per_output(kernel, step):
+                continue
             shape = find(graph, step.tasklet) if len(step.loop) == 1 else None
             if shape is not None and all(graph.containers[r.memlet.container].dtype in ("float32", "float64")
                                          for r in step.reads):
                 return _tiles(graph, kernel, step, shape, sequential)
     return None
+
+
+def _rest_per_output(kernel: "Kernel", step: "Step") -> bool:
+    """Whether every other step of ``kernel`` can run once per output of a tile
+    (``codegen.per_output``): no loop, or a loop accumulating into its outputs.
+    A row kernel's step looping over the row with plain writes (``lowering.rowfusion``:
+    ``sum(y @ B)``'s gradient of B, fuzz seed 840141) cannot."""
+    return all(not other.loop or all(w.memlet.accumulate for w in other.writes)
+               for other in kernel.steps if other is not step)
 
 
 def _tiles(graph: DataflowGraph, kernel: "Kernel", step: "Step", shape: MatmulShape, sequential: bool) -> Tiling:

@@ -232,6 +232,22 @@ def test_mvt_gradients_through_tiled_vector_products(device):
         assert sum(tiling(p.graph, kern, device) is not None for kern in p.kernels) >= 2
 
 
+def test_a_row_kernel_whose_other_steps_loop_is_not_tiled(device):
+    """Fuzz seed 840141: ``sum(y @ B)`` plans ``y @ B`` and B's gradient (a loop over
+    the row writing each point) in one row kernel; tiling it for the vector-matrix
+    product ran the gradient's step once per output and crashed code generation.
+    Value and gradients against numpy float64."""
+    def f(y, B):
+        return np.sum(y @ B)
+
+    r = rng(6)
+    y, B = r.standard_normal(4).astype(np.float32), r.standard_normal((4, 4099)).astype(np.float32)
+    value, grads = sd.differentiable_program(f).value_and_grad(y, B, device=device)
+    np.testing.assert_allclose(value, np.sum(y.astype(np.float64) @ B), rtol=1e-5)
+    np.testing.assert_allclose(grads["y"], B.astype(np.float64).sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(grads["B"], np.repeat(y[:, None], 4099, axis=1), rtol=1e-6)
+
+
 @pytest.mark.parametrize("kk", [48, 37])
 def test_transposed_operand_is_read_in_blocks_on_the_cpu(kk, device):
     """dX = dY W^T: the row's operand runs along k only; on the CPU device it is read in
