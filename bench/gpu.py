@@ -23,7 +23,6 @@ import argparse
 import datetime
 import functools
 import gc
-import json
 import math
 import shlex
 import sys
@@ -447,10 +446,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "geomean_x_jax": geomean(ratios),
         "geomean_rows": len(ratios),
     }
-    print(render(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
-    return results
+    return report.publish(results, render(results), args.json)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import json
 import os
 import shlex
 import sys
@@ -239,10 +238,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "settings": {"budget": settings.budget, "k_max": settings.k_max, "limit": settings.limit},
         "rows": rows,
     }
-    print(render(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
-    return results
+    return report.publish(results, render(results), args.json)
 
 
 if __name__ == "__main__":
