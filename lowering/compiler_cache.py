@@ -36,6 +36,7 @@ This module is run by a bare interpreter (``python -I -S``): standard library on
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -94,14 +95,10 @@ def _wrappers(directory: Path | None, extra: list[str]) -> Path:
     return bin_dir
 
 
-_own_bin: list[Path] = []
-
-
+@functools.lru_cache(maxsize=None)
 def _own_bin_dir() -> Path:
     """A temporary directory for this process's wrapper when nothing is stored."""
-    if not _own_bin:
-        _own_bin.append(Path(tempfile.mkdtemp(prefix="symdiff-cxx-")))
-    return _own_bin[0]
+    return Path(tempfile.mkdtemp(prefix="symdiff-cxx-"))
 
 
 def real_compiler(name: str, own_dir: str) -> str | None:
@@ -174,17 +171,17 @@ def main(argv: list[str]) -> int:
     if compiler is None:
         sys.stderr.write(f"symdiff's compiler cache: no {name} on PATH\n")
         return 127
-    if cache_key(compiler, args) is None:  # not a library compile: passed on as it is
+    flagged = args + os.environ.get(EXTRA_ENV, "").split()
+    found = cache_key(compiler, flagged)  # the flags are part of the key (no file among them)
+    if found is None:  # not a library compile: passed on as it is
         return subprocess.call([compiler, *args])
-    args = args + os.environ.get(EXTRA_ENV, "").split()
     if directory == NO_STORE:
-        return subprocess.call([compiler, *args])
-    key, output = cache_key(compiler, args)  # the flags are part of the key
-    directory = Path(directory)
-    entry = directory / key[:2] / f"{key}.so"
+        return subprocess.call([compiler, *flagged])
+    key, output = found
+    entry = Path(directory) / key[:2] / f"{key}.so"
     if _hit(entry, output):
         return 0
-    status = subprocess.call([compiler, *args])
+    status = subprocess.call([compiler, *flagged])
     if status == 0:
         _store(entry, output)
     return status
