@@ -1,15 +1,25 @@
 """DLPack for device arrays: hand a ``DeviceArray`` to torch, JAX or numpy
 (``DeviceArray.__dlpack__``), and take their arrays in ``asarray``.
 
-Export.  slangpy's CPU device keeps buffers in host memory, and there
-``Buffer.device_address`` is their host pointer: a float32, float64 or int32
-array on that device is exported without a copy (the consumer's tensor is a
-view of the buffer and keeps the array alive; writes through it change the
-array).  Elsewhere the export is a host copy (lavapipe's buffers are device
-memory; bool arrays are stored as int32), and ``__dlpack_device__`` says CPU,
-where that copy lives.  A consumer passing ``copy=False`` gets ``BufferError``
-instead of a copy.  CUDA buffers are exported as a host copy too (a CUDA
-DLPack export is not built yet).
+Host memory.  slangpy's CPU device keeps buffers in host memory, and there
+``Buffer.device_address`` is their host pointer.  So does lavapipe (Mesa's
+software Vulkan): its device memory is a shared mapping in this process and
+a buffer's device address is the pointer into it, which ``host_addressable``
+checks once per device (the address is mapped here, read and write, and holds
+what the buffer holds) rather than trusting the driver's name.  On such a
+device uploads and read-backs are plain copies into and out of the buffer,
+and results can be handed over as views (``runtime``): on lavapipe reading
+back a 200M-element gradient took 4-9 s through staging pieces and raised the
+process's peak by 1.1x its bytes.
+
+Export.  A float32, float64 or int32 array on a host-memory device is
+exported without a copy (the consumer's tensor is a view of the buffer and
+keeps the array alive; writes through it change the array).  Elsewhere the
+export is a host copy (a GPU's buffers are device memory; bool arrays are
+stored as int32), and ``__dlpack_device__`` says CPU, where that copy lives.
+A consumer passing ``copy=False`` gets ``BufferError`` instead of a copy.
+CUDA buffers are exported as a host copy too (a CUDA DLPack export is not
+built yet).
 
 Import.  An upload is always one copy, into the device buffer slangpy
 allocates.  A DLPack producer in host memory (numpy, torch CPU tensors, JAX CPU
@@ -20,6 +30,7 @@ stages a host copy first and says so with a ``CopyWarning``.
 """
 from __future__ import annotations
 
+import ctypes
 import warnings
 from typing import Any
 
@@ -49,19 +60,69 @@ class _HostMemory:
                                     "version": 3}
 
 
+_addressable: dict[int, bool] = {}  # id(device) -> host_addressable (devices live as long as the process)
+
+
+def host_addressable(device: spy.Device) -> bool:
+    """Whether ``device``'s buffers are host memory this process can address
+    at their ``device_address``: slangpy's CPU device, and a software Vulkan
+    (lavapipe) once a probe buffer's address is mapped here for reading and
+    writing, holds the buffer's bytes, and a write through it reaches the
+    buffer.  Hardware GPUs' addresses are never dereferenced."""
+    key = id(device)
+    if key not in _addressable:
+        kind = device.info.type
+        software = kind == spy.DeviceType.vulkan and any(
+            s in device.info.adapter_name.lower() for s in devices.SOFTWARE_ADAPTERS)
+        _addressable[key] = kind == spy.DeviceType.cpu or (software and _probe(device))
+    return _addressable[key]
+
+
+def _mapped_writable(address: int, size: int) -> bool:
+    """Whether ``[address, address + size)`` lies in one read-write mapping of this process (Linux)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                span, perms = line.split()[:2]
+                lo, hi = (int(v, 16) for v in span.split("-"))
+                if lo <= address and address + size <= hi:
+                    return perms.startswith("rw")
+    except OSError:
+        pass
+    return False
+
+
+def _probe(device: spy.Device) -> bool:
+    """A buffer's device address on ``device`` is its host pointer (``host_addressable``)."""
+    pattern = np.arange(64, dtype=np.uint32) * np.uint32(2654435761)
+    try:
+        buffer = device.create_buffer(size=pattern.nbytes, data=pattern,
+                                      usage=spy.BufferUsage.shader_resource | spy.BufferUsage.copy_source)
+        address = buffer.device_address
+        if not address or not _mapped_writable(address, pattern.nbytes):
+            return False
+        device.wait()
+        if ctypes.string_at(address, pattern.nbytes) != pattern.tobytes():
+            return False
+        ctypes.memmove(address, (~pattern).tobytes(), pattern.nbytes)
+        return bool(np.array_equal(buffer.to_numpy().view(np.uint32), ~pattern))
+    except Exception:  # no device addresses on this driver
+        return False
+
+
 def in_host_memory(kind: str) -> bool:
     """Whether arrays of device kind ``kind`` live in host memory, so that
-    their DLPack export is a view (slangpy's CPU device)."""
-    return kind != "numpy" and devices.get_device(kind).info.type == spy.DeviceType.cpu
+    their DLPack export is a view (``host_addressable``)."""
+    return kind != "numpy" and host_addressable(devices.get_device(kind))
 
 
 def host_view(array: Any) -> np.ndarray | None:
     """A numpy view of ``array``'s buffer memory itself, or ``None`` where the
-    buffer is not host memory (any device but slangpy's CPU device) or is
-    stored in another dtype (bool).  Waits for the device first: a call
-    returning device arrays does not wait for its kernels."""
+    buffer is not host memory (``host_addressable``) or is stored in another
+    dtype (bool).  Waits for the device first: a call returning device arrays
+    does not wait for its kernels."""
     buffer = array.buffer
-    if buffer.device.info.type != spy.DeviceType.cpu or array.dtype not in _VIEWABLE:
+    if not host_addressable(buffer.device) or array.dtype not in _VIEWABLE:
         return None
     buffer.device.wait()
     dtype = np.dtype(DTYPES[array.dtype])
@@ -129,9 +190,9 @@ def _staging_buffer(device: spy.Device, direction: str, size: int) -> spy.Buffer
 
 def _host_memory(buffer: spy.Buffer, nbytes: int) -> np.ndarray | None:
     """The first ``nbytes`` of ``buffer`` as a writable uint8 numpy view where
-    the buffer is host memory (slangpy's CPU device), else ``None``."""
+    the buffer is host memory (``host_addressable``), else ``None``."""
     device = buffer.device
-    if device.info.type != spy.DeviceType.cpu:
+    if not host_addressable(device):
         return None
     device.wait()  # nothing recorded earlier still uses the buffer
     return np.asarray(_HostMemory(buffer, buffer.device_address, (nbytes,), np.dtype(np.uint8)))
@@ -140,10 +201,10 @@ def _host_memory(buffer: spy.Buffer, nbytes: int) -> np.ndarray | None:
 def upload(buffer: spy.Buffer, host: np.ndarray) -> None:
     """Copy ``host`` into ``buffer``: every upload of ``runtime`` goes through here.
 
-    slangpy's CPU device keeps buffers in host memory, and its own upload
+    Where buffers are host memory (``host_addressable``) the array is copied
+    straight into the buffer's memory: slangpy's own upload on the CPU device
     copied through a temporary of the array's size (a 200M-element float32
-    upload raised the process's peak by 2x the array's bytes, 1x after): the
-    array is copied straight into the buffer's memory instead.  On a GPU
+    upload raised the process's peak by 2x the array's bytes, 1x after).  On a GPU
     driver slangpy stages an upload in host-visible memory of its size and
     keeps that memory after the upload; uploaded in pieces through its own
     upload heap, the heap grew by each piece within a call.  So an upload over

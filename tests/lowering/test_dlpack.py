@@ -1,6 +1,7 @@
-"""DLPack: DeviceArray export (a view on slangpy's CPU device, checked by
-pointer; a host copy elsewhere) and DLPack producers in asarray (read in
-place by the upload, checked by pointer; a CopyWarning when staged)."""
+"""DLPack: DeviceArray export (a view where buffers are host memory, slangpy's
+CPU device and lavapipe, checked by pointer; a host copy elsewhere), large
+numpy results handed over as views there, and DLPack producers in asarray
+(read in place by the upload, checked by pointer; a CopyWarning when staged)."""
 import warnings
 
 import numpy as np
@@ -15,14 +16,82 @@ from symdiff.lowering.dlpack import CopyWarning
 torch = pytest.importorskip("torch")
 
 
-def test_cpu_device_export_is_a_view_of_the_buffer():
-    array = sd.asarray(np.arange(6, dtype=np.float32).reshape(2, 3), device="cpu")
+def _host_memory_devices() -> list[str]:
+    """The Slang devices here whose buffers are host memory: the CPU device, and lavapipe."""
+    software_vulkan = "vulkan" in lowering.available_devices() and lowering.devices.is_software("vulkan")
+    return ["cpu"] + (["vulkan"] if software_vulkan else [])
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("vulkan", marks=pytest.mark.vulkan)])
+def test_host_memory_export_is_a_view_of_the_buffer(device):
+    if device not in _host_memory_devices():
+        pytest.skip(f"no {device} device with buffers in host memory here")
+    array = sd.asarray(np.arange(6, dtype=np.float32).reshape(2, 3), device=device)
     tensor = torch.from_dlpack(array)
     view = np.from_dlpack(array)
     assert tensor.data_ptr() == view.ctypes.data == array.buffer.device_address
     assert tensor.shape == (2, 3) and tensor.dtype == torch.float32
     tensor[1, 2] = 42.0
     assert np.asarray(array)[1, 2] == 42.0
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("vulkan", marks=pytest.mark.vulkan)])
+def test_large_numpy_results_are_views_later_calls_leave_alone(device):
+    """A result over READ_PACKED_BYTES on a host-memory device is its buffer's
+    memory, not a read-back copy (lavapipe read 200M elements back in 4-9 s and
+    held the copy next to the buffer), and a later call writes elsewhere."""
+    if device not in _host_memory_devices():
+        pytest.skip(f"no {device} device with buffers in host memory here")
+    n = 1 << 19  # 2 MiB of float32
+
+    @sd.differentiable_program
+    def f(x: sd.f32[n]):
+        return np.sum(np.tanh(x) * x)
+
+    rng = np.random.default_rng(4)
+    calls = []
+    for _ in range(2):
+        x = rng.standard_normal(n).astype(np.float32)
+        calls.append((x, f.value_and_grad(x, device=device)[1]["x"]))
+    for x, grad in calls:
+        assert isinstance(grad.base, lowering.dlpack._HostMemory)
+        assert grad.ctypes.data == grad.base.owner.buffer.device_address
+        t = np.tanh(x.astype(np.float64))
+        np.testing.assert_allclose(grad, t + x * (1 - t * t), rtol=1e-5, atol=1e-6)
+    assert calls[0][1].ctypes.data != calls[1][1].ctypes.data
+
+
+class _FakeBuffer:
+    def __init__(self, address: int, data: np.ndarray):
+        self.device_address, self.data = address, data
+
+    def to_numpy(self) -> np.ndarray:
+        return self.data
+
+
+class _FakeDevice:
+    """A device whose buffers claim ``address``: what a hardware GPU's device address looks like to the host."""
+
+    def __init__(self, address):
+        self.address = address
+
+    def create_buffer(self, size, data, usage):
+        return _FakeBuffer(self.address(data) if callable(self.address) else self.address, data.copy())
+
+    def wait(self):
+        pass
+
+
+def test_probe_refuses_addresses_that_are_not_the_buffers_host_memory():
+    """lavapipe's buffers are taken as host memory only once checked: an address
+    mapped nowhere here, or mapped memory holding other bytes, is refused."""
+    probe = lowering.dlpack._probe
+    assert not probe(_FakeDevice(0x10))  # unmapped: never dereferenced
+    elsewhere = np.zeros(64, np.uint32)  # mapped and writable, but not the buffer's bytes
+    assert not probe(_FakeDevice(elsewhere.ctypes.data))
+    assert not elsewhere.any()  # nothing written through a refused address
+    same = np.zeros(64, np.uint32)  # holds the buffer's bytes, but a write through it misses the buffer
+    assert not probe(_FakeDevice(lambda data: (same.__setitem__(slice(None), data), same.ctypes.data)[1]))
 
 
 def test_exported_result_keeps_its_buffer_through_later_calls():
@@ -53,9 +122,11 @@ def test_jax_takes_device_arrays():
 
 
 @pytest.mark.vulkan
-def test_vulkan_export_is_a_host_copy():
+def test_export_from_device_memory_is_a_host_copy(monkeypatch):
+    """A GPU's buffers (here lavapipe's, taken as device memory) export as a host copy."""
     if "vulkan" not in lowering.available_devices():
         pytest.skip("no vulkan device here")
+    monkeypatch.setattr(lowering.dlpack, "_addressable", {id(lowering.devices.get_device("vulkan")): False})
     array = sd.asarray(np.arange(3, dtype=np.float32), device="vulkan")
     assert array.__dlpack_device__() == (1, 0)
     np.testing.assert_array_equal(torch.from_dlpack(array).numpy(), np.arange(3, dtype=np.float32))
@@ -145,6 +216,8 @@ def test_transfers_in_pieces_arrive_whole(monkeypatch):
     # uploaded (asarray, the program's argument) and read back (numpy()) piece by piece.
     if "vulkan" not in lowering.available_devices():
         pytest.skip("no vulkan device here")
+    # a GPU's buffers: lavapipe's host memory taken as device memory
+    monkeypatch.setattr(lowering.dlpack, "_addressable", {id(lowering.devices.get_device("vulkan")): False})
     monkeypatch.setattr(lowering.dlpack, "UPLOAD_PIECE_BYTES", 12)
     monkeypatch.setattr(lowering.dlpack, "READ_PIECE_BYTES", 12)
     x = np.random.default_rng(5).standard_normal(103).astype(np.float32)
