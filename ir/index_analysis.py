@@ -42,7 +42,8 @@ an integer quotient, and must be evaluated as one (a float ``floor`` of
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+import functools
+from typing import Iterable, Mapping, Sequence
 
 import sympy
 
@@ -51,6 +52,21 @@ Shift = tuple  # (symbol or None, offset)
 # An exact integer floor division that sympy does not rewrite; evaluators map it
 # to their integer floor division (numpy: ``np.floor_divide``).
 FLOOR_DIVIDE = sympy.Function("floor_divide_exact")
+
+
+def replaced(e, mapping: Mapping) -> sympy.Basic:
+    """``e.xreplace(mapping)``, cached.  An unrolled loop renames and shifts the
+    same few index expressions hundreds of times (every planning round again),
+    and sympy rebuilds each evaluated node it replaces into: a clamped read
+    index ``Min(5, Max(0, o - 1))`` re-checks its arguments at every
+    construction, milliseconds each (cavity flow's planning spent most of
+    its time there).  ``mapping``'s keys and values must be hashable."""
+    return _replaced(sympy.sympify(e), tuple(mapping.items()))
+
+
+@functools.lru_cache(maxsize=16384)
+def _replaced(e: sympy.Basic, items: tuple) -> sympy.Basic:
+    return e.xreplace(dict(items))
 
 
 def is_size_symbol(s: sympy.Symbol) -> bool:
@@ -67,9 +83,13 @@ def _constant(e: sympy.Expr, symbols: set) -> bool:
 def unit_shift(e, symbols: Iterable[sympy.Symbol]) -> Shift | None:
     """``(s, c)`` when component ``e`` is ``s + c`` (``s`` in ``symbols``),
     ``(None, e)`` when it is a constant, None otherwise (a coefficient other
-    than 1, two symbols, a connector, ``floor``/``Mod``)."""
-    e = sympy.sympify(e)
-    syms = set(symbols)
+    than 1, two symbols, a connector, ``floor``/``Mod``).  Cached: planning asks
+    it of every access of every tasklet, in every round."""
+    return _unit_shift(sympy.sympify(e), frozenset(symbols))
+
+
+@functools.lru_cache(maxsize=16384)
+def _unit_shift(e: sympy.Expr, syms: frozenset) -> Shift | None:
     if _constant(e, syms):
         return None, e
     used = e.free_symbols & syms
@@ -126,7 +146,12 @@ def covers(index: Sequence, domain: Sequence[tuple], shape: Sequence) -> bool:
 
 
 def _zero(e) -> bool:
-    return sympy.expand(sympy.sympify(e)) == 0
+    return _expands_to_zero(sympy.sympify(e))
+
+
+@functools.lru_cache(maxsize=16384)
+def _expands_to_zero(e: sympy.Expr) -> bool:
+    return sympy.expand(e) == 0
 
 
 def solve_shifts(index: Sequence, domain: Sequence[tuple],
@@ -157,7 +182,14 @@ def holds_on_ranges(condition: sympy.Basic, ranges: dict) -> bool:
     ``ranges`` (``{symbol: (begin, end)}``, half-open): its sides' difference
     is linear in each ranged symbol, so checking every corner of the box
     decides it.  False when that cannot be shown (other relations, nonlinear
-    sides, sizes sympy cannot compare)."""
+    sides, sizes sympy cannot compare).  Cached: the reverse pass of an unrolled
+    loop asks the same bounds of every step's gather."""
+    return _holds_on_ranges(condition, tuple(ranges.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _holds_on_ranges(condition: sympy.Basic, ranges: tuple) -> bool:
+    ranges = dict(ranges)
     if not isinstance(condition, (sympy.Le, sympy.Lt)):
         return False
     used = [s for s in ranges if s in condition.free_symbols]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
-from symdiff.ir.index_analysis import covers, injective
+from symdiff.ir.index_analysis import covers, injective, replaced
 
 from .plan import uses_connectors
 
@@ -63,7 +63,7 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
     taken = set(reads) | {s.name for s in t.index_symbols}
     subs: dict = {s: v for s, v in at.items()}
     for a, m in graph.reads(p.name):
-        index = tuple(sympy.expand(sympy.sympify(i).xreplace(at)) for i in m.index)
+        index = tuple(sympy.expand(replaced(i, at)) for i in m.index)
         c = by_element.get((a, index))
         if c is None:
             c = _fresh(m.connector, taken)
@@ -71,8 +71,8 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
             reads[c] = (a, index)
             by_element[(a, index)] = c
         subs[p.inputs[m.connector]] = connector_symbol(c, graph.containers[m.container].dtype)
-    value = next(iter(p.body.values())).xreplace(subs)
-    body = {k: e.xreplace({t.inputs[connector]: value}) for k, e in t.body.items()}
+    value = replaced(next(iter(p.body.values())), subs)  # cached: every planning round inlines the same again
+    body = {k: replaced(e, {t.inputs[connector]: value}) for k, e in t.body.items()}
     inputs = {c: connector_symbol(c, graph.containers[graph.node(a).container].dtype) for c, (a, _) in reads.items()}
     # the producer's graph tasklets now run here (explain/kernels() name them with this tasklet's kernel)
     folded = (*t.meta.get("folded", ()), p.meta["origin"], *p.meta.get("folded", ()))

@@ -28,7 +28,7 @@ import networkx as nx
 import sympy
 
 from symdiff.ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Tasklet, connector_symbol
-from symdiff.ir.index_analysis import covers, injective
+from symdiff.ir.index_analysis import covers, injective, replaced
 from symdiff.ir.sizes import substitute_sizes
 
 from . import targets
@@ -273,7 +273,7 @@ def _same_point(producer: Step, w: Memlet, consumer: Step, r: Memlet) -> bool:
     axes = [sympy.Symbol(f"_t{k}", integer=True) for k in range(len(producer.parallel))]
     ps = {s: b + a for (s, b, _), a in zip(producer.parallel, axes)}
     cs = {s: b + a for (s, b, _), a in zip(consumer.parallel, axes)}
-    return all(sympy.expand(sympy.sympify(a).xreplace(ps) - sympy.sympify(b).xreplace(cs)) == 0
+    return all(sympy.expand(replaced(a, ps) - replaced(b, cs)) == 0
                for a, b in zip(w.index, r.index))
 
 

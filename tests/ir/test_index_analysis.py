@@ -8,7 +8,7 @@ import pytest
 import sympy
 
 from symdiff.ir import connector_symbol, index_symbol, size_symbol
-from symdiff.ir.index_analysis import (FLOOR_DIVIDE, Unanalysable, covers, holds_on_ranges, exact_integer_division, injective, injective_over,
+from symdiff.ir.index_analysis import (FLOOR_DIVIDE, Unanalysable, covers, holds_on_ranges, exact_integer_division, injective, injective_over, replaced,
                                solve_shifts, unit_shift, unit_shifts, written_elements)
 
 i, j, k = index_symbol("i"), index_symbol("j"), index_symbol("k")
@@ -195,3 +195,16 @@ def test_holds_on_ranges_decides_linear_bounds_at_the_corners():
         everywhere = all(bool(c.xreplace({o: a, p: b})) for a in range(0, 5) for b in range(2, 7))
         assert holds_on_ranges(c, concrete) == everywhere, c
 
+
+def test_cached_answers_are_keyed_by_the_symbols_themselves():
+    """unit_shift, holds_on_ranges and replaced are cached: a symbol of the same name but other
+    assumptions (a size symbol N vs an integer connector N) must get its own answer."""
+    size, conn = size_symbol("N"), sympy.Symbol("N", integer=True)
+    assert unit_shift(i + size, [i]) == (i, size)
+    assert unit_shift(i + conn, [i]) is None  # a connector in the offset: not a unit shift
+    assert unit_shift(i + size, [i]) == (i, size)
+    assert holds_on_ranges(sympy.Lt(i, size), {i: (0, size)})
+    assert not holds_on_ranges(sympy.Lt(i, size), {i: (0, size + 1)})
+    clamped = sympy.Min(sympy.Max(i - 1, 0), 5)
+    assert replaced(clamped, {i: j}) == clamped.xreplace({i: j}) == sympy.Min(sympy.Max(j - 1, 0), 5)
+    assert replaced(clamped, {i: k}) == sympy.Min(sympy.Max(k - 1, 0), 5)
