@@ -330,7 +330,14 @@ def affine_coefficients(e: sympy.Expr, syms: list) -> dict | None:
     """``{s: coefficient, 1: constant}`` of ``e`` affine in ``syms`` (coefficients free of them),
     None when it is not.  Indices are mostly sums of ``c*s`` terms, read off directly; anything
     else goes through ``sympy.Poly`` (an order of magnitude slower, and validation and the
-    injectivity proofs ask once per access of every tasklet)."""
+    injectivity proofs ask once per access of every tasklet; cached, as each graph is
+    validated more than once and unrolled loops repeat their indices)."""
+    found = _affine_coefficients(e, tuple(syms))
+    return None if found is None else dict(found)
+
+
+@functools.lru_cache(maxsize=16384)
+def _affine_coefficients(e: sympy.Expr, syms: tuple) -> dict | None:
     coeffs = dict.fromkeys(syms, sympy.S.Zero)
     coeffs[1] = sympy.S.Zero
     chosen = set(syms)

@@ -107,6 +107,14 @@ def _clamp(e: sympy.Expr, n: sympy.Expr) -> sympy.Expr:
     return sympy.Min(sympy.Max(e, 0), n - 1)
 
 
+@functools.lru_cache(maxsize=4096)
+def _guarded(term: sympy.Expr, valid: sympy.Boolean) -> sympy.Expr:
+    """``term`` where ``valid`` holds, else 0; cached: sympy's Piecewise simplifies its
+    conditions at every construction (milliseconds), and the steps of an unrolled loop
+    gather the same terms (connector names restart in every gather)."""
+    return sympy.Piecewise((term, valid), (0, True))
+
+
 def _term(graph: DataflowGraph, t: Tasklet, m: Memlet, solution: dict, reads: _GatherReads,
           targets: Sequence[sympy.Symbol], target_shape: tuple) -> sympy.Expr:
     """The contribution of ``t``'s write ``m`` to gathered element ``targets``,
@@ -141,7 +149,7 @@ def _gather(graph: DataflowGraph, access: str, targets: tuple, candidates: list)
         # a shift-0 write over the whole container exists for every gathered element: no guard
         valid = sympy.And(*(c for c in conditions if not holds_on_ranges(c, ranges)), t.condition.xreplace(solution))
         term = _term(graph, t, m, solution, reads, targets, container.shape)
-        total += term if valid is sympy.true else sympy.Piecewise((term, valid), (0, True))
+        total += term if valid is sympy.true else _guarded(term, valid)
     sole = len(candidates) == len(graph.writers(access))
     for name in dict.fromkeys(t.name for t, _, _ in candidates):
         rest = drop_outputs(graph, name, {m.connector for u, m, _ in candidates if u.name == name})
