@@ -114,7 +114,7 @@ class Container:
         subs = {size_symbol(k): v for k, v in (sizes or {}).items()}
         out = []
         for dim in self.shape:
-            value = as_expr(dim).subs(subs)
+            value = as_expr(dim).subs(subs) if subs else as_expr(dim)
             if not value.is_Integer:
                 raise GraphError(f"container {self.name!r}: size {dim} is not bound (pass it in sizes=)")
             out.append(int(value))

@@ -48,6 +48,7 @@ def bind_sizes(graph: DataflowGraph, inputs: Mapping[str, np.ndarray],
 def substitute_sizes(expr, sizes: Mapping[str, int]):
     """An expression with size symbols replaced by their bound values."""
     expr = sympy.sympify(expr)
-    if not expr.free_symbols:
+    if not sizes or not expr.free_symbols:  # (subs with nothing to replace still walks the expression)
         return expr
-    return expr.subs({s: sizes[s.name] for s in expr.free_symbols if s.name in sizes and s.is_positive})
+    values = {s: sizes[s.name] for s in expr.free_symbols if s.name in sizes and s.is_positive}
+    return expr.subs(values) if values else expr
