@@ -12,3 +12,12 @@ def test_child_measures_each_call():
     assert [r["call"] for r in rows] == [0, 1]
     for r in rows:
         assert r["peak"] >= r["after"] and isinstance(r["seconds"], float)  # a time is recorded; speed is bench's
+
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
+def test_a_memory_budget_reaches_the_program():
+    """--memory-budget plans the CPU device's buffers under it (its own plan
+    stores tanh(x) * x next to the gradient: 2x x's bytes)."""
+    budgeted, = host_memory.child("cpu", 4096, 1, budget=1.5)
+    assert 0 < budgeted["planned"] <= 1.5
