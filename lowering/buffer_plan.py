@@ -126,9 +126,9 @@ def plan_buffers(p: Plan, module: Module, sequential: bool) -> tuple[BufferPlan,
     version that is neither overwritten nor filled by every call keeps the
     zeros it was cleared to once: those keep buffers of their own."""
     g = p.graph
-    latest = {g.latest(r) for r in g.results}
+    latest = {p.buffer_of(g.latest(r)) for r in g.results}
     nbytes = {}
-    for access in p.stored:
+    for access in {p.buffer_of(a) for a in p.stored}:  # versions written in place share their chain's buffer
         node = g.node(access)
         c = g.containers[node.container]
         if not (c.role == "argument" and node.version == 0):

@@ -132,8 +132,9 @@ class _KernelWriter:
         self.lines.append("    " * (depth + self.indent) + line)
 
     def buffer(self, access: str) -> str:
-        name = buffer_name(access)
-        self.buffers[name] = access
+        held = self.plan.buffer_of(access)  # an in-place version: its older version's buffer
+        name = buffer_name(held)
+        self.buffers[name] = held
         return name
 
     def flat_index(self, memlet: Memlet, names: dict) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from symdiff.ir.graph import DataflowGraph
 
@@ -56,7 +56,10 @@ def _manifest_path(path: str) -> str:
     return (path[:-len(".slang")] if path.endswith(".slang") else path) + ".json"
 
 
-def _role(graph: DataflowGraph, access: str, gradients: Mapping[str, str], seeds: Mapping[str, str]) -> str:
+def _role(graph: DataflowGraph, access: str, gradients: Mapping[str, str], seeds: Mapping[str, str],
+          buffer_of: Callable[[str], str]) -> str:
+    """What a buffer holds for the caller; ``buffer_of``: a version -> the version whose buffer it is
+    written into (``Plan.buffer_of``), so a result written in place names its chain's buffer."""
     node = graph.node(access)
     name = node.container
     if name in seeds.values():
@@ -66,7 +69,7 @@ def _role(graph: DataflowGraph, access: str, gradients: Mapping[str, str], seeds
     role = graph.containers[name].role
     if role == "argument":
         return "argument"
-    if role == "result" and graph.latest(name) == access:
+    if role == "result" and buffer_of(graph.latest(name)) == access:
         return "result"
     return "scratch"
 
@@ -113,7 +116,7 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
     gradients = graph.meta.get("gradients", {})
     seeds = graph.meta.get("seeds", {})
     kernel_buffers = {n: a for e in module.kernels for n, a in e.buffers.items()}
-    stored = {buffer_name(a): a for a in p.stored} | kernel_buffers
+    stored = {buffer_name(p.buffer_of(a)): p.buffer_of(a) for a in p.stored} | kernel_buffers
     buffers = {}
     for param, access in sorted(stored.items()):
         if access == FLAG:
@@ -123,7 +126,7 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
             continue
         c = g.containers[g.node(access).container]
         buffers[param] = {"type": STORAGE_TYPES[c.dtype], "shape": [int(d) for d in c.shape],
-                          "role": _role(g, access, gradients, seeds), "container": c.name,
+                          "role": _role(g, access, gradients, seeds, p.buffer_of), "container": c.name,
                           "version": g.node(access).version}
     clears, parts = [], []
     for param, access in sorted(stored.items()):
@@ -143,8 +146,8 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
         "buffers": buffers,
         "arguments": {a: buffer_name(f"{a}#0") for a in graph.arguments
                       if f"{a}#0" in p.stored and a not in seeds.values()},
-        "results": {r: buffer_name(g.latest(r)) for r in results if g.latest(r) in p.stored},
-        "gradients": {x: buffer_name(g.latest(c)) for x, c in gradients.items()},
+        "results": {r: buffer_name(p.buffer_of(g.latest(r))) for r in results if g.latest(r) in p.stored},
+        "gradients": {x: buffer_name(p.buffer_of(g.latest(c))) for x, c in gradients.items()},
         "seeds": {o: buffer_name(f"{s}#0") for o, s in seeds.items()},
         "dispatch": dispatch,
     }

@@ -264,6 +264,12 @@ class Plan:
     stored: set[str]  # access nodes that need a buffer
     fills: dict[str, float]  # access node -> identity value to fill before each call
     overwritten: set[str] = field(default_factory=set)  # versions whose sole writer stores every element
+    # version -> the older version whose buffer it is written into (lowering.in_place)
+    storage: dict[str, str] = field(default_factory=dict)
+
+    def buffer_of(self, access: str) -> str:
+        """The version whose buffer holds ``access`` (itself, unless it shares one)."""
+        return self.storage.get(access, access)
 
 
 def _same_point(producer: Step, w: Memlet, consumer: Step, r: Memlet) -> bool:
@@ -493,7 +499,8 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
 def _stored_elements(p: Plan) -> int:
     """Elements of the versions a plan stores, arguments' first versions aside."""
     g = p.graph
-    return sum(math.prod(int(d) for d in g.containers[g.node(a).container].shape) for a in p.stored
+    buffers = {p.buffer_of(a) for a in p.stored}
+    return sum(math.prod(int(d) for d in g.containers[g.node(a).container].shape) for a in buffers
                if not (g.containers[g.node(a).container].role == "argument" and g.node(a).version == 0))
 
 
@@ -560,4 +567,5 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
                 step.writes.append(Write(access, m, mode))
                 if not sole and access in stored:
                     fills[access] = ACCUMULATION_IDENTITY[m.accumulate]
-    return Plan(g, kernels, stored, fills, overwritten)
+    from .in_place import share_versions  # built on this module's plan
+    return share_versions(Plan(g, kernels, stored, fills, overwritten))

@@ -293,7 +293,7 @@ class Executable:
             kernels = cache.kernels(self.device, dev, module.source, entries, work=work)
             g = p.graph
             shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
-            latest = {r: g.latest(r) for r in g.results}
+            latest = {r: p.buffer_of(g.latest(r)) for r in g.results}  # its buffer's version
             bplan, launches = plan_buffers(p, module, target.sequential)
             slots = [dev.create_buffer(size=n, usage=_usage()) for n in bplan.slot_bytes]
             buffers = {a: dev.create_buffer(size=n, usage=_usage()) for a, n in bplan.own_bytes.items()}

@@ -1,0 +1,262 @@
+"""In-place versions: a new version of a container written into the buffer of
+the version before it, where no access can tell the difference.
+
+The tracer turns ``A[i] = v`` on an array with content into a new version of
+``A``: a copy tasklet takes every element the write does not (its condition is
+the complement of the written elements, ``ir.index_analysis.written_elements``)
+and the write stores the rest.  Planned as they are, each such update is a copy
+kernel over the whole array and a buffer per version: an unrolled seidel-2d
+was half copy kernels, and a one-element update of a large array doubled its
+memory.  Here a chain of versions ``v0 <- v1 <- ...`` linked by such copies
+shares one buffer, the copy is dropped, and the write lands on the old
+version's elements.
+
+That is only right when every access to the shared buffer meets the values
+the versions would have held.  In dispatch order, with ``X`` before ``Y``
+required for each pair where one writes and the versions say so (a write of
+an older version before a write or read of a newer one, a read of an older
+version before a write of a newer one), the pair is kept in order when:
+
+* ``X``'s kernel runs before ``Y``'s (kernels are ordered, a finish after its
+  kernel's steps); or
+* the elements they touch are disjoint (enumerated over their domains, which
+  planning has made concrete); or
+* they are in one kernel, each thread touches the same element in both, at
+  its own point only (an injective index), and ``X``'s step comes first (a
+  tasklet reads before it writes).
+
+A pair that fails keeps its copy (and its version's own buffer): this is
+purely an optimisation, never a change of meaning.  Arguments' first versions
+are the caller's and never written; a chain's first version must be written
+whole by every call (overwritten, filled, or a kept copy plus its write), or
+a call would see the later versions' elements of the call before.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+from symdiff.ir.graph import DataflowGraph, Memlet
+from symdiff.ir.index_analysis import Unanalysable, written_elements
+
+from .plan import Kernel, Plan, Step, _same_point, uses_connectors
+
+# Domains with more points than this are not enumerated: their accesses count
+# as touching every element (safe: such a pair is kept in order or keeps its copy).
+MAX_ENUMERATED_POINTS = 1 << 20
+
+
+@dataclass
+class _Access:
+    """One step's read or write of a version in a chain."""
+
+    write: bool
+    version: int  # the version's position in its chain
+    unit: tuple[int, int]  # (kernel, 0 for its steps or 1 for its finish): units run in this order
+    order: int  # the step's position in its unit
+    step: Step
+    memlet: Memlet
+    exempt: bool  # a step of a plain kernel without loops: same-point pairs may share the unit
+
+
+class _Elements:
+    """Flat element positions an access touches, enumerated once (None: unknown, any)."""
+
+    def __init__(self, graph: DataflowGraph):
+        self.graph = graph
+        self.found: dict[tuple[str, int], tuple[np.ndarray | None, bool]] = {}
+
+    def of(self, a: _Access) -> tuple[np.ndarray | None, bool]:
+        """(sorted unique positions or None, whether each domain point has its own element)."""
+        t = a.step.tasklet
+        key = (t.name, a.memlet)
+        if key not in self.found:
+            self.found[key] = self._enumerate(t, a.memlet)
+        return self.found[key]
+
+    def _enumerate(self, t, m: Memlet) -> tuple[np.ndarray | None, bool]:
+        domain = [(s, int(b), int(e)) for s, b, e in t.domain]
+        count = math.prod(max(e - b, 0) for _, b, e in domain)
+        if uses_connectors(m.index, t) or count > MAX_ENUMERATED_POINTS:
+            return None, False
+        shape = [int(d) for d in self.graph.containers[m.container].shape]
+        axes = [a.reshape(-1) for a in np.meshgrid(*[np.arange(b, e, dtype=np.int64) for _, b, e in domain],
+                                                   indexing="ij")]
+        flat = np.zeros((count,), dtype=np.int64)
+        for k, expr in enumerate(m.index):
+            value = _evaluate(sympy.sympify(expr), [s for s, _, _ in domain], axes, count)
+            if value is None:
+                return None, False
+            flat += value * math.prod(shape[k + 1:])
+        unique = np.unique(flat)
+        return unique, unique.size == count
+
+    def disjoint(self, x: _Access, y: _Access) -> bool:
+        ex, _ = self.of(x)
+        ey, _ = self.of(y)
+        return ex is not None and ey is not None and not np.intersect1d(ex, ey, assume_unique=True).size
+
+    def own_point(self, x: _Access, y: _Access) -> bool:
+        """Both touch, at each thread point, that point's own element (same index, injective)."""
+        if not (x.exempt and y.exempt and x.unit == y.unit):
+            return False
+        writer = x if x.write else y
+        _, injective = self.of(writer)
+        return injective and _same_point(x.step, x.memlet, y.step, y.memlet)
+
+
+def _evaluate(expr: sympy.Expr, symbols: list, axes: list[np.ndarray], count: int) -> np.ndarray | None:
+    """``expr`` at every point of a domain (``axes``: each symbol's value per point);
+    affine indices (nearly all) without sympy's code generation; None if it fails."""
+    constant = sympy.sympify(expr.xreplace({s: 0 for s in symbols}))
+    coefficients = [sympy.sympify(expr.coeff(s)) for s in symbols]
+    if all(c.is_Integer for c in coefficients + [constant]) and \
+            sympy.expand(expr - constant - sum(c * s for c, s in zip(coefficients, symbols))) == 0:
+        value = np.full((count,), int(constant), dtype=np.int64)
+        for c, axis in zip(coefficients, axes):
+            if c:
+                value += int(c) * axis
+        return value
+    try:
+        value = np.asarray(sympy.lambdify(symbols, expr, "numpy")(*axes))
+        return np.broadcast_to(value.astype(np.int64), (count,))
+    except (TypeError, ValueError, NameError):  # a function numpy's printer cannot vectorise
+        return None
+
+
+def _in_order(x: _Access, y: _Access, elements: _Elements) -> bool:
+    """Whether ``y`` sees the buffer as it is after ``x``, where it matters."""
+    if x.unit != y.unit:
+        return x.unit < y.unit or elements.disjoint(x, y)
+    if elements.disjoint(x, y):
+        return True
+    first = x.order < y.order or (x.order == y.order and not x.write and y.write)
+    return first and elements.own_point(x, y)
+
+
+def _plain_copy(g: DataflowGraph, step: Step) -> tuple[str, str] | None:
+    """``(source version, new version)`` when the step is an identity copy of
+    every element (but those its condition leaves out) into a newer version of
+    the same container, else None."""
+    t = step.tasklet
+    reads, writes = g.reads(t.name), g.writes(t.name)
+    if len(reads) != 1 or len(writes) != 1 or len(t.body) != 1:
+        return None
+    (src, r), (dst, w) = reads[0], writes[0]
+    if r.container != w.container or w.accumulate is not None or g.node(dst).version <= g.node(src).version:
+        return None
+    symbols = [s for s, _, _ in t.domain]
+    shape = g.containers[w.container].shape
+    full = len(t.domain) == len(shape) and all(int(b) == 0 and int(e) == int(n) for (_, b, e), n in zip(t.domain, shape))
+    if not full or list(r.index) != symbols or list(w.index) != symbols:
+        return None
+    if next(iter(t.body.values())) != t.inputs.get(r.connector):
+        return None
+    return src, dst
+
+
+def _writes_the_rest(g: DataflowGraph, copy: Step, writer: Step, m: Memlet, elements: _Elements) -> bool:
+    """Whether ``writer`` stores exactly the elements ``copy``'s condition leaves
+    out: by the tracer's own analysis of the write, else by enumerating both."""
+    t, c = writer.tasklet, copy.tasklet
+    if t.condition is not sympy.true or uses_connectors(m.index, t):
+        return False
+    shape = g.containers[m.container].shape
+    symbols = [s for s, _, _ in c.domain]
+    try:
+        written, _ = written_elements(m.index, t.domain, shape, symbols)
+        if c.condition == sympy.Not(written):
+            return True
+    except Unanalysable:
+        pass
+    count = math.prod(int(n) for n in shape)
+    if count > MAX_ENUMERATED_POINTS:
+        return False
+    axes = np.meshgrid(*[np.arange(int(n), dtype=np.int64) for n in shape], indexing="ij")
+    copied = np.broadcast_to(np.asarray(sympy.lambdify(symbols, c.condition, "numpy")(*axes), dtype=bool),
+                             axes[0].shape if axes else ()).reshape(-1)
+    stored, _ = elements.of(_Access(True, 0, (0, 0), 0, writer, m, False))
+    if stored is None:
+        return False
+    mask = np.zeros(count, dtype=bool)
+    mask[stored] = True
+    return not (mask & copied).any() and (mask | copied).all()
+
+
+def share_versions(p: Plan) -> Plan:
+    """``p`` with the copies of in-place updates dropped where their versions
+    can share a buffer (the module docstring); ``p.storage`` maps each version
+    written into an older one's buffer to the chain's first version."""
+    g = p.graph
+    where: dict[str, tuple[tuple[int, int], int, Step, bool]] = {}
+    for k, kernel in enumerate(p.kernels):
+        # no loops: no tiles, no lanes sharing a point's loops (lowering.workgroups), one thread a point
+        plain = type(kernel) is Kernel and not any(step.loop for step in kernel.steps)
+        for n, step in enumerate(kernel.steps):
+            where[step.tasklet.name] = ((k, 0), n, step, plain)
+        for n, step in enumerate(kernel.finish.steps if kernel.finish else ()):
+            where[step.tasklet.name] = ((k, 1), n, step, False)
+    elements = _Elements(g)
+
+    def accesses(version: str, number: int, skip: str) -> list[_Access] | None:
+        found = [(True, a) for a in g.writers(version)] + [(False, a) for a in g.readers(version)]
+        if any(name not in where for _, (name, _) in found):
+            return None
+        return [_Access(write, number, *where[name][:3], m, where[name][3])
+                for write, (name, m) in found if name != skip]
+
+    def whole_each_call(version: str) -> bool:
+        if version in p.overwritten or version in p.fills:
+            return True
+        writers = g.writers(version)
+        copies = [(n, m) for n, m in writers if n in where and _plain_copy(g, where[n][2])]
+        rest = [(n, m) for n, m in writers if (n, m) not in copies]
+        return (len(copies) == 1 and len(rest) == 1 and rest[0][1].accumulate is None and rest[0][0] in where
+                and _writes_the_rest(g, where[copies[0][0]][2], where[rest[0][0]][2], rest[0][1], elements))
+
+    root: dict[str, str] = {}  # version -> first version of its chain
+    chains: dict[str, list[_Access]] = {}  # first version -> every access of the chain, by unit
+    length: dict[str, int] = {}
+    dropped: set[str] = set()
+    copies = [(kernel, step) for kernel in p.kernels if type(kernel) is Kernel and kernel.finish is None
+              for step in kernel.steps]
+    for kernel, copy in copies:
+        found = _plain_copy(g, copy)
+        if found is None or any(r.producer == copy.tasklet.name for s in kernel.steps for r in s.reads):
+            continue  # (a step of its kernel takes the copied value in a register)
+        src, dst = found
+        first = root.get(src, src)
+        node = g.node(first)
+        if g.containers[node.container].role == "argument" and node.version == 0:
+            continue  # the caller's array
+        others = [(n, m) for n, m in g.writers(dst) if n != copy.tasklet.name]
+        if (len(others) != 1 or others[0][1].accumulate is not None or others[0][0] not in where
+                or not _writes_the_rest(g, copy, where[others[0][0]][2], others[0][1], elements)):
+            continue
+        if first not in chains and not whole_each_call(first):
+            continue
+        old = chains.get(first) or accesses(first, 0, skip="")
+        new = accesses(dst, length.get(first, 1), skip=copy.tasklet.name)
+        if old is None or new is None:
+            continue
+        old = [a for a in old if a.step is not copy]
+        start = min((a.unit for a in new), default=(len(p.kernels), 0))
+        if not all(_in_order(x, y, elements) for x in old if x.unit >= start for y in new if x.write or y.write):
+            continue
+        chains[first] = sorted(old + new, key=lambda a: a.unit)
+        length[first] = length.get(first, 1) + 1
+        root[dst] = first
+        dropped.add(copy.tasklet.name)
+    if not dropped:
+        return p
+    for kernel in p.kernels:
+        kernel.steps = [s for s in kernel.steps if s.tasklet.name not in dropped]
+    kernels = [k for k in p.kernels if k.steps]
+    members = set(root) | set(root.values())
+    # a later version's zero fill (its writes are plain, the fill is for elements nobody writes)
+    # would clear the chain's buffer: its elements come from the older versions now
+    fills = {a: v for a, v in p.fills.items() if a not in root}
+    return Plan(g, kernels, p.stored | members, fills, p.overwritten, storage=root)
