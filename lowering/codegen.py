@@ -205,65 +205,127 @@ class _KernelWriter:
     def accumulate(self, tl: Tiling) -> None:
         """The matmul step's sums for a whole tile, kept in registers.  Rows past
         the box's edge read a clamped (valid) element and are never stored."""
-        step, shape = tl.step, tl.shape
+        step = tl.step
         t = step.tasklet
         p = identifier(t.name)
-        o, i = tl.axis(tl.outer), tl.axis(tl.inner)
         n_o, n_i = tl.along(tl.outer), tl.along(tl.inner)
-        names: dict[sympy.Symbol, str] = {}
-        for a, (s, b, _) in enumerate(step.parallel):
-            pos = self.tile_point(tl, a)
-            if a in (o, i) and tl.box[a] % tl.tile[a]:
-                pos = f"min({pos}, {tl.box[a] - 1})"
-            names[s] = f"({pos} + {int(b)})" if int(b) else f"({pos})"
-        k, kb, _ = step.loop[0]
-        names[k] = f"(mm_r + {int(kb)})" if int(kb) else "mm_r"
+        k, _, _ = step.loop[0]
         acc_type = self.tile_sum_type(tl)
-        by_conn = {r.connector: r for r in step.reads}
-        outer_read, inner_read = (by_conn[shape.a], by_conn[shape.b]) if tl.outer == shape.row else \
-            (by_conn[shape.b], by_conn[shape.a])
-        unroll = "[ForceUnroll] " if n_i <= 8 else ""  # a long inner loop is left to the vectoriser
         tile = f"a row of {n_i} outputs along {tl.inner}" if tl.outer is None else \
             f"a {n_o}x{n_i} tile of outputs over ({tl.outer}, {tl.inner})"
-        self.emit(f"// tasklet {t.name}" + (f" ({t.source})" if t.source else "")
-                  + f": {tile} per thread, summed over {k} in registers", 1)
+        how = f"{tl.micro[0]}x{tl.micro[1]} blocks of it summed over blocks of {tl.k_block} {k}'s in registers" \
+            if tl.micro else f"summed over {k} in registers"
+        self.emit(f"// tasklet {t.name}" + (f" ({t.source})" if t.source else "") + f": {tile} per thread, {how}", 1)
         self.emit(f"{acc_type} {p}_acc[{n_o}][{n_i}];", 1)
         self.emit(f"for (int mm_u = 0; mm_u < {n_o}; mm_u++) for (int mm_v = 0; mm_v < {n_i}; mm_v++) "
                   f"{p}_acc[mm_u][mm_v] = {SlangPrinter(acc_type).literal(0)};", 1)
-        length = extent(step.loop[0])
+        if tl.micro:
+            self.micro_kernel(tl)
+            return
+        names = self.tile_names(tl)
+        outer_read, inner_read = self.tile_operands(tl)
         outer_var, inner_var = f"{p}_{identifier(outer_read.connector)}", f"{p}_{identifier(inner_read.connector)}"
-        outer_type = STORAGE_TYPES[self.g.containers[outer_read.memlet.container].dtype]
-        inner_type = STORAGE_TYPES[self.g.containers[inner_read.memlet.container].dtype]
-        inner_load = f"{self.buffer(inner_read.access)}[{self.flat_index(inner_read.memlet, names)}]"
-        depth = 1
-        if tl.transposed:  # blocks of the inner operand's k's, transposed (lowering.matmul.CPU_TRANSPOSED_K)
-            q = tl.transposed
-            last = f"min(mm_r0 + mm_q, {length - 1})" if length % q else "mm_r0 + mm_q"
-            block_names = {**names, k: f"({last} + {int(kb)})" if int(kb) else f"({last})"}
-            self.emit(f"{self.kept}for (int mm_r0 = 0; mm_r0 < {length}; mm_r0 += {q})", 1)
-            self.emit("{", 1)
-            self.emit(f"{inner_type} {inner_var}_block[{q}][{n_i}];", 2)
-            self.emit(f"{self.kept}for (int mm_v = 0; mm_v < {n_i}; mm_v++)", 2)
-            self.emit(f"    [ForceUnroll] for (int mm_q = 0; mm_q < {q}; mm_q++) {inner_var}_block[mm_q][mm_v] = "
-                      f"{self.buffer(inner_read.access)}[{self.flat_index(inner_read.memlet, block_names)}];", 2)
-            self.emit(f"for (int mm_r = mm_r0; mm_r < min(mm_r0 + {q}, {length}); mm_r++)", 2)
-            inner_load = f"{inner_var}_block[mm_r - mm_r0][mm_v]"
-            depth = 2
-        else:
-            self.emit(f"{self.kept}for (int mm_r = 0; mm_r < {length}; mm_r++)", 1)
-        self.emit("{", depth)
-        self.emit(f"{outer_type} {outer_var}[{n_o}];", depth + 1)
+        unroll = "[ForceUnroll] " if n_i <= 8 else ""  # a long inner loop is left to the vectoriser
+        self.emit(f"{self.kept}for (int mm_r = 0; mm_r < {extent(step.loop[0])}; mm_r++)", 1)
+        self.emit("{", 1)
+        self.emit(f"{self.operand_type(outer_read)} {outer_var}[{n_o}];", 2)
         self.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {n_o}; mm_u++) {outer_var}[mm_u] = "
-                  f"{self.buffer(outer_read.access)}[{self.flat_index(outer_read.memlet, names)}];", depth + 1)
-        self.emit(f"{unroll}for (int mm_v = 0; mm_v < {n_i}; mm_v++)", depth + 1)
-        self.emit("{", depth + 1)
-        self.emit(f"{inner_type} {inner_var} = {inner_load};", depth + 2)
+                  f"{self.buffer(outer_read.access)}[{self.flat_index(outer_read.memlet, names)}];", 2)
+        self.emit(f"{unroll}for (int mm_v = 0; mm_v < {n_i}; mm_v++)", 2)
+        self.emit("{", 2)
+        self.emit(f"{self.operand_type(inner_read)} {inner_var} = "
+                  f"{self.buffer(inner_read.access)}[{self.flat_index(inner_read.memlet, names)}];", 3)
         self.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {n_o}; mm_u++) "
-                  f"{p}_acc[mm_u][mm_v] += {outer_var}[mm_u] * {inner_var};", depth + 2)
-        self.emit("}", depth + 1)
-        self.emit("}", depth)
-        if tl.transposed:
-            self.emit("}", 1)
+                  f"{p}_acc[mm_u][mm_v] += {outer_var}[mm_u] * {inner_var};", 3)
+        self.emit("}", 2)
+        self.emit("}", 1)
+
+    def tile_names(self, tl: Tiling, k: str = "mm_r", inner: str | None = None) -> dict[sympy.Symbol, str]:
+        """Slang names of the matmul step's symbols at output (``mm_u``, ``mm_v``)
+        of the tile and reduction index ``k`` (offsets added), coordinates past
+        the box clamped to its edge; ``inner``: the inner axis's position, as given."""
+        o, i = tl.axis(tl.outer), tl.axis(tl.inner)
+        names: dict[sympy.Symbol, str] = {}
+        for a, (s, b, _) in enumerate(tl.step.parallel):
+            pos = self.tile_point(tl, a)
+            if a == i and inner is not None:
+                pos = inner
+            elif a in (o, i) and tl.box[a] % tl.tile[a]:
+                pos = f"min({pos}, {tl.box[a] - 1})"
+            names[s] = f"({pos} + {int(b)})" if int(b) else f"({pos})"
+        s, b, _ = tl.step.loop[0]
+        names[s] = f"({k} + {int(b)})" if int(b) else f"({k})" if " " in k else k
+        return names
+
+    def tile_operands(self, tl: Tiling) -> tuple:
+        """The matmul step's (outer, inner) reads: the inner one runs along the tile's inner axis."""
+        by_conn = {r.connector: r for r in tl.step.reads}
+        a, b = by_conn[tl.shape.a], by_conn[tl.shape.b]
+        return (a, b) if tl.outer == tl.shape.row else (b, a)
+
+    def operand_type(self, read) -> str:
+        return STORAGE_TYPES[self.g.containers[read.memlet.container].dtype]
+
+    def micro_kernel(self, tl: Tiling) -> None:
+        """CPU device (``lowering.matmul.CPU_MICRO``): per block of k's, the outer
+        operand's slice of the tile is packed k-major into a local array (and the
+        inner one's, if ``tl.packed_inner``); then each rows x cols block of the
+        tile sums in registers over the block's k's, a row of ``cols`` of the inner
+        operand read along memory per k, so g++ makes every k ``rows`` vector FMAs
+        and no load or store of a sum."""
+        step = tl.step
+        p = identifier(step.tasklet.name)
+        rows, cols = tl.micro
+        n_o, n_i = tl.along(tl.outer), tl.along(tl.inner)
+        length, q = extent(step.loop[0]), tl.k_block
+        count = f"{q}" if length % q == 0 else f"min({q}, {length} - kb)"
+        outer_read, inner_read = self.tile_operands(tl)
+        outer_var, inner_var = f"{p}_{identifier(outer_read.connector)}", f"{p}_{identifier(inner_read.connector)}"
+        acc_type = self.tile_sum_type(tl)
+        self.emit(f"{self.kept}for (int kb = 0; kb < {length}; kb += {q})", 1)
+        self.emit("{", 1)
+        self.pack(tl, outer_read, f"{outer_var}_pack", "mm_u", n_o, count)
+        if tl.packed_inner:
+            self.pack(tl, inner_read, f"{inner_var}_pack", "mm_v", n_i, count)
+            inner_load = f"{inner_var}_pack[kq][bv + mm_v]"
+        else:  # the tiles cover the inner axis exactly (lowering.matmul._cpu_tiles): no clamp
+            start = self.tile_point(tl, tl.axis(tl.inner))
+            names = self.tile_names(tl, "kb + kq", f"{start} + bv")
+            inner_load = f"{self.buffer(inner_read.access)}[{self.flat_index(inner_read.memlet, names)}]"
+        self.emit(f"{self.kept}for (int bu = 0; bu < {n_o}; bu += {rows})", 2)
+        self.emit(f"{self.kept}for (int bv = 0; bv < {n_i}; bv += {cols})", 2)
+        self.emit("{", 2)
+        block = f"[ForceUnroll] for (int mm_u = 0; mm_u < {rows}; mm_u++) " \
+                f"[ForceUnroll] for (int mm_v = 0; mm_v < {cols}; mm_v++) "
+        self.emit(f"{acc_type} {p}_sum[{rows}][{cols}];", 3)
+        self.emit(f"{block}{p}_sum[mm_u][mm_v] = {p}_acc[bu + mm_u][bv + mm_v];", 3)
+        self.emit(f"for (int kq = 0; kq < {count}; kq++)", 3)
+        self.emit("{", 3)
+        self.emit(f"{self.operand_type(inner_read)} {inner_var}[{cols}];", 4)
+        self.emit(f"[ForceUnroll] for (int mm_v = 0; mm_v < {cols}; mm_v++) {inner_var}[mm_v] = {inner_load};", 4)
+        self.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {rows}; mm_u++)", 4)
+        self.emit("{", 4)
+        self.emit(f"{self.operand_type(outer_read)} {outer_var} = {outer_var}_pack[kq][bu + mm_u];", 5)
+        self.emit(f"[ForceUnroll] for (int mm_v = 0; mm_v < {cols}; mm_v++) "
+                  f"{p}_sum[mm_u][mm_v] += {outer_var} * {inner_var}[mm_v];", 5)
+        self.emit("}", 4)
+        self.emit("}", 3)
+        self.emit(f"{block}{p}_acc[bu + mm_u][bv + mm_v] = {p}_sum[mm_u][mm_v];", 3)
+        self.emit("}", 2)
+        self.emit("}", 1)
+
+    def pack(self, tl: Tiling, read, var: str, along: str, n: int, count: str) -> None:
+        """``var[q][x]``: the operand of ``read`` at k ``kb + q`` and output ``x``
+        (``along``: ``mm_u`` or ``mm_v``) of the tile, clamped to the box, read along memory."""
+        k = tl.step.loop[0][0]
+        load = f"{var}[kq][{along}] = {self.buffer(read.access)}[" \
+               f"{self.flat_index(read.memlet, self.tile_names(tl, 'kb + kq'))}];"
+        loops = [f"for (int kq = 0; kq < {count}; kq++)", f"for (int {along} = 0; {along} < {n}; {along}++)"]
+        if read.memlet.index[-1] == k:
+            loops.reverse()
+        self.emit(f"{self.operand_type(read)} {var}[{tl.k_block}][{n}];", 2)
+        self.emit(f"{self.kept}{loops[0]}", 2)
+        self.emit(f"    {loops[1]} {load}", 2)
 
     def tile_sum_type(self, tl: Tiling) -> str:
         """A tile's sums: a matmul's in its output type, as BLAS sums; a

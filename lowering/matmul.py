@@ -8,37 +8,37 @@ here, every operand element loaded once per output that uses it.  A thread
 instead owns a tile of outputs, keeps their sums in registers, and loads each
 operand element once per tile:
 
-* slangpy's CPU device runs threads one after another, so parallelism is
-  g++'s vectoriser: a thread owns ``CPU_ROWS`` rows (each up to ``CPU_ROW``)
-  along the axis whose operand is contiguous, and the inner loop over it
-  vectorises.  One row per thread streamed the whole contiguous operand once
-  per row: fine while it sits in cache (22 GFLOP/s for 512x512x512 here,
-  against 1.0), but the MLP's dW = X^T dH (512x4096 @ 4096x512, an 8 MB
-  operand) fell to 15; four rows reuse each loaded element four times
-  (35-37 GFLOP/s for both; 2 rows 24, 8 rows 28-34).
+* slangpy's CPU device runs a kernel's threads one after another on each of
+  up to two workers (``lowering.threads``), so parallelism within a thread
+  is g++'s vectoriser.  A thread owns a tile of whole micro-kernel blocks
+  (``CPU_MICRO``: 8x32 outputs where AVX-512 gives 32 registers) and, per
+  block of k's, packs the outer operand's slice k-major into a local array;
+  each block of the tile then sums in registers over the block's k's, one
+  row of the inner operand (read along memory) and one broadcast element per
+  output row and k: g++ turns that into one vector FMA per row and k, with no
+  load or store of a sum.  Where the inner operand runs along k only (``A
+  B^T``: the reverse pass's ``dA = G B^T``) or the tiles would pass the
+  box's edge, it is packed too, in square 64x64 tiles.  512^3 on one core,
+  CPU time, 2.6 GHz AMD EPYC (peak ~83 GFLOP/s at 32 float32 FLOP/cycle):
+  ``A B`` 35 -> 77-89, ``A^T B`` 37 -> 77-92, ``A B^T`` 15 -> 45-59 GFLOP/s
+  (the loops before kept a tile's sums in memory, 4 loads and stores per 4
+  FMAs).
 * lavapipe runs SIMD across threads: a thread owns an 8x4 tile, every loop
   unrolled (5 GFLOP/s against 0.9; groupshared tiles measured slower, its
   barriers are costly, and wider vector loads gained nothing).
 
-Two more forms on the CPU device, where the plain one read memory across the
-grain (``bench.linear_algebra``):
-
-* ``A B^T`` (the reverse pass's ``dA = G B^T``): the row's operand runs along
-  ``k`` only, so each output of the row read another cache line; it is read in
-  blocks of ``CPU_TRANSPOSED_K`` k's per output, transposed into a local
-  array the row loop reads along memory (512^3 at 7 -> 12-13 GFLOP/s on one
-  core, CPU time on the loaded machine).
-* vector-matrix products ``x @ A`` and ``A^T g`` (``matvec_shape``; the
-  reverse pass of every ``A @ x``): one output per thread walked a column of
-  ``A``; a thread now owns a row of ``CPU_VECTOR_ROW`` outputs and reads ``A``
-  row by row, summing in doubles as every other in-thread float32 sum (mvt at
-  2048 value_and_grad 99 -> 20 ms).  The planner still treats them as
-  reductions (fused with others, split in two stages when long): only code
-  generation tiles them, so every other target's plan is unchanged.
+On the CPU device, vector-matrix products ``x @ A`` and ``A^T g``
+(``matvec_shape``; the reverse pass of every ``A @ x``) are tiled too: one
+output per thread walked a column of ``A``; a thread now owns a row of
+``CPU_VECTOR_ROW`` outputs and reads ``A`` row by row, summing in doubles as
+every other in-thread float32 sum (mvt at 2048 value_and_grad 99 -> 20 ms).
+The planner still treats them as reductions (fused with others, split in two
+stages when long): only code generation tiles them, so every other target's
+plan is unchanged.
 
 Everything else in the kernel (the epilogue: bias, activation, gradient
 chains fused behind the matmul) runs per output point, afterwards, from the
-tile's registers.  ``bench/matmul_kernels.py`` measures both forms.
+tile's sums.  ``bench/matmul_kernels.py`` measures the forms.
 """
 from __future__ import annotations
 
@@ -57,17 +57,27 @@ if TYPE_CHECKING:
 
 # Outputs per thread along (outer, inner) axis: see the module docstring.
 VECTOR_TILE = (8, 4)
-CPU_ROW = 512
-# Rows per CPU thread: each element of the contiguous operand's row, once loaded,
-# feeds CPU_ROWS rows of sums (4x512 floats, 8 KB, stay in L1).
-CPU_ROWS = 4
-# A B^T on the CPU device: the row's operand runs along k, so the row loop read
-# one cache line per output.  It is read CPU_TRANSPOSED_K k's (a 64-byte line of
-# float32) at a time per output into a local block, transposed, and the row loop
-# reads the block along memory; rows of CPU_TRANSPOSED_ROW keep the block (16 KB)
-# and the sums in L1.
-CPU_TRANSPOSED_K = 16
-CPU_TRANSPOSED_ROW = 256
+# The CPU device's micro-kernel (``codegen.micro_kernel``): sums of a rows x columns
+# block of outputs over a block of k, one vector FMA of an inner-operand row per
+# output row and k.  With AVX-512's 32 registers 8x32 (16 zmm of float32 sums)
+# measured fastest at 512^3 (8x16, 12x16, 16x16, 6x32, 12x32, 4x64 and 8x48 were
+# 10-40% slower), but its 256 unrolled FMAs take Slang and g++ about twice as long
+# as the loops before it; a product under CPU_WIDE_MICRO_WORK multiply-adds (256^3:
+# well under a millisecond either way) gets 6x16, which also fits AVX2's 16
+# registers (12 of sums, the row, the broadcast).
+CPU_MICRO = (8, 32)
+CPU_MICRO_NARROW = (6, 16)
+CPU_WIDE_MICRO_WORK = 1 << 24
+# A thread's tile where the inner operand runs along the inner axis (A B, A^T B):
+# one row of blocks, at most this many outputs long (the outer operand's rows
+# packed per k block: read in place they were what g++ vectorised, along k).
+CPU_TILE_COLUMNS = 512
+CPU_K_BLOCK = 128
+# ... and where it runs along k (A B^T) or such tiles would pass the box's edge:
+# both operands packed per k block, a square tile sharing each packed element
+# (packing then costs ~1/64 of the products where one row of blocks paid ~1/8).
+CPU_PACKED_TILE = (64, 64)
+CPU_PACKED_K_BLOCK = 64
 # Outputs per CPU thread of a vector-matrix product (one row of sums, kept in
 # doubles as every in-thread float32 sum is: lowering.codegen.WIDE_ACCUMULATORS).
 CPU_VECTOR_ROW = 256
@@ -163,9 +173,11 @@ class Tiling:
     inner: sympy.Symbol
     tile: tuple[int, ...]
     box: tuple[int, ...]
-    # > 0: the inner operand runs along memory with k only (A B^T, dY W^T): read this many of its
-    # k's at a time per output of the row, transposed into a local block the row's loop reads along
-    transposed: int = 0
+    # CPU device (``codegen.micro_kernel``): (rows, columns) of the block of the tile summed in
+    # registers, the k's per block of the loop, and whether the inner operand is packed too
+    micro: tuple[int, int] | None = None
+    k_block: int = 0
+    packed_inner: bool = False
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -200,15 +212,15 @@ def tiling(graph: DataflowGraph, kernel: "Kernel", device: "str | targets.Target
     planned)."""
     if kernel.threads < MIN_TILED_OUTPUTS:
         return None
-    sequential = targets.of(device).sequential
-    for find in (matmul_shape, matvec_shape) if sequential else (matmul_shape,):
+    target = targets.of(device)
+    for find in (matmul_shape, matvec_shape) if target.sequential else (matmul_shape,):
         for step in kernel.steps:
             if not _rest_per_output(kernel, step):
                 continue
             shape = find(graph, step.tasklet) if len(step.loop) == 1 else None
             if shape is not None and all(graph.containers[r.memlet.container].dtype in ("float32", "float64")
                                          for r in step.reads):
-                return _tiles(graph, kernel, step, shape, sequential)
+                return _tiles(graph, kernel, step, shape, target)
     return None
 
 
@@ -221,7 +233,8 @@ def _rest_per_output(kernel: "Kernel", step: "Step") -> bool:
                for other in kernel.steps if other is not step)
 
 
-def _tiles(graph: DataflowGraph, kernel: "Kernel", step: "Step", shape: MatmulShape, sequential: bool) -> Tiling:
+def _tiles(graph: DataflowGraph, kernel: "Kernel", step: "Step", shape: MatmulShape,
+           target: targets.Target) -> Tiling:
     t = step.tasklet
     syms = [s for s, _, _ in step.parallel]
     tile = [1] * len(kernel.box)
@@ -235,14 +248,38 @@ def _tiles(graph: DataflowGraph, kernel: "Kernel", step: "Step", shape: MatmulSh
     unit = [s for s, c in ((shape.col, shape.b), (shape.row, shape.a)) if _unit_stride(graph, t, c, s)]
     inner = unit[0] if len(unit) == 1 else (out_last if out_last in (shape.row, shape.col) else shape.col)
     outer = shape.row if inner == shape.col else shape.col
-    n_inner = kernel.box[syms.index(inner)]
+    if target.sequential:
+        return _cpu_tiles(graph, step, shape, outer, inner, tile, kernel.box, target)
+    tile[syms.index(outer)], tile[syms.index(inner)] = VECTOR_TILE
+    return Tiling(step, shape, outer, inner, tuple(min(t, n) for t, n in zip(tile, kernel.box)), kernel.box)
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _balanced(n: int, most: int, multiple: int) -> int:
+    """Outputs per tile along an axis of ``n``: as few tiles as ``most`` allows,
+    equal, each a whole number of ``multiple`` (the last may pass ``n``)."""
+    return _round_up(-(-n // -(-n // most)), multiple)
+
+
+def _cpu_tiles(graph: DataflowGraph, step: "Step", shape: MatmulShape, outer: sympy.Symbol, inner: sympy.Symbol,
+               tile: list[int], box: tuple[int, ...], target: targets.Target) -> Tiling:
+    """The CPU device's blocking: tiles of whole micro-kernel blocks, the inner
+    operand read in place when it runs along the inner axis and the tiles
+    cover that axis exactly (its loads then never leave the box), else packed."""
+    syms = [s for s, _, _ in step.parallel]
+    o, i = syms.index(outer), syms.index(inner)
     inner_operand = shape.b if inner == shape.col else shape.a
-    transposed = CPU_TRANSPOSED_K if sequential and _unit_stride(graph, t, inner_operand, shape.k) else 0
-    if sequential:
-        row = CPU_TRANSPOSED_ROW if transposed else CPU_ROW
-        tile[syms.index(inner)] = -(-n_inner // -(-n_inner // row))  # balanced rows of at most CPU_ROW
-        tile[syms.index(outer)] = CPU_ROWS  # clamped below for a shorter axis
-    else:
-        tile[syms.index(outer)], tile[syms.index(inner)] = VECTOR_TILE
-    return Tiling(step, shape, outer, inner, tuple(min(t, n) for t, n in zip(tile, kernel.box)), kernel.box,
-                  transposed)
+    _, k0, k1 = step.loop[0]
+    length = int(k1) - int(k0)
+    wide = box[o] * box[i] * length >= CPU_WIDE_MICRO_WORK and "-mavx512f" in targets.compiler_args(target)
+    micro = CPU_MICRO if wide else CPU_MICRO_NARROW
+    rows, cols = micro
+    tile[o], tile[i] = rows, _balanced(box[i], CPU_TILE_COLUMNS, cols)
+    packed = not _unit_stride(graph, step.tasklet, inner_operand, inner) or box[i] % tile[i] != 0
+    if packed:
+        tile[o], tile[i] = _balanced(box[o], CPU_PACKED_TILE[0], rows), _balanced(box[i], CPU_PACKED_TILE[1], cols)
+    k_block = max(1, min(length, CPU_PACKED_K_BLOCK if packed else CPU_K_BLOCK))
+    return Tiling(step, shape, outer, inner, tuple(tile), box, micro, k_block, packed)

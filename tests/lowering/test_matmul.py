@@ -248,14 +248,23 @@ def test_a_row_kernel_whose_other_steps_loop_is_not_tiled(device):
     np.testing.assert_allclose(grads["B"], np.repeat(y[:, None], 4099, axis=1), rtol=1e-6)
 
 
-@pytest.mark.parametrize("kk", [48, 37])
-def test_transposed_operand_is_read_in_blocks_on_the_cpu(kk, device):
-    """dX = dY W^T: the row's operand runs along k only; on the CPU device it is read in
-    blocks of k (a ragged last block when 16 does not divide k), elsewhere directly."""
-    graph, inputs = matmul_graph(70, kk, 300, "nt", coeff=2)
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("m, kk, n", [(45, 133, 512), (131, 70, 97)])
+def test_every_form_against_numpy_float64(layout, m, kk, n, device):
+    """Each transpose form the reverse pass produces at sizes that are no multiple of the
+    CPU device's blocks (micro-kernel rows and columns, tiles, k blocks): on the CPU the
+    inner operand is read in place only where it runs along the output's inner axis and the
+    tiles cover that axis exactly (``A B`` and ``A^T B`` at n = 512), else packed."""
+    graph, inputs = matmul_graph(m, kk, n, layout, coeff=1.5)
     (tl,) = kernel_tiling(graph, device)
-    assert bool(tl.transposed) == (device == "cpu")
-    exe = assert_agrees(graph, inputs, device, rtol=1e-4, atol=1e-4)
-    assert ("mm_y_block[16][" in exe.source) == (device == "cpu")
+    exe = lowering.compile(graph, device=device)
+    got = exe(inputs)["c"]
+    ia, ib, ic = LAYOUTS[layout]
+    want = 1.5 * np.einsum(f"{''.join(map(str, ia))},{''.join(map(str, ib))}->{''.join(map(str, ic))}",
+                           inputs["a"].astype(np.float64), inputs["b"].astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     if device == "cpu":
-        assert (f"min(mm_r0 + mm_q, {kk - 1})" in exe.source) == (kk % tl.transposed != 0)
+        assert tl.micro is not None and "_sum[" in exe.source
+        assert tl.packed_inner == (layout in ("nt", "out_transposed") or n != 512)
+    else:
+        assert tl.micro is None and "_pack[" not in exe.source
