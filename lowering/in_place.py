@@ -254,9 +254,30 @@ def share_versions(p: Plan) -> Plan:
         return p
     for kernel in p.kernels:
         kernel.steps = [s for s in kernel.steps if s.tasklet.name not in dropped]
-    kernels = [k for k in p.kernels if k.steps]
+    kernels = _join_scalar_runs([k for k in p.kernels if k.steps])
     members = set(root) | set(root.values())
     # a later version's zero fill (its writes are plain, the fill is for elements nobody writes)
     # would clear the chain's buffer: its elements come from the older versions now
     fills = {a: v for a, v in p.fills.items() if a not in root}
     return Plan(g, kernels, p.stored | members, fills, p.overwritten, storage=root)
+
+
+def _scalar(kernel: Kernel) -> bool:
+    """A one-thread kernel of loop-free steps (no lanes, no tiles, no finish)."""
+    return (type(kernel) is Kernel and kernel.box == () and kernel.finish is None
+            and not any(step.loop for step in kernel.steps))
+
+
+def _join_scalar_runs(kernels: list[Kernel]) -> list[Kernel]:
+    """Neighbouring one-thread kernels as one: the copies between an unrolled
+    loop's one-element updates (seidel-2d's ``A[i, j] = ...``) kept them apart,
+    and in one thread each step still runs after the one before it, reading
+    what it stored (a launch each cost lavapipe ~50 us a call and a pipeline
+    compile on the first)."""
+    out: list[Kernel] = []
+    for kernel in kernels:
+        if out and _scalar(out[-1]) and _scalar(kernel):
+            out[-1].steps.extend(kernel.steps)
+        else:
+            out.append(kernel)
+    return out

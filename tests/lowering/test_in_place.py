@@ -32,6 +32,15 @@ def _row_sweeps(xp, a):
     return xp.sum(x * x)
 
 
+def _point_sweeps(xp, a):
+    """One-element updates, each reading the element just written before it."""
+    x = xp.sin(a)
+    for _ in range(2):
+        for i in range(1, 6):
+            x = _set(xp, x, i, (x[i - 1] + x[i] + x[i + 1]) / 3)
+    return xp.sum(x * x)
+
+
 def _late_old_read(xp, a):
     """The reverse pass of ``x ** 3`` reads the old ``x[2]`` after the update wrote it."""
     x = xp.sin(a)
@@ -61,6 +70,7 @@ def _case(name, body, shape) -> Case:
 
 CASES = {
     "row_sweeps": (_case("row_sweeps", _row_sweeps, (6, 6)), True),
+    "point_sweeps": (_case("point_sweeps", _point_sweeps, (7,)), True),
     "late_old_read": (_case("late_old_read", _late_old_read, (7,)), False),
     "late_disjoint_read": (_case("late_disjoint_read", _late_disjoint_read, (7,)), True),
     "shifted_slice": (_case("shifted_slice", _shifted_slice, (7,)), False),
@@ -93,6 +103,15 @@ def test_copies_go_only_where_no_access_can_tell(name):
         assert p.storage and not copies, (name, p.storage, copies)
     else:
         assert copies and not p.storage, (name, p.storage, copies)
+
+
+def test_one_element_updates_run_in_one_kernel():
+    """With their copies gone, the ten one-element updates' kernels are neighbours
+    and join into one one-thread kernel, in order."""
+    p = _plan(CASES["point_sweeps"][0])
+    updates = [[s.tasklet.meta["origin"] for s in k.steps if s.tasklet.meta["origin"].startswith("setitem")]
+               for k in p.kernels]
+    assert max(len(u) for u in updates) == 10, updates
 
 
 def test_an_updated_result_is_returned_twice_alike(device):
