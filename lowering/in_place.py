@@ -34,6 +34,7 @@ a call would see the later versions' elements of the call before.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -255,6 +256,8 @@ def share_versions(p: Plan) -> Plan:
     for kernel in p.kernels:
         kernel.steps = [s for s in kernel.steps if s.tasklet.name not in dropped]
     kernels = _join_scalar_runs([k for k in p.kernels if k.steps])
+    for n, kernel in enumerate(kernels):  # numbered in dispatch order again, as generated Slang shows them
+        kernel.name = re.sub(r"^k\d+_", f"k{n}_", kernel.name)
     members = set(root) | set(root.values())
     # a later version's zero fill (its writes are plain, the fill is for elements nobody writes)
     # would clear the chain's buffer: its elements come from the older versions now
