@@ -86,14 +86,24 @@ class _Elements:
         shape = [int(d) for d in self.graph.containers[m.container].shape]
         axes = [a.reshape(-1) for a in np.meshgrid(*[np.arange(b, e, dtype=np.int64) for _, b, e in domain],
                                                    indexing="ij")]
+        symbols = [s for s, _, _ in domain]
         flat = np.zeros((count,), dtype=np.int64)
         for k, expr in enumerate(m.index):
-            value = _evaluate(sympy.sympify(expr), [s for s, _, _ in domain], axes, count)
+            value = _evaluate(sympy.sympify(expr), symbols, axes, count)
             if value is None:
                 return None, False
             flat += value * math.prod(shape[k + 1:])
         unique = np.unique(flat)
-        return unique, unique.size == count
+        injective = unique.size == count
+        if t.condition is not sympy.true and t.condition.free_symbols <= set(symbols):
+            # the step touches memory only at the points its condition holds (a kept copy: the rest)
+            try:
+                held = np.broadcast_to(np.asarray(sympy.lambdify(symbols, t.condition, "numpy")(*axes), bool),
+                                       (count,))
+                unique = np.unique(flat[held])
+            except (TypeError, ValueError, NameError):
+                pass
+        return unique, injective
 
     def disjoint(self, x: _Access, y: _Access) -> bool:
         ex, _ = self.of(x)
