@@ -60,13 +60,35 @@ def replaced(e, mapping: Mapping) -> sympy.Basic:
     and sympy rebuilds each evaluated node it replaces into: a clamped read
     index ``Min(5, Max(0, o - 1))`` re-checks its arguments at every
     construction, milliseconds each (cavity flow's planning spent most of
-    its time there).  ``mapping``'s keys and values must be hashable."""
+    its time there), and so does each guarded term ``Piecewise`` of a
+    gather's sum that a value is inlined into (lavapipe's planning of
+    seidel-2d).  Each rebuilt node is cached too (``_rebuilt``): the
+    steps of an unrolled loop share their terms.  ``mapping``'s keys and
+    values must be hashable."""
     return _replaced(sympy.sympify(e), tuple(mapping.items()))
 
 
 @functools.lru_cache(maxsize=16384)
 def _replaced(e: sympy.Basic, items: tuple) -> sympy.Basic:
-    return e.xreplace(dict(items))
+    return _xreplace(e, dict(items))[0]
+
+
+def _xreplace(e: sympy.Basic, rule: dict) -> tuple[sympy.Basic, bool]:
+    """sympy's ``Basic._xreplace``, building each changed node through ``_rebuilt``."""
+    if e in rule:
+        return rule[e], True
+    args, changed = [], False
+    for a in e.args:
+        if isinstance(a, sympy.Basic):
+            a, c = _xreplace(a, rule)
+            changed |= c
+        args.append(a)
+    return (_rebuilt(e.func, tuple(args)), True) if changed else (e, False)
+
+
+@functools.lru_cache(maxsize=65536)
+def _rebuilt(func, args: tuple) -> sympy.Basic:
+    return func(*args)
 
 
 def is_size_symbol(s: sympy.Symbol) -> bool:
