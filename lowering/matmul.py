@@ -20,9 +20,9 @@ operand element once per tile:
   B^T``: the reverse pass's ``dA = G B^T``) or the tiles would pass the
   box's edge, it is packed too, in square 64x64 tiles.  512^3 on one core,
   CPU time, 2.6 GHz AMD EPYC (peak ~83 GFLOP/s at 32 float32 FLOP/cycle):
-  ``A B`` 35 -> 77-89, ``A^T B`` 37 -> 77-92, ``A B^T`` 15 -> 45-59 GFLOP/s
-  (the loops before kept a tile's sums in memory, 4 loads and stores per 4
-  FMAs).
+  ``A B`` 35-46 -> 48-89, ``A^T B`` 33-48 -> 43-92, ``A B^T`` 13-16 -> 51-59
+  GFLOP/s on a shared machine (the loops before kept a tile's sums in
+  memory: 4 loads and 4 stores per 4 FMAs).
 * lavapipe runs SIMD across threads: a thread owns an 8x4 tile, every loop
   unrolled (5 GFLOP/s against 0.9; groupshared tiles measured slower, its
   barriers are costly, and wider vector loads gained nothing).
