@@ -43,6 +43,8 @@ import sympy
 from symdiff.ir.graph import DataflowGraph, Memlet
 from symdiff.ir.index_analysis import Unanalysable, written_elements
 
+from . import targets
+from .matmul import tiling
 from .plan import Kernel, Plan, Step, _same_point, uses_connectors
 
 # Domains with more points than this are not enumerated: their accesses count
@@ -60,7 +62,7 @@ class _Access:
     order: int  # the step's position in its unit
     step: Step
     memlet: Memlet
-    exempt: bool  # a step of a plain kernel without loops: same-point pairs may share the unit
+    exempt: bool  # a step of a kernel running one thread a point: same-point pairs may share the unit
 
 
 class _Elements:
@@ -73,12 +75,13 @@ class _Elements:
     def of(self, a: _Access) -> tuple[np.ndarray | None, bool]:
         """(sorted unique positions or None, whether each domain point has its own element)."""
         t = a.step.tasklet
-        key = (t.name, a.memlet)
+        key = (t.name, a.memlet, a.write)
         if key not in self.found:
-            self.found[key] = self._enumerate(t, a.memlet)
+            used = t.condition if a.write else sympy.And(t.condition, _used_where(self.graph, t, a.memlet.connector))
+            self.found[key] = self._enumerate(t, a.memlet, used)
         return self.found[key]
 
-    def _enumerate(self, t, m: Memlet) -> tuple[np.ndarray | None, bool]:
+    def _enumerate(self, t, m: Memlet, used: sympy.Boolean) -> tuple[np.ndarray | None, bool]:
         domain = [(s, int(b), int(e)) for s, b, e in t.domain]
         count = math.prod(max(e - b, 0) for _, b, e in domain)
         if uses_connectors(m.index, t) or count > MAX_ENUMERATED_POINTS:
@@ -95,11 +98,11 @@ class _Elements:
             flat += value * math.prod(shape[k + 1:])
         unique = np.unique(flat)
         injective = unique.size == count
-        if t.condition is not sympy.true and t.condition.free_symbols <= set(symbols):
-            # the step touches memory only at the points its condition holds (a kept copy: the rest)
+        if used is not sympy.true and used.free_symbols <= set(symbols):
+            # only the points where it matters: a step reads and stores inside its condition (a kept
+            # copy: the elements its update leaves), and a value a select() discards is not used
             try:
-                held = np.broadcast_to(np.asarray(sympy.lambdify(symbols, t.condition, "numpy")(*axes), bool),
-                                       (count,))
+                held = np.broadcast_to(np.asarray(sympy.lambdify(symbols, used, "numpy")(*axes), bool), (count,))
                 unique = np.unique(flat[held])
             except (TypeError, ValueError, NameError):
                 pass
@@ -117,6 +120,37 @@ class _Elements:
         writer = x if x.write else y
         _, injective = self.of(writer)
         return injective and _same_point(x.step, x.memlet, y.step, y.memlet)
+
+
+def _used_where(g: DataflowGraph, t, connector: str) -> sympy.Boolean:
+    """Where a read's value can reach ``t``'s results: the conditions of the
+    ``Piecewise`` branches it appears in (a reverse pass's gathers read each
+    version at every point but use it only where that version was read), over
+    the domain's symbols (a condition on data counts as true).  ``true`` where
+    it is used unguarded, or as an index (then it picks elements anywhere)."""
+    symbol = t.inputs.get(connector)
+    if symbol is None or any(symbol in sympy.sympify(e).free_symbols
+                             for _, m in g.reads(t.name) + g.writes(t.name) for e in m.index):
+        return sympy.true
+    domain = {s for s, _, _ in t.domain}
+    guards: list[sympy.Boolean] = []
+
+    def visit(expr: sympy.Basic, guard: sympy.Boolean) -> None:
+        if symbol not in expr.free_symbols:
+            return
+        if expr == symbol:
+            guards.append(guard)
+        elif isinstance(expr, sympy.Piecewise):
+            for value, cond in expr.args:
+                visit(cond, guard)
+                visit(value, sympy.And(guard, cond) if cond.free_symbols <= domain else guard)
+        else:
+            for arg in expr.args:
+                visit(arg, guard)
+
+    for expr in t.body.values():
+        visit(sympy.sympify(expr), sympy.true)
+    return sympy.Or(*guards) if guards else sympy.false
 
 
 def _evaluate(expr: sympy.Expr, symbols: list, axes: list[np.ndarray], count: int) -> np.ndarray | None:
@@ -197,15 +231,27 @@ def _writes_the_rest(g: DataflowGraph, copy: Step, writer: Step, m: Memlet, elem
     return not (mask & copied).any() and (mask | copied).all()
 
 
-def share_versions(p: Plan) -> Plan:
+def _one_thread_a_point(g: DataflowGraph, kernel: Kernel, target: "targets.Target | None") -> bool:
+    """Whether each point of the kernel is one thread's, its steps run in order:
+    no rows, no matmul tiles, no lanes sharing a point's loops (``lowering.workgroups``;
+    without a target, only a kernel without loops is sure to have none)."""
+    if type(kernel) is not Kernel:
+        return False
+    if not any(step.loop for step in kernel.steps):
+        return True
+    from .workgroups import layout  # built on the plan's types
+    return target is not None and tiling(g, kernel, target) is None and layout(g, kernel, target, False) is None
+
+
+def share_versions(p: Plan, target: "targets.Target | None" = None) -> Plan:
     """``p`` with the copies of in-place updates dropped where their versions
     can share a buffer (the module docstring); ``p.storage`` maps each version
-    written into an older one's buffer to the chain's first version."""
+    written into an older one's buffer to the chain's first version.  ``target``
+    tells which kernels run one thread a point (``_one_thread_a_point``)."""
     g = p.graph
     where: dict[str, tuple[tuple[int, int], int, Step, bool]] = {}
     for k, kernel in enumerate(p.kernels):
-        # no loops: no tiles, no lanes sharing a point's loops (lowering.workgroups), one thread a point
-        plain = type(kernel) is Kernel and not any(step.loop for step in kernel.steps)
+        plain = _one_thread_a_point(g, kernel, target)
         for n, step in enumerate(kernel.steps):
             where[step.tasklet.name] = ((k, 0), n, step, plain)
         for n, step in enumerate(kernel.finish.steps if kernel.finish else ()):

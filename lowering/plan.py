@@ -568,4 +568,4 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
                 if not sole and access in stored:
                     fills[access] = ACCUMULATION_IDENTITY[m.accumulate]
     from .in_place import share_versions  # built on this module's plan
-    return share_versions(Plan(g, kernels, stored, fills, overwritten))
+    return share_versions(Plan(g, kernels, stored, fills, overwritten), target)

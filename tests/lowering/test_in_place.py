@@ -41,6 +41,16 @@ def _point_sweeps(xp, a):
     return xp.sum(x * x)
 
 
+def _forward_substitution(xp, a):
+    """trisolv: the reverse pass's gather reads every version of ``x`` at every
+    element, but a select() keeps each read only where the forward pass read
+    it, before any later update wrote there."""
+    x = xp.sin(a[0])
+    for i in range(6):
+        x = _set(xp, x, i, (a[1, i] - a[i, :i] @ x[:i]) / (4.0 + a[i, i] ** 2) + 0.5 * x[i])
+    return xp.sum(x * x)
+
+
 def _late_old_read(xp, a):
     """The reverse pass of ``x ** 3`` reads the old ``x[2]`` after the update wrote it."""
     x = xp.sin(a)
@@ -71,6 +81,7 @@ def _case(name, body, shape) -> Case:
 CASES = {
     "row_sweeps": (_case("row_sweeps", _row_sweeps, (6, 6)), True),
     "point_sweeps": (_case("point_sweeps", _point_sweeps, (7,)), True),
+    "forward_substitution": (_case("forward_substitution", _forward_substitution, (6, 6)), True),
     "late_old_read": (_case("late_old_read", _late_old_read, (7,)), False),
     "late_disjoint_read": (_case("late_disjoint_read", _late_disjoint_read, (7,)), True),
     "shifted_slice": (_case("shifted_slice", _shifted_slice, (7,)), False),
