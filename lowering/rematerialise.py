@@ -32,6 +32,7 @@ from typing import Collection
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
+from symdiff.ir.index_analysis import replaced
 
 from .inlining import cheap, inline, producer
 from .plan import Plan, split_tasklet, uses_connectors
@@ -78,17 +79,17 @@ def merge_duplicates(graph: DataflowGraph) -> None:
         if any(uses_connectors(m.index, t) for _, m in reads):
             continue
         rename = {s: sympy.Symbol(f"_d{k}") for k, s in enumerate(t.index_symbols)}
-        values = {t.inputs[m.connector]: sympy.Symbol(f"_r{a}{tuple(sympy.sympify(i).xreplace(rename) for i in m.index)}")
+        values = {t.inputs[m.connector]: sympy.Symbol(f"_r{a}{tuple(replaced(i, rename) for i in m.index)}")
                   for a, m in reads}
-        domain = tuple((sympy.sympify(b).xreplace(rename), sympy.sympify(e).xreplace(rename)) for _, b, e in t.domain)
-        condition = t.condition.xreplace(rename).xreplace(values)
+        domain = tuple((replaced(b, rename), replaced(e, rename)) for _, b, e in t.domain)
+        condition = replaced(replaced(t.condition, rename), values)
         for access, m in graph.writes(name):
             c = graph.containers[m.container]
             if m.accumulate is not None or access in results or len(graph.writers(access)) != 1 \
                     or uses_connectors(m.index, t):
                 continue
-            key = (domain, condition, tuple(sympy.sympify(i).xreplace(rename) for i in m.index), c.shape, c.dtype,
-                   t.body[m.connector].xreplace(rename).xreplace(values))
+            key = (domain, condition, tuple(replaced(i, rename) for i in m.index), c.shape, c.dtype,
+                   replaced(replaced(t.body[m.connector], rename), values))
             if key not in kept:
                 kept[key] = access
                 continue
