@@ -68,6 +68,10 @@ VECTOR_TILE = (8, 4)
 CPU_MICRO = (8, 32)
 CPU_MICRO_NARROW = (6, 16)
 CPU_WIDE_MICRO_WORK = 1 << 24
+# Below this many multiply-adds (160^3) a CPU product takes the plain tiles of every
+# target: a 256x64x64 MLP layer runs in ~0.1 ms either way, and the micro-kernel's
+# unrolled blocks made the small MLP's first compile 1.97 -> 4.87 CPU s.
+CPU_MICRO_MIN_WORK = 1 << 22
 # A thread's tile where the inner operand runs along the inner axis (A B, A^T B):
 # one row of blocks, at most this many outputs long (the outer operand's rows
 # packed per k block: read in place they were what g++ vectorised, along k).
@@ -248,7 +252,8 @@ def _tiles(graph: DataflowGraph, kernel: "Kernel", step: "Step", shape: MatmulSh
     unit = [s for s, c in ((shape.col, shape.b), (shape.row, shape.a)) if _unit_stride(graph, t, c, s)]
     inner = unit[0] if len(unit) == 1 else (out_last if out_last in (shape.row, shape.col) else shape.col)
     outer = shape.row if inner == shape.col else shape.col
-    if target.sequential:
+    _, k0, k1 = step.loop[0]
+    if target.sequential and math.prod(kernel.box) * (int(k1) - int(k0)) >= CPU_MICRO_MIN_WORK:
         return _cpu_tiles(graph, step, shape, outer, inner, tile, kernel.box, target)
     tile[syms.index(outer)], tile[syms.index(inner)] = VECTOR_TILE
     return Tiling(step, shape, outer, inner, tuple(min(t, n) for t, n in zip(tile, kernel.box)), kernel.box)
