@@ -20,10 +20,16 @@ version before a write of a newer one), the pair is kept in order when:
 * ``X``'s kernel runs before ``Y``'s (kernels are ordered, a finish after its
   kernel's steps); or
 * the elements they touch are disjoint (enumerated over their domains, which
-  planning has made concrete); or
-* they are in one kernel, each thread touches the same element in both, at
-  its own point only (an injective index), and ``X``'s step comes first (a
-  tasklet reads before it writes).
+  planning has made concrete; a step touches elements only where its condition
+  holds, and a read counts only where its value can reach a result: a reverse
+  pass's gather reads every version everywhere and selects each where it was
+  read); or
+* they are in one kernel that runs one thread a point, each thread touches
+  the same element in both, at its own point only (an injective index), and
+  ``X``'s step comes first (a tasklet reads before it writes).
+
+With the copies gone, neighbouring one-thread kernels join: an unrolled loop's
+one-element updates then run in order in one thread.
 
 A pair that fails keeps its copy (and its version's own buffer): this is
 purely an optimisation, never a change of meaning.  Arguments' first versions
