@@ -661,8 +661,7 @@ class _KernelWriter:
 
     def body(self, t: Tasklet, names: dict, precision: str, out_types: dict, depth: int) -> dict[str, str]:
         conns = list(t.body)
-        temps, exprs = sympy.cse([t.body[c] for c in conns],
-                                 symbols=sympy.numbered_symbols(f"{identifier(t.name)}_tmp"))
+        temps, exprs = _shared_terms([t.body[c] for c in conns], f"{identifier(t.name)}_tmp")
         names = dict(names)
         for sym, expr in temps:
             kind = "bool" if isinstance(expr, sympy.logic.boolalg.Boolean) else \
@@ -780,6 +779,25 @@ class _RowKernelWriter(_KernelWriter):
         for step in reducing:
             self.finish_accumulators(step, 1)
             self.stores(step, self.outputs(step.tasklet), names[step.tasklet.name], 1)
+
+
+def _shared_terms(exprs: list, prefix: str) -> tuple[list, list]:
+    """``sympy.cse`` of a tasklet's outputs, reciprocals left in place: a value
+    recomputed where it is compared with a stored one (a max's gradient tests
+    ``x / d == max``) must round as where it was stored, and ``x * (1 / d)``,
+    with ``1 / d`` shared with the derivative's terms, differs from ``x / d`` in
+    the last bit (fuzz seed 920071: the gradient of the maximum went to no
+    element)."""
+    temps, exprs = sympy.cse(exprs, symbols=sympy.numbered_symbols(prefix))
+    back: dict = {}
+    kept = []
+    for sym, expr in temps:
+        expr = expr.xreplace(back)
+        if isinstance(expr, sympy.Pow) and expr.exp == -1:
+            back[sym] = expr
+        else:
+            kept.append((sym, expr))
+    return kept, [sympy.sympify(e).xreplace(back) for e in exprs]
 
 
 def _digit(var: str, stride: int, n: int, outermost: bool) -> str:

@@ -190,3 +190,26 @@ def test_a_value_stored_for_the_last_kernel_is_recomputed_there_on_parallel_targ
     want = np.mean(np.log1p(np.exp(x64))) + x64.max() + np.log(np.sum(np.exp(x64 - x64.max())))
     np.testing.assert_allclose(value, want, rtol=1e-5)
     np.testing.assert_allclose(grads["x"], 1 / (1 + np.exp(-x64)) / 8192 + softmax, rtol=1e-3, atol=1e-7)
+
+
+def _max_of_quotient(y0: sd.f32[1, 64, 33], y1: sd.f32[2, 64, 33]):
+    return np.mean(np.max(y0 / (y1 * y1 + 0.5), axis=-2))
+
+
+def test_a_recomputed_maximum_compares_equal_to_the_stored_one(device):
+    """Fuzz seed 920071: the max's gradient recomputes ``y0 / d`` to find the maximal
+    element, and with ``1 / d`` shared with the derivative's terms it became
+    ``y0 * (1 / d)``, a last bit off the stored maximum: no element matched and the
+    gradient was lost (codegen keeps reciprocals out of shared terms)."""
+    graph = ir.trace(_max_of_quotient).copy()
+    sd.add_backward_pass(graph, inputs=["y0", "y1"], outputs=graph.results)
+    recomputed = graph.copy()
+    recomputed.meta["rematerialise"] = candidates(graph)
+    rng = np.random.default_rng(5)
+    inputs = {"y0": rng.standard_normal((1, 64, 33)).astype(np.float32),
+              "y1": rng.standard_normal((2, 64, 33)).astype(np.float32)}
+    seeds = {s: np.ones((), np.float32) for s in graph.meta["seeds"].values()}
+    want = ir.run(graph, {**inputs, **seeds})
+    got = lowering.compile(recomputed, device=device)({**inputs, **seeds})
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, rtol=2e-4, atol=1e-6, err_msg=name)
