@@ -128,7 +128,7 @@ def plan_buffers(p: Plan, module: Module, sequential: bool) -> tuple[BufferPlan,
     g = p.graph
     latest = {p.buffer_of(g.latest(r)) for r in g.results}
     nbytes = {}
-    for access in {p.buffer_of(a) for a in p.stored}:  # versions written in place share their chain's buffer
+    for access in p.buffers:  # versions written in place share their chain's buffer
         node = g.node(access)
         c = g.containers[node.container]
         if not (c.role == "argument" and node.version == 0):

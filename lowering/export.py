@@ -116,7 +116,7 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
     gradients = graph.meta.get("gradients", {})
     seeds = graph.meta.get("seeds", {})
     kernel_buffers = {n: a for e in module.kernels for n, a in e.buffers.items()}
-    stored = {buffer_name(p.buffer_of(a)): p.buffer_of(a) for a in p.stored} | kernel_buffers
+    stored = {buffer_name(a): a for a in p.buffers} | kernel_buffers
     buffers = {}
     for param, access in sorted(stored.items()):
         if access == FLAG:

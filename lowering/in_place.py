@@ -39,9 +39,11 @@ a call would see the later versions' elements of the call before.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import sympy
@@ -63,12 +65,10 @@ class _Access:
     """One step's read or write of a version in a chain."""
 
     write: bool
-    version: int  # the version's position in its chain
     unit: tuple[int, int]  # (kernel, 0 for its steps or 1 for its finish): units run in this order
     order: int  # the step's position in its unit
     step: Step
     memlet: Memlet
-    exempt: bool  # a step of a kernel running one thread a point: same-point pairs may share the unit
 
 
 class _Elements:
@@ -76,15 +76,15 @@ class _Elements:
 
     def __init__(self, graph: DataflowGraph):
         self.graph = graph
-        self.found: dict[tuple[str, int], tuple[np.ndarray | None, bool]] = {}
+        self.found: dict[tuple[str, Memlet, bool], tuple[np.ndarray | None, bool]] = {}
 
-    def of(self, a: _Access) -> tuple[np.ndarray | None, bool]:
+    def of(self, step: Step, memlet: Memlet, write: bool) -> tuple[np.ndarray | None, bool]:
         """(sorted unique positions or None, whether each domain point has its own element)."""
-        t = a.step.tasklet
-        key = (t.name, a.memlet, a.write)
+        t = step.tasklet
+        key = (t.name, memlet, write)
         if key not in self.found:
-            used = t.condition if a.write else sympy.And(t.condition, _used_where(self.graph, t, a.memlet.connector))
-            self.found[key] = self._enumerate(t, a.memlet, used)
+            used = t.condition if write else sympy.And(t.condition, _used_where(self.graph, t, memlet.connector))
+            self.found[key] = self._enumerate(t, memlet, used)
         return self.found[key]
 
     def _enumerate(self, t, m: Memlet, used: sympy.Boolean) -> tuple[np.ndarray | None, bool]:
@@ -115,16 +115,14 @@ class _Elements:
         return unique, injective
 
     def disjoint(self, x: _Access, y: _Access) -> bool:
-        ex, _ = self.of(x)
-        ey, _ = self.of(y)
+        ex, _ = self.of(x.step, x.memlet, x.write)
+        ey, _ = self.of(y.step, y.memlet, y.write)
         return ex is not None and ey is not None and not np.intersect1d(ex, ey, assume_unique=True).size
 
     def own_point(self, x: _Access, y: _Access) -> bool:
         """Both touch, at each thread point, that point's own element (same index, injective)."""
-        if not (x.exempt and y.exempt and x.unit == y.unit):
-            return False
         writer = x if x.write else y
-        _, injective = self.of(writer)
+        _, injective = self.of(writer.step, writer.memlet, True)
         return injective and _same_point(x.step, x.memlet, y.step, y.memlet)
 
 
@@ -178,14 +176,15 @@ def _evaluate(expr: sympy.Expr, symbols: list, axes: list[np.ndarray], count: in
         return None
 
 
-def _in_order(x: _Access, y: _Access, elements: _Elements) -> bool:
-    """Whether ``y`` sees the buffer as it is after ``x``, where it matters."""
+def _in_order(x: _Access, y: _Access, elements: _Elements, one_thread_a_point: Callable[[int], bool]) -> bool:
+    """Whether ``y`` sees the buffer as it is after ``x``, where it matters
+    (``one_thread_a_point``: of a kernel, by its position)."""
     if x.unit != y.unit:
         return x.unit < y.unit or elements.disjoint(x, y)
     if elements.disjoint(x, y):
         return True
     first = x.order < y.order or (x.order == y.order and not x.write and y.write)
-    return first and elements.own_point(x, y)
+    return first and x.unit[1] == 0 and one_thread_a_point(x.unit[0]) and elements.own_point(x, y)
 
 
 def _plain_copy(g: DataflowGraph, step: Step) -> tuple[str, str] | None:
@@ -216,25 +215,16 @@ def _writes_the_rest(g: DataflowGraph, copy: Step, writer: Step, m: Memlet, elem
     if t.condition is not sympy.true or uses_connectors(m.index, t):
         return False
     shape = g.containers[m.container].shape
-    symbols = [s for s, _, _ in c.domain]
     try:
-        written, _ = written_elements(m.index, t.domain, shape, symbols)
+        written, _ = written_elements(m.index, t.domain, shape, [s for s, _, _ in c.domain])
         if c.condition == sympy.Not(written):
             return True
     except Unanalysable:
         pass
-    count = math.prod(int(n) for n in shape)
-    if count > MAX_ENUMERATED_POINTS:
-        return False
-    axes = np.meshgrid(*[np.arange(int(n), dtype=np.int64) for n in shape], indexing="ij")
-    copied = np.broadcast_to(np.asarray(sympy.lambdify(symbols, c.condition, "numpy")(*axes), dtype=bool),
-                             axes[0].shape if axes else ()).reshape(-1)
-    stored, _ = elements.of(_Access(True, 0, (0, 0), 0, writer, m, False))
-    if stored is None:
-        return False
-    mask = np.zeros(count, dtype=bool)
-    mask[stored] = True
-    return not (mask & copied).any() and (mask | copied).all()
+    copied, _ = elements.of(copy, g.writes(c.name)[0][1], True)  # where its condition holds
+    stored, _ = elements.of(writer, m, True)
+    return (copied is not None and stored is not None and not np.intersect1d(copied, stored).size
+            and copied.size + stored.size == math.prod(int(n) for n in shape))
 
 
 def _one_thread_a_point(g: DataflowGraph, kernel: Kernel, target: "targets.Target | None") -> bool:
@@ -255,21 +245,21 @@ def share_versions(p: Plan, target: "targets.Target | None" = None) -> Plan:
     written into an older one's buffer to the chain's first version.  ``target``
     tells which kernels run one thread a point (``_one_thread_a_point``)."""
     g = p.graph
-    where: dict[str, tuple[tuple[int, int], int, Step, bool]] = {}
+    where: dict[str, tuple[tuple[int, int], int, Step]] = {}
     for k, kernel in enumerate(p.kernels):
-        plain = _one_thread_a_point(g, kernel, target)
         for n, step in enumerate(kernel.steps):
-            where[step.tasklet.name] = ((k, 0), n, step, plain)
+            where[step.tasklet.name] = ((k, 0), n, step)
         for n, step in enumerate(kernel.finish.steps if kernel.finish else ()):
-            where[step.tasklet.name] = ((k, 1), n, step, False)
+            where[step.tasklet.name] = ((k, 1), n, step)
     elements = _Elements(g)
+    # asked only of a pair sharing a kernel (tiles and lanes cost a matmul and a workgroup analysis)
+    one_thread_a_point = functools.cache(lambda k: _one_thread_a_point(g, p.kernels[k], target))
 
-    def accesses(version: str, number: int, skip: str) -> list[_Access] | None:
+    def accesses(version: str, skip: str) -> list[_Access] | None:
         found = [(True, a) for a in g.writers(version)] + [(False, a) for a in g.readers(version)]
         if any(name not in where for _, (name, _) in found):
             return None
-        return [_Access(write, number, *where[name][:3], m, where[name][3])
-                for write, (name, m) in found if name != skip]
+        return [_Access(write, *where[name], m) for write, (name, m) in found if name != skip]
 
     def whole_each_call(version: str) -> bool:
         if version in p.overwritten or version in p.fills:
@@ -282,11 +272,10 @@ def share_versions(p: Plan, target: "targets.Target | None" = None) -> Plan:
 
     root: dict[str, str] = {}  # version -> first version of its chain
     chains: dict[str, list[_Access]] = {}  # first version -> every access of the chain, by unit
-    length: dict[str, int] = {}
     dropped: set[str] = set()
-    copies = [(kernel, step) for kernel in p.kernels if type(kernel) is Kernel and kernel.finish is None
-              for step in kernel.steps]
-    for kernel, copy in copies:
+    steps = [(kernel, step) for kernel in p.kernels if type(kernel) is Kernel and kernel.finish is None
+             for step in kernel.steps]
+    for kernel, copy in steps:
         found = _plain_copy(g, copy)
         if found is None or any(r.producer == copy.tasklet.name for s in kernel.steps for r in s.reads):
             continue  # (a step of its kernel takes the copied value in a register)
@@ -301,16 +290,16 @@ def share_versions(p: Plan, target: "targets.Target | None" = None) -> Plan:
             continue
         if first not in chains and not whole_each_call(first):
             continue
-        old = chains.get(first) or accesses(first, 0, skip="")
-        new = accesses(dst, length.get(first, 1), skip=copy.tasklet.name)
+        old = chains.get(first) or accesses(first, skip="")
+        new = accesses(dst, skip=copy.tasklet.name)
         if old is None or new is None:
             continue
         old = [a for a in old if a.step is not copy]
         start = min((a.unit for a in new), default=(len(p.kernels), 0))
-        if not all(_in_order(x, y, elements) for x in old if x.unit >= start for y in new if x.write or y.write):
+        if not all(_in_order(x, y, elements, one_thread_a_point)
+                   for x in old if x.unit >= start for y in new if x.write or y.write):
             continue
         chains[first] = sorted(old + new, key=lambda a: a.unit)
-        length[first] = length.get(first, 1) + 1
         root[dst] = first
         dropped.add(copy.tasklet.name)
     if not dropped:

@@ -271,6 +271,11 @@ class Plan:
         """The version whose buffer holds ``access`` (itself, unless it shares one)."""
         return self.storage.get(access, access)
 
+    @property
+    def buffers(self) -> set[str]:
+        """The stored versions that hold a buffer (the others are written into one of these)."""
+        return {self.buffer_of(a) for a in self.stored}
+
 
 def _same_point(producer: Step, w: Memlet, consumer: Step, r: Memlet) -> bool:
     """Whether the consumer reads exactly what the producer wrote at this thread."""
@@ -499,8 +504,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
 def _stored_elements(p: Plan) -> int:
     """Elements of the versions a plan stores, arguments' first versions aside."""
     g = p.graph
-    buffers = {p.buffer_of(a) for a in p.stored}
-    return sum(math.prod(int(d) for d in g.containers[g.node(a).container].shape) for a in buffers
+    return sum(math.prod(int(d) for d in g.containers[g.node(a).container].shape) for a in p.buffers
                if not (g.containers[g.node(a).container].role == "argument" and g.node(a).version == 0))
 
 
