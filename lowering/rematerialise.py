@@ -27,12 +27,13 @@ recompute cheap values anyway, ``plan.plan`` also tries recomputing them
 """
 from __future__ import annotations
 
+import collections
 from typing import Collection
 
 import sympy
+from sympy.core.operations import LatticeOp
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
-from symdiff.ir.index_analysis import replaced
 
 from .inlining import cheap, inline, producer
 from .plan import Plan, split_tasklet, uses_connectors
@@ -78,18 +79,16 @@ def merge_duplicates(graph: DataflowGraph) -> None:
         reads = graph.reads(name)
         if any(uses_connectors(m.index, t) for _, m in reads):
             continue
-        rename = {s: sympy.Symbol(f"_d{k}") for k, s in enumerate(t.index_symbols)}
-        values = {t.inputs[m.connector]: sympy.Symbol(f"_r{a}{tuple(replaced(i, rename) for i in m.index)}")
-                  for a, m in reads}
-        domain = tuple((replaced(b, rename), replaced(e, rename)) for _, b, e in t.domain)
-        condition = replaced(replaced(t.condition, rename), values)
+        rule: dict = {s: ("domain", k) for k, s in enumerate(t.index_symbols)}
+        rule.update({t.inputs[m.connector]: ("read", a, _renamed(m.index, rule)) for a, m in reads})
+        domain = _renamed(tuple(r[1:] for r in t.domain), rule)
+        condition = _renamed(t.condition, rule)
         for access, m in graph.writes(name):
             c = graph.containers[m.container]
             if m.accumulate is not None or access in results or len(graph.writers(access)) != 1 \
                     or uses_connectors(m.index, t):
                 continue
-            key = (domain, condition, tuple(replaced(i, rename) for i in m.index), c.shape, c.dtype,
-                   replaced(replaced(t.body[m.connector], rename), values))
+            key = (domain, condition, _renamed(m.index, rule), c.shape, c.dtype, _renamed(t.body[m.connector], rule))
             if key not in kept:
                 kept[key] = access
                 continue
@@ -98,6 +97,27 @@ def merge_duplicates(graph: DataflowGraph) -> None:
             for r, rm in graph.readers(access):
                 _redirect(graph, access, r, rm, into)
             graph.nx.remove_node(access)
+
+
+def _renamed(e, rule: dict):
+    """A hashable form of ``e`` (a sympy expression or a tuple of them) with the symbols in ``rule``
+    replaced by their values, equal for two expressions exactly when they are the same tree up to
+    the order of a commutative operation's arguments.  Unlike ``e.xreplace(rule)``, nothing is
+    rebuilt: sympy re-evaluates each rebuilt node (a gather's guarded ``Piecewise`` terms simplify
+    their conditions again, a clamped index's ``Min``/``Max`` re-compare their arguments), which
+    was most of ``merge_duplicates``' time on unrolled loops."""
+    if isinstance(e, tuple):
+        return tuple(_renamed(a, rule) for a in e)
+    if e in rule:
+        return rule[e]
+    if not e.args:
+        return e
+    args = [_renamed(a, rule) for a in e.args]
+    if all(a is b for a, b in zip(args, e.args)):
+        return e
+    if isinstance(e, (sympy.Add, sympy.Mul, LatticeOp)):  # Max, Min, And, Or too
+        return e.func, frozenset(collections.Counter(args).items())
+    return e.func, tuple(args)
 
 
 def _drop_write(graph: DataflowGraph, name: str, access: str, connector: str) -> None:
