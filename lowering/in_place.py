@@ -107,11 +107,9 @@ class _Elements:
         if used is not sympy.true and used.free_symbols <= set(symbols):
             # only the points where it matters: a step reads and stores inside its condition (a kept
             # copy: the elements its update leaves), and a value a select() discards is not used
-            try:
-                held = np.broadcast_to(np.asarray(sympy.lambdify(symbols, used, "numpy")(*axes), bool), (count,))
+            held = _evaluate(used, symbols, axes, count, bool)
+            if held is not None:
                 unique = np.unique(flat[held])
-            except (TypeError, ValueError, NameError):
-                pass
         return unique, injective
 
     def disjoint(self, x: _Access, y: _Access) -> bool:
@@ -157,23 +155,49 @@ def _used_where(g: DataflowGraph, t, connector: str) -> sympy.Boolean:
     return sympy.Or(*guards) if guards else sympy.false
 
 
-def _evaluate(expr: sympy.Expr, symbols: list, axes: list[np.ndarray], count: int) -> np.ndarray | None:
-    """``expr`` at every point of a domain (``axes``: each symbol's value per point);
-    affine indices (nearly all) without sympy's code generation; None if it fails."""
-    constant = sympy.sympify(expr.xreplace({s: 0 for s in symbols}))
-    coefficients = [sympy.sympify(expr.coeff(s)) for s in symbols]
-    if all(c.is_Integer for c in coefficients + [constant]) and \
-            sympy.expand(expr - constant - sum(c * s for c, s in zip(coefficients, symbols))) == 0:
-        value = np.full((count,), int(constant), dtype=np.int64)
-        for c, axis in zip(coefficients, axes):
-            if c:
-                value += int(c) * axis
-        return value
+def _evaluate(expr: sympy.Basic, symbols: list, axes: list[np.ndarray], count: int,
+              dtype: type = np.int64) -> np.ndarray | None:
+    """``expr`` (an index, or a condition with ``dtype=bool``) at every point of a domain
+    (``axes``: each symbol's value per point), by ``_at_points`` where it can (nearly all:
+    sympy's code generation cost ~4 ms an expression, and each round of planning an unrolled
+    loop asked hundreds), else by ``lambdify``; None if that fails too."""
     try:
-        value = np.asarray(sympy.lambdify(symbols, expr, "numpy")(*axes))
-        return np.broadcast_to(value.astype(np.int64), (count,))
-    except (TypeError, ValueError, NameError):  # a function numpy's printer cannot vectorise
-        return None
+        value = _at_points(sympy.sympify(expr), dict(zip(symbols, axes)))
+    except _NotVectorised:
+        try:
+            value = sympy.lambdify(symbols, expr, "numpy")(*axes)
+        except (TypeError, ValueError, NameError):  # a function numpy's printer cannot vectorise
+            return None
+    return np.broadcast_to(np.asarray(value).astype(dtype), (count,))
+
+
+class _NotVectorised(Exception):
+    """An expression ``_at_points`` does not evaluate (``lambdify`` then does)."""
+
+
+_FOLDS = {sympy.Add: np.add, sympy.Mul: np.multiply, sympy.Max: np.maximum, sympy.Min: np.minimum,
+          sympy.And: np.logical_and, sympy.Or: np.logical_or}
+_COMPARISONS = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+                "==": np.equal, "!=": np.not_equal}
+
+
+def _at_points(expr: sympy.Basic, values: dict) -> "np.ndarray | int | bool":
+    """Integer arithmetic (``+``, ``*``, ``Min``, ``Max``), comparisons and logic over the
+    symbols in ``values`` (numpy arrays), exactly in int64; ``_NotVectorised`` for anything else."""
+    if expr in values:
+        return values[expr]
+    if expr.is_Integer:
+        return int(expr)
+    if expr is sympy.true or expr is sympy.false:
+        return bool(expr)
+    fold = _FOLDS.get(type(expr))
+    if fold is not None:
+        return functools.reduce(fold, [_at_points(a, values) for a in expr.args])
+    if isinstance(expr, sympy.Not):
+        return np.logical_not(_at_points(expr.args[0], values))
+    if isinstance(expr, sympy.core.relational.Relational) and expr.rel_op in _COMPARISONS:
+        return _COMPARISONS[expr.rel_op](_at_points(expr.lhs, values), _at_points(expr.rhs, values))
+    raise _NotVectorised(expr)
 
 
 def _in_order(x: _Access, y: _Access, elements: _Elements, one_thread_a_point: Callable[[int], bool]) -> bool:

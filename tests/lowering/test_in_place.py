@@ -143,3 +143,26 @@ def test_an_updated_result_is_returned_twice_alike(device):
     second = np.array(bump(a + 0, device=device))
     np.testing.assert_array_equal(first, want)
     np.testing.assert_array_equal(second, want)
+
+
+def test_elements_are_evaluated_as_numpy_evaluates_the_expression():
+    """``_evaluate`` (which elements an access touches, where its condition holds) agrees with
+    plain numpy on indices and conditions of every form planning meets, including those its
+    own evaluator leaves to ``lambdify`` (floor, a rational coefficient)."""
+    from symdiff.lowering.in_place import _evaluate
+    import sympy
+    i, j = sympy.symbols("i j", integer=True)
+    I, J = (a.reshape(-1) for a in np.meshgrid(np.arange(-3, 7), np.arange(0, 5), indexing="ij"))
+    cases = [
+        (3 * i - 2 * j + 4, 3 * I - 2 * J + 4),
+        (sympy.Min(5, sympy.Max(0, i - 1)), np.minimum(5, np.maximum(0, I - 1))),
+        (sympy.Integer(7), np.full(I.shape, 7)),
+        (sympy.floor(i / 2) + j, np.floor_divide(I, 2) + J),
+        (sympy.And(i >= 1, sympy.Or(sympy.Eq(j, 2), sympy.Not(i < 4))), (I >= 1) & ((J == 2) | ~(I < 4))),
+        (sympy.Ne(i, j), I != J),
+        (sympy.And(i >= 1, j <= 3), (I >= 1) & (J <= 3)),
+    ]
+    for expr, want in cases:
+        dtype = bool if isinstance(expr, sympy.logic.boolalg.Boolean) else np.int64
+        got = _evaluate(expr, [i, j], [I, J], I.size, dtype)
+        assert got is not None and got.dtype == dtype and np.array_equal(got, want), expr
