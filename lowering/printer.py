@@ -12,6 +12,7 @@ float data is integer-valued to sympy but stays a float ``floor``.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import re
@@ -363,6 +364,31 @@ def print_expr(expr: sympy.Basic, scalar: str = "float", names: Mapping[sympy.Sy
     """Slang text for ``expr`` computed in ``scalar`` ("float", "double" or "int");
     ``precision`` is the float type comparisons inside integer code fall back to."""
     return SlangPrinter(scalar, names, precision).doprint(sympy.sympify(expr))
+
+
+def print_flat_index(index, strides, names: Mapping[sympy.Symbol, str]) -> str:
+    """Slang ``int`` text of the flat element ``sum(index[k] * strides[k])``, as
+    ``print_expr`` prints it.  Cached per (index, strides) as a template with the
+    symbols' names left open: every load and store prints one, an unrolled loop
+    repeats the same few indices under other names (each tasklet's point
+    symbols), and sympy's ordering of a sum's terms cost ~0.5 ms a print."""
+    parts, symbols = _flat_index_template(tuple(index), tuple(strides))
+    return "".join(part if k % 2 == 0 else names.get(symbols[part], symbols[part].name)
+                   for k, part in enumerate(parts))
+
+
+_OPEN_NAME = re.compile("\x01(\\d+)\x02")  # a name left open in a template: \x01<symbol's position>\x02
+
+
+@functools.lru_cache(maxsize=16384)
+def _flat_index_template(index: tuple, strides: tuple) -> tuple[tuple, tuple]:
+    """``(parts, symbols)``: the printed index split at its symbols' names (odd parts:
+    positions in ``symbols``)."""
+    expr = sum((sympy.sympify(i) * s for i, s in zip(index, strides)), sympy.Integer(0))
+    symbols = tuple(expr.atoms(sympy.Symbol))
+    text = print_expr(expr, "int", {s: f"\x01{k}\x02" for k, s in enumerate(symbols)})
+    parts = _OPEN_NAME.split(text)
+    return tuple(int(p) if k % 2 else p for k, p in enumerate(parts)), symbols
 
 
 def is_exact_in_double(expr: sympy.Basic) -> bool:

@@ -63,3 +63,18 @@ def test_float_remainder_takes_the_sign_of_the_divisor():
     devices' values are checked in test_edge_programs.py."""
     assert print_expr(sympy.Mod(x, y)) == "(x - y * floor(x / y))"
     assert print_expr(sympy.Mod(x, y), "double") == "(x - y * floor(x / y))"
+
+
+def test_a_flat_index_prints_as_its_sum_does_under_any_names():
+    """``print_flat_index`` (a cached template with the names left open) gives the text
+    ``print_expr`` gives for the sum of index times stride, for every naming of its symbols,
+    including symbols without a name (printed as themselves)."""
+    from symdiff.lowering.printer import print_flat_index
+    i, j, o = (sympy.Symbol(n, integer=True) for n in ("i", "j", "o"))
+    indices = [(i + 1, j - 2), (sympy.Min(5, sympy.Max(0, o - 1)), 3 - i), (sympy.Integer(2), j), (2 * i + j,)]
+    namings = [{i: "t0", j: "t1", o: "t2"}, {i: "(t1 + 3)", j: "k12_u"}, {}]
+    for index in indices:
+        strides = [7 ** (len(index) - 1 - k) for k in range(len(index))]
+        expr = sum((sympy.sympify(e) * s for e, s in zip(index, strides)), sympy.Integer(0))
+        for names in namings:
+            assert print_flat_index(index, strides, names) == print_expr(expr, "int", names), (index, names)
