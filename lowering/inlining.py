@@ -8,6 +8,8 @@ them (``symdiff.memory_budget``).
 """
 from __future__ import annotations
 
+import functools
+
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
@@ -43,13 +45,26 @@ def producer(graph: DataflowGraph, access: str) -> Tasklet | None:
 def producer_point(p: Tasklet, w: Memlet, read: Memlet) -> dict:
     """``p``'s domain point that wrote the element ``read`` reads (each component of
     ``p``'s write index is ``s + c`` or constant)."""
-    at = {s: b for s, b, _ in p.domain}
-    for wi, ri in zip(w.index, read.index):
+    return dict(_point(p.domain, w.index, read.index))
+
+
+@functools.lru_cache(maxsize=16384)
+def _point(domain: tuple, write: tuple, read: tuple) -> tuple:
+    """``producer_point``'s answer as items, cached: every planning round inlines the same
+    producers into the same readers again."""
+    at = {s: b for s, b, _ in domain}
+    for wi, ri in zip(write, read):
         wi = sympy.sympify(wi)
         if wi.free_symbols:
             (s,) = wi.free_symbols
             at[s] = sympy.sympify(ri) - (wi - s)
-    return at
+    return tuple(at.items())
+
+
+@functools.lru_cache(maxsize=65536)
+def _expanded(e: sympy.Expr) -> sympy.Expr:
+    """``sympy.expand(e)``, cached (as ``_point``)."""
+    return sympy.expand(e)
 
 
 def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None:
@@ -59,11 +74,11 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
     (_, read), = [(a, m) for a, m in graph.reads(t.name) if m.connector == connector]
     at = producer_point(p, w, read)
     reads = {m.connector: (a, m.index) for a, m in graph.reads(t.name) if m.connector != connector}
-    by_element = {(a, tuple(sympy.expand(i) for i in idx)): c for c, (a, idx) in reads.items()}
+    by_element = {(a, tuple(_expanded(i) for i in idx)): c for c, (a, idx) in reads.items()}
     taken = set(reads) | {s.name for s in t.index_symbols}
     subs: dict = {s: v for s, v in at.items()}
     for a, m in graph.reads(p.name):
-        index = tuple(sympy.expand(replaced(i, at)) for i in m.index)
+        index = tuple(_expanded(replaced(i, at)) for i in m.index)
         c = by_element.get((a, index))
         if c is None:
             c = _fresh(m.connector, taken)
