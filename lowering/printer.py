@@ -356,7 +356,9 @@ def is_index_valued(expr: sympy.Basic) -> bool:
     float ``x`` is integer-valued too (sympy says ``is_integer``) but is not:
     as an ``int`` it would be the truncation ``int(x)`` or overflow past 2**31."""
     expr = sympy.sympify(expr)
-    return bool(expr.is_integer) and all(s.is_integer for s in expr.free_symbols)
+    # the symbols first: a float connector settles it, where sympy's is_integer of a body
+    # (a gather's sum of Piecewise terms) asks its assumptions of every term, milliseconds each
+    return all(s.is_integer for s in expr.free_symbols) and bool(expr.is_integer)
 
 
 def print_expr(expr: sympy.Basic, scalar: str = "float", names: Mapping[sympy.Symbol, str] | None = None,
