@@ -70,20 +70,37 @@ def replaced(e, mapping: Mapping) -> sympy.Basic:
 
 @functools.lru_cache(maxsize=16384)
 def _replaced(e: sympy.Basic, items: tuple) -> sympy.Basic:
-    return _xreplace(e, dict(items))[0]
+    rule = dict(items)
+    # symbols alone (every caller's case): subtrees without them are skipped, not walked
+    symbols = frozenset(rule) if all(isinstance(k, sympy.Symbol) for k in rule) else None
+    return _xreplace(e, rule, symbols)[0]
 
 
-def _xreplace(e: sympy.Basic, rule: dict) -> tuple[sympy.Basic, bool]:
-    """sympy's ``Basic._xreplace``, building each changed node through ``_rebuilt``."""
+def _xreplace(e: sympy.Basic, rule: dict, symbols: frozenset | None) -> tuple[sympy.Basic, bool]:
+    """sympy's ``Basic._xreplace``, building each changed node through ``_rebuilt``;
+    where ``rule`` replaces only ``symbols``, a subtree holding none of them is left
+    as it is without walking it (inlining a value into a reverse pass's gather rewrites
+    one connector in bodies of hundreds of guarded terms)."""
     if e in rule:
         return rule[e], True
+    if symbols is not None and symbols.isdisjoint(_symbols_in(e)):
+        return e, False
     args, changed = [], False
     for a in e.args:
         if isinstance(a, sympy.Basic):
-            a, c = _xreplace(a, rule)
+            a, c = _xreplace(a, rule, symbols)
             changed |= c
         args.append(a)
     return (_rebuilt(e.func, tuple(args)), True) if changed else (e, False)
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _symbols_in(e: sympy.Basic) -> frozenset:
+    """Every ``Symbol`` in ``e`` (bound ones too), cached per node: each node's set is
+    its arguments' union, computed once however many expressions share the node."""
+    if isinstance(e, sympy.Symbol):
+        return frozenset((e,))
+    return frozenset().union(*(_symbols_in(a) for a in e.args if isinstance(a, sympy.Basic)))
 
 
 @functools.lru_cache(maxsize=65536)
