@@ -143,7 +143,6 @@ def measure(name: str, device: str) -> dict[str, float]:
     from symdiff.lowering import cache, devices
     from symdiff.lowering.codegen import generate
     from symdiff.lowering.plan import plan
-    from symdiff.lowering.runtime import PROGRAM
 
     body, shapes = kernels()[name]
     specs = [sd.f64[s] for s in shapes.values()]
@@ -165,7 +164,7 @@ def measure(name: str, device: str) -> dict[str, float]:
     p = stage("plan", lambda: plan(backward, {}, target))
     module = stage("codegen", lambda: generate(p, target))
     dev = devices.get_device(device)
-    entries = [PROGRAM] if target.sequential else [f"{k.name}_main" for k in module.kernels]
+    entries = module.entry_points(target.sequential)
     before = dict(cache.stats)
     work = sum(max(k.work, k.threads) for k in module.kernels)
     stage("compile", lambda: cache.kernels(device, dev, module.source, entries, work=work))

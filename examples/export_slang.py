@@ -49,7 +49,7 @@ def run_exported(device: spy.Device, source: str, manifest: dict, inputs: dict[s
     for step in steps:
         kernel = device.create_compute_kernel(device.link_program([module], [module.entry_point(step["entry"])]))
         kernel.dispatch(thread_count=step["thread_count"], command_encoder=encoder,
-                        **{p: buffers[p] for p in step["buffers"]})
+                        **step.get("uniforms", {}), **{param: buffers[b] for param, b in step["buffers"].items()})
     device.submit_command_buffer(encoder.finish())
     device.wait()
     out = {}

@@ -24,6 +24,7 @@ from .matmul import Tiling, tiling
 from .plan import Kernel, LoweringError, Plan, Step, extent
 from .printer import SLANG_TYPES, SlangPrinter, is_index_valued, prelude
 from .rowfusion import LoopGroup, RowKernel, reduces
+from .shared_code import SHARED_BY, KernelCode, kernel_code, lift, share
 from .threads import GROUP_SIZE, Threads, parallel_kernel, worker_cap
 from .workgroups import WORKGROUP, layout
 
@@ -60,13 +61,20 @@ class KernelEntry:
     name: str
     index: int
     threads: int  # points of the kernel's box (or of its tiles)
-    buffers: dict[str, str]  # entry-point parameter -> access node id
+    buffers: dict[str, str]  # parameter of its function (and entry point) -> access node id
     per_thread: int = 1  # consecutive points one dispatched thread runs
     workgroup_threads: int = 0  # threads dispatched where workgroups share points' loops (lowering.workgroups)
     # points never update one element together and set no bounds flag: on the CPU
     # device its threads may be split over workers (lowering.threads)
     independent: bool = False
     work: int = 0  # points times their loop lengths: what splitting it over workers must pay for
+    # the Slang function (and ``<function>_main`` entry point) it runs: its own, or
+    # that of an earlier kernel of the same code (lowering.shared_code)
+    function: str = ""
+    constants: dict[str, int] = field(default_factory=dict)  # the function's lifted literals: this kernel's values
+
+    def __post_init__(self) -> None:
+        self.function = self.function or self.name
 
     @property
     def thread_count(self) -> list[int]:
@@ -80,6 +88,11 @@ class Module:
     buffers: dict[str, str]  # program entry parameter -> access node id (CPU device; else empty)
     checks: list[IndexCheck] = field(default_factory=list)  # codes of the bounds flag (lowering.bounds_check)
 
+    def entry_points(self, sequential: bool) -> list[str]:
+        """The entry points to compile: the program entry on a sequential target,
+        else one per function a kernel runs (kernels of the same code share one)."""
+        return [PROGRAM] if sequential else list(dict.fromkeys(f"{k.function}_main" for k in self.kernels))
+
 
 def identifier(text: str) -> str:
     """A Slang identifier for a graph name (names may hold '#', '.', '-')."""
@@ -88,6 +101,9 @@ def identifier(text: str) -> str:
 
 
 def buffer_name(access: str) -> str:
+    """The parameter naming an access node's buffer (the bounds flag is a buffer of its own)."""
+    if access == FLAG:
+        return FLAG
     container, version = access.rsplit("#", 1)
     return f"{identifier(container)}_v{version}"
 
@@ -871,16 +887,20 @@ def _comment(kernel: Kernel, w: "_KernelWriter", kind: str) -> str:
             + f"\n//   {described}{then}")
 
 
-def _kernel_text(name: str, comment: str, params: list[str], body: str, entry: bool = True) -> str:
-    """A kernel as a function of the thread id, plus (``entry``) its own entry point."""
-    args = ", ".join(p.split()[-1] for p in params)
-    function = f"{comment}\nvoid {name}(uint3 tid{''.join(', ' + p for p in params)})\n{{\n{body}\n}}"
+def _kernel_text(name: str, comment: str, params: list[str], body: str, entry: bool = True,
+                 constants: list[str] = ()) -> str:
+    """A kernel as a function of the thread id, plus (``entry``) its own entry
+    point; ``constants``: int parameters after the buffers (lowering.shared_code)."""
+    args = [p.split()[-1] for p in params] + list(constants)
+    typed = "".join(", " + p for p in params)
+    function = (f"{comment}\nvoid {name}(uint3 tid{typed}{''.join(f', int {c}' for c in constants)})"
+                f"\n{{\n{body}\n}}")
     if not entry:
         return function
     return (f"{function}\n\n"
             f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
-            f"void {name}_main(uint3 tid: SV_DispatchThreadID{''.join(', ' + p for p in params)})\n"
-            f"{{\n    {name}(tid{''.join(', ' + a for a in args.split(', ') if a)});\n}}")
+            f"void {name}_main(uint3 tid: SV_DispatchThreadID{typed}{''.join(f', uniform int {c}' for c in constants)})\n"
+            f"{{\n    {name}(tid{''.join(', ' + a for a in args)});\n}}")
 
 
 def _fill_kernel(plan: Plan, access: str, identity: float, device: str) -> tuple[str, KernelEntry]:
@@ -911,19 +931,21 @@ def _program(entries: list[KernelEntry], g: DataflowGraph, target: targets.Targe
     run per program.  A kernel whose points are independent and whose work is
     worth it is split over up to ``workers`` C++ threads (``lowering.threads``),
     the others run on the calling thread."""
-    buffers = {n: a for e in entries for n, a in e.buffers.items()}
+    buffers = {buffer_name(a): a for e in entries for a in e.buffers.values()}
     params = _params(buffers, g)
-    parts, calls = [], []
+    parts, calls = {}, []
     for e in entries:
         if e.threads == 0:
             continue
         x, y, _ = e.thread_count
         cap = worker_cap(e.work, x * y) if e.independent and target.worker_threads else 1
+        # in the order of its function's parameters: its buffers, then its values of the lifted literals
+        args = [buffer_name(e.buffers[p]) for p in sorted(e.buffers)] + [str(v) for v in e.constants.values()]
         if cap > 1:
-            text, loop = parallel_kernel(e.name, _params(e.buffers, g), (x, y), cap)
-            parts.append(text)
+            typed = _params(e.buffers, g) + [f"int {c}" for c in e.constants]
+            parts[e.function], loop = parallel_kernel(e.function, typed, (x, y), cap, args)
         else:
-            call = f"{e.name}(uint3(x, {'y' if y > 1 else '0'}, 0){''.join(', ' + n for n in sorted(e.buffers))});"
+            call = f"{e.function}(uint3(x, {'y' if y > 1 else '0'}, 0){''.join(', ' + a for a in args)});"
             loop = f"for (int x = 0; x < {x}; x++) {call}"
             if y > 1:
                 loop = f"for (int y = 0; y < {y}; y++) {loop}"
@@ -935,7 +957,7 @@ def _program(entries: list[KernelEntry], g: DataflowGraph, target: targets.Targe
             f"[shader(\"compute\")]\n[numthreads(1, 1, 1)]\n"
             f"void {PROGRAM}(uniform int first, uniform int last, uniform int workers"
             f"{''.join(', ' + p for p in params)})\n{{\n" + "\n".join(calls) + "\n}")
-    return "\n".join(parts + [text]), buffers
+    return "\n".join(list(parts.values()) + [text]), buffers
 
 
 def _scratch(acc_type: str) -> str:
@@ -960,6 +982,8 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
             text, entry = _fill_kernel(plan, access, identity, device)
             parts.append(text)
             entries.append(entry)
+    written: dict[str, tuple[int, str, dict[str, str], str]] = {}  # kernel -> (place in parts, comment, buffers, body)
+    names, codes = [], []
     for kernel in plan.kernels:
         if kernel.finish is not None:  # a function the last workgroup of ``kernel`` calls
             finish = _KernelWriter(plan, kernel.finish, atomics, device, guards, shared)
@@ -972,12 +996,35 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
         if kernel.finish is not None:
             body += "\n" + w.last_workgroup(identifier(kernel.finish.name), finish.buffers, kernel.counter)
         name = identifier(kernel.name)
-        parts.append(_kernel_text(name, _comment(kernel, w, "kernel"), _params(w.buffers, g), body))
         loops = max((math.prod(extent(r) for r in s.loop) for s in kernel.steps), default=1)
         entries.append(KernelEntry(name, 0, w.threads, dict(w.buffers), w.mapping.per_thread,
                                    w.layout.threads(w.threads) if w.layout else 0,
                                    independent=not w.colliding and FLAG not in w.buffers,
                                    work=kernel.threads * max(1, loops)))
+        names.append(name)
+        if kernel.finish is not None:  # its text names its finish: never shared
+            codes.append(KernelCode((name,), [], list(w.buffers), False))
+        else:
+            codes.append(kernel_code(body, list(w.buffers), [identifier(s.tasklet.name) for s in kernel.steps],
+                                     tuple(_storage(g, a) for a in w.buffers.values()), entries[-1].work))
+        written[name] = (len(parts), _comment(kernel, w, "kernel"), dict(w.buffers), body)
+        parts.append("")
+    runs, lifted, also = share(names, codes)
+    by_name = {e.name: e for e in entries}
+    for name, run in zip(names, runs):  # a kernel runs its text's function with its own buffers and constants
+        entry = by_name[name]
+        entry.buffers = {param: entry.buffers[own] for param, own in run.bound.items()}
+        entry.function, entry.constants = run.function, run.constants
+    for function, positions in lifted.items():
+        place, comment, buffers, body = written[function]
+        if function in also:
+            comment += f"\n{SHARED_BY}{', '.join(also[function])} (lowering.shared_code)"
+        if positions:
+            comment += (f"\n//   {', '.join(positions.values())}: constants that differ between them, "
+                        "passed by each")
+        parts[place] = _kernel_text(function, comment, _params(buffers, g), lift(body, positions),
+                                    constants=list(positions.values()))
+    parts = [part for part in parts if part]
     for n, entry in enumerate(entries):
         entry.index = n
     buffers: dict[str, str] = {}

@@ -79,13 +79,14 @@ def _phase(kernel) -> str:
     return "backward" if backward == {True} else "forward" if backward == {False} else "forward+backward"
 
 
-def _clear_kernel(name: str, storage: str, count: int, target: targets.Target) -> tuple[str, KernelEntry]:
-    """A kernel (function and entry point) setting ``count`` elements of buffer ``name`` to zero."""
+def _clear_kernel(name: str, access: str, storage: str, count: int,
+                  target: targets.Target) -> tuple[str, KernelEntry]:
+    """A kernel (function and entry point) setting ``count`` elements of buffer ``name`` (of ``access``) to zero."""
     threads = Threads.for_device(count, target)
     lines = threads.open("i") + [("    " if threads.close() else "") + f"{name}[i] = {storage}(0);"] + threads.close()
     text = _kernel_text(f"clear_{name}", f"// clear {name} ({count} element(s)) before every call",
                         [f"RWStructuredBuffer<{storage}> {name}"], "\n".join("    " + line for line in lines))
-    return text + "\n", KernelEntry(f"clear_{name}", 0, count, {name: name}, threads.per_thread)
+    return text + "\n", KernelEntry(f"clear_{name}", 0, count, {name: access}, threads.per_thread)
 
 
 def _run_all(entries: list[KernelEntry], buffers: dict[str, str]) -> str:
@@ -96,7 +97,9 @@ def _run_all(entries: list[KernelEntry], buffers: dict[str, str]) -> str:
     calls = []
     for e in entries:
         x, y, _ = e.thread_count
-        call = f"{e.name}(uint3(x, {'y' if y > 1 else '0'}, 0){''.join(', ' + n for n in sorted(e.buffers))});"
+        args = "".join([", " + buffer_name(e.buffers[p]) for p in sorted(e.buffers)]
+                       + [f", {v}" for v in e.constants.values()])
+        call = f"{e.function}(uint3(x, {'y' if y > 1 else '0'}, 0){args});"
         loop = f"for (int x = 0; x < {x}; x++) {call}"
         calls.append(f"    {f'for (int y = 0; y < {y}; y++) ' if y > 1 else ''}{loop}")
     return (f"// the whole call on a sequential (CPU) target: dispatch once, with one thread\n"
@@ -115,7 +118,7 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
     g = p.graph
     gradients = graph.meta.get("gradients", {})
     seeds = graph.meta.get("seeds", {})
-    kernel_buffers = {n: a for e in module.kernels for n, a in e.buffers.items()}
+    kernel_buffers = {buffer_name(a): a for e in module.kernels for a in e.buffers.values()}
     stored = {buffer_name(a): a for a in p.buffers} | kernel_buffers
     buffers = {}
     for param, access in sorted(stored.items()):
@@ -133,12 +136,14 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
         info = buffers[param]
         if info["role"] in ("argument", "seed") or access in p.overwritten or p.fills.get(access, 0) != 0:
             continue   # caller data, fully overwritten every call, or filled by a kernel of the module
-        text, entry = _clear_kernel(param, info["type"], math.prod(info["shape"]), tgt)
+        text, entry = _clear_kernel(param, access, info["type"], math.prod(info["shape"]), tgt)
         parts.append(text)
         clears.append(entry)
     phases = {identifier(k.name): _phase(k) for k in p.kernels}
     entries = clears + [e for e in module.kernels if e.threads]
-    dispatch = [{"entry": f"{e.name}_main", "thread_count": e.thread_count, "buffers": sorted(e.buffers),
+    dispatch = [{"entry": f"{e.function}_main", "thread_count": e.thread_count,
+                 "buffers": {param: buffer_name(a) for param, a in sorted(e.buffers.items())},
+                 "uniforms": dict(e.constants),
                  "phase": "clear" if e in clears else phases.get(e.name, "fill")} for e in entries]
     results = graph.meta.get("result_names", graph.results)
     manifest = {
@@ -154,7 +159,7 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
     run_all = ""
     if tgt.sequential:
         run_all = "\n" + _run_all(entries, {n: info["type"] for n, info in buffers.items()})
-        manifest["run_all"] = {"entry": RUN_ALL, "thread_count": [1, 1, 1], "buffers": sorted(buffers),
+        manifest["run_all"] = {"entry": RUN_ALL, "thread_count": [1, 1, 1], "buffers": {b: b for b in sorted(buffers)},
                                "note": "runs every step of 'dispatch' in order, in one dispatch"}
     return ExportedModule(_header(manifest) + "\n".join(parts) + "\n" + module.source + run_all, manifest)
 
@@ -178,9 +183,12 @@ def _header(manifest: dict) -> str:
                      + ", ".join(f"{x} -> {b}" for x, b in manifest["gradients"].items()))
     lines.append("// results: " + ", ".join(f"{r} -> {b}" for r, b in manifest["results"].items()))
     lines.append("//")
-    lines.append("// dispatch order (entry point, thread count, phase):")
+    lines.append("// dispatch order (entry point, thread count, phase; a kernel running another's code binds")
+    lines.append("// its own buffers and constants to that entry point's parameters, as listed):")
     for k, d in enumerate(manifest["dispatch"]):
-        lines.append(f"//   {k}. {d['entry']} {d['thread_count']} {d['phase']}")
+        bound = ", ".join([f"{param} = {b}" for param, b in d["buffers"].items() if param != b]
+                          + [f"{param} = {v}" for param, v in d["uniforms"].items()])
+        lines.append(f"//   {k}. {d['entry']} {d['thread_count']} {d['phase']}" + (f", binding {bound}" if bound else ""))
     if "run_all" in manifest:
         lines.append(f"// on this sequential (CPU) target one dispatch of {RUN_ALL} with thread count [1, 1, 1]")
         lines.append("// (all buffers bound) runs all of these in order instead.")

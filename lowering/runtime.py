@@ -288,7 +288,7 @@ class Executable:
             p, module = disk_cache.cached("lowered", (disk_cache.graph_key(self.graph), repr(sorted(sizes.items())),
                                                       repr(target), repr(self.deterministic)), lower)
             dev = devices.get_device(self.device)
-            entries = [PROGRAM] if target.sequential else [f"{k.name}_main" for k in module.kernels]
+            entries = module.entry_points(target.sequential)
             work = None if self.repeated else sum(max(k.work, k.threads) for k in module.kernels)
             kernels = cache.kernels(self.device, dev, module.source, entries, work=work)
             g = p.graph
@@ -483,14 +483,15 @@ class Executable:
         """Each kernel's launch, its buffers bound once, but for arguments and
         the ``handed`` result versions, which are bound per call."""
         if targets.of(self.device).sequential:  # one entry point runs the whole program there
-            launches = {PROGRAM: (kernels[PROGRAM], [1, 1, 1], module.buffers)}
+            launches = {PROGRAM: (kernels[PROGRAM], [1, 1, 1], module.buffers, {})}
         else:
-            launches = {e.name: (kernels[f"{e.name}_main"], e.thread_count, e.buffers)
+            launches = {e.name: (kernels[f"{e.function}_main"], e.thread_count, e.buffers, e.constants)
                         for e in module.kernels if e.threads}
         fixed = set(buffers) - handed
-        return {name: _Dispatch(kernel, thread_count, {n: buffers[a] for n, a in names.items() if a in fixed},
+        return {name: _Dispatch(kernel, thread_count,
+                                {**{n: buffers[a] for n, a in names.items() if a in fixed}, **constants},
                                 {n: a for n, a in names.items() if a not in fixed})
-                for name, (kernel, thread_count, names) in launches.items()}
+                for name, (kernel, thread_count, names, constants) in launches.items()}
 
     def _launches(self, inst: _Instance) -> list[tuple[_Dispatch, dict]]:
         """The dispatches of ``inst.launches`` with their uniforms: on the CPU

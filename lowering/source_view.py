@@ -13,6 +13,8 @@ from __future__ import annotations
 import html
 import re
 
+from .shared_code import SHARED_BY
+
 # Keyword and type names the built-in highlighter colours: what generated
 # modules actually use, not the whole language.
 _KEYWORDS = ("void", "return", "if", "else", "for", "switch", "case", "default", "break", "uniform",
@@ -65,7 +67,9 @@ def tasklet_lines(source: str) -> dict[str, list[str]]:
 def kernel_headers(source: str) -> dict[str, list[str]]:
     """``{kernel: [comment line, ...]}``: the comment the code generator writes
     above each kernel (``// kernel NAME: ...`` and the lines after it naming
-    its tasklets), for tools that show a kernel without its whole body."""
+    its tasklets), for tools that show a kernel without its whole body.  A
+    kernel running another's code (``lowering.shared_code``) gets that
+    code's comment, which names it."""
     out: dict[str, list[str]] = {}
     current = None
     for line in source.splitlines():
@@ -74,6 +78,9 @@ def kernel_headers(source: str) -> dict[str, list[str]]:
             current = out.setdefault(text.split()[2].rstrip(":"), [text])
         elif current is not None and text.startswith("//"):
             current.append(text)
+            if text.startswith(SHARED_BY):
+                for other in text[len(SHARED_BY):].split(" (")[0].split(", "):
+                    out[other] = current
         else:
             current = None
     return out

@@ -216,10 +216,12 @@ static bool symdiff_parallel(int n, const std::function<void(int)>& f)
 """
 
 
-def parallel_kernel(name: str, params: list[str], dispatched: tuple[int, int], cap: int) -> tuple[str, str]:
-    """Slang for running kernel ``name`` (a function of the thread id and
-    ``params``, ``lowering.codegen``) over its ``x * y`` dispatched threads on
-    up to ``cap`` workers, and the program entry's statement calling it.
+def parallel_kernel(name: str, params: list[str], dispatched: tuple[int, int], cap: int,
+                    args: list[str]) -> tuple[str, str]:
+    """Slang for running kernel function ``name`` (a function of the thread id
+    and ``params``, ``lowering.codegen``) over its ``x * y`` dispatched threads
+    on up to ``cap`` workers, and the program entry's statement calling it with
+    the buffers ``args`` (a kernel sharing another's code passes its own).
 
     ``<name>_slice(s, n, ...)`` runs slice ``s`` of ``n`` equal contiguous
     ranges of the threads (x fastest, as the single-thread loop runs them);
@@ -227,12 +229,12 @@ def parallel_kernel(name: str, params: list[str], dispatched: tuple[int, int], c
     emitted only into CPU modules, so its ``__target_switch`` has that one case
     (``lowering.targets``: no form is chosen by Slang between targets)."""
     x, y = dispatched
-    args = [p.split()[-1] for p in params]
-    passed = "".join(", " + a for a in args)
+    names = [p.split()[-1] for p in params]
+    passed = "".join(", " + a for a in names)
     typed = "".join(", " + p for p in params)
     total = x * y
     thread = f"uint3(t % {x}, t / {x}, 0)" if y > 1 else "uint3(t, 0, 0)"
-    forwarded = "".join(f", ${k + 1}" for k in range(len(args)))
+    forwarded = "".join(f", ${k + 1}" for k in range(len(names)))
     text = (f"// kernel {name} in slices of its {total} thread(s), one slice a worker\n"
             f"__extern_cpp void {name}_slice(int s, int n{typed})\n{{\n"
             f"    int lo = int(int64_t({total}) * s / n), hi = int(int64_t({total}) * (s + 1) / n);\n"
@@ -241,5 +243,6 @@ def parallel_kernel(name: str, params: list[str], dispatched: tuple[int, int], c
             f"        __requirePrelude(R\"({POOL_PRELUDE})\");\n"
             f"        __intrinsic_asm \"symdiff_parallel($0, [&](int s) {{ {name}_slice(s, $0{forwarded}); }})\";\n"
             f"    }}\n}}\n")
-    call = f"if (!{name}_workers(min(workers, {cap}){passed})) {name}_slice(0, 1{passed});"
+    given = "".join(", " + a for a in args)
+    call = f"if (!{name}_workers(min(workers, {cap}){given})) {name}_slice(0, 1{given});"
     return text, call

@@ -155,7 +155,7 @@ def test_each_target_gets_its_own_form_of_colliding_updates(planned, target, mon
 def test_cuda_modules_compile_to_cuda_source(planned):
     _, p = planned
     module = generate(p, "cuda")
-    cuda = slang_compiler.compile_source(module.source, "cuda", [f"{k.name}_main" for k in module.kernels])
+    cuda = slang_compiler.compile_source(module.source, "cuda", module.entry_points(False))
     text = "\n".join(cuda.values())
     ops = {w.memlet.accumulate for k in p.kernels for s in k.steps for w in s.writes if w.mode == "atomic"}
     if "sum" in ops:

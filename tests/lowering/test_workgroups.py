@@ -195,7 +195,7 @@ def test_lanes_store_a_points_values_once():
 @pytest.mark.parametrize("case", ["layer norm 24x700", "prod/min/masked/columns 30x517"])
 def test_cooperative_kernels_compile_to_cuda_source(case):
     module = _module(case, "cuda")
-    cuda = slang_compiler.compile_source(module.source, "cuda", [f"{k.name}_main" for k in module.kernels])
+    cuda = slang_compiler.compile_source(module.source, "cuda", module.entry_points(False))
     assert any("__syncthreads()" in text for text in cuda.values())
     assert any("__shared__" in text for text in cuda.values())
 
@@ -300,5 +300,5 @@ def test_single_pass_and_wave_forms_compile_to_cuda_source():
     steps of the tree have a CUDA form (nvrtc's input; no GPU here to run it)."""
     module = _module("sum 100003", "cuda")
     cuda = "\n".join(slang_compiler.compile_source(module.source, "cuda",
-                                                   [f"{k.name}_main" for k in module.kernels]).values())
+                                                   module.entry_points(False)).values())
     assert "__threadfence()" in cuda and "atomicAdd" in cuda and "__shfl" in cuda

@@ -1,0 +1,133 @@
+"""Kernels of the same code share one Slang function (``lowering.shared_code``):
+unrolled loops whose steps differ only in their buffers, or in small kernels'
+integer constants, are checked against JAX in float64 on every Slang device
+(twice: the second call reuses the bound buffers), and the key is checked to
+tell apart texts that differ in anything but the kernel's own names."""
+import numpy as np
+import pytest
+
+import symdiff as sd
+from corpus import Case, assert_matches_jax, build_program
+from symdiff.lowering import targets
+from symdiff.lowering.codegen import generate
+from symdiff.lowering.plan import plan
+from symdiff.lowering.shared_code import LIFT_MAX_WORK, kernel_code, lift, share
+
+
+def _set(xp, x, index, value):
+    if xp is np:
+        x[index] = value
+        return x
+    return x.at[index].set(value)
+
+
+def _jacobi_steps(xp, a):
+    """Whole-array steps: every step's kernels are the previous step's with other buffers."""
+    x = xp.sin(a)
+    for _ in range(4):
+        x = 0.25 * xp.concatenate([x[:1], x[:-2] + 2 * x[1:-1] + x[2:], x[-1:]]) * xp.cos(x)
+    return xp.sum(x * x)
+
+
+def _row_updates(xp, a):
+    """Each step updates one row from the row before: the same code, another row number."""
+    x = xp.sin(a)
+    for i in range(1, 6):
+        x = _set(xp, x, i, x[i] * xp.tanh(x[i - 1]) + 0.5 * x[i - 1])
+    return xp.sum(x * x)
+
+
+def _forward_substitution(xp, a):
+    """Dot products of growing length: the loop bound differs between steps."""
+    y = xp.sin(a[0])
+    for i in range(6):
+        y = _set(xp, y, i, (a[1, i] - a[i, :i] @ y[:i]) / (3.0 + a[i, i] ** 2))
+    return xp.sum(y * y)
+
+
+CASES = {
+    "jacobi_steps": Case("jacobi_steps", _jacobi_steps, {"a": (9,)}, ["a"], tol=1e-4),
+    "row_updates": Case("row_updates", _row_updates, {"a": (7, 5)}, ["a"], tol=1e-4),
+    "forward_substitution": Case("forward_substitution", _forward_substitution, {"a": (6, 6)}, ["a"], tol=1e-4),
+}
+
+
+def _module(case: Case, device: str):
+    program = build_program(sd, case)
+    target = targets.of(device)
+    return generate(plan(program.backward_graph(wrt=case.wrt), {}, target), target)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradients_match_jax(name, device):
+    case = CASES[name]
+    program = build_program(sd, case)
+    inputs = case.inputs()
+    for _ in range(2):
+        value, grads = program.value_and_grad(*[np.copy(v) for v in inputs.values()], device=device)
+        assert_matches_jax(case, value, grads, inputs)
+
+
+@pytest.mark.parametrize("device", ["cpu", "vulkan"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_kernels_share_functions(name, device):
+    """Fewer functions than kernels, each written once; a kernel running another's
+    function binds its own buffers (and, lifted, passes its own constants)."""
+    module = _module(CASES[name], device)
+    functions = {k.function for k in module.kernels}
+    assert len(functions) < len(module.kernels), name
+    for f in functions:
+        assert module.source.count(f"void {f}(") == 1
+    sharing = [k for k in module.kernels if k.function != k.name]
+    assert all(f"void {k.name}(" not in module.source for k in sharing)
+    assert any(sorted(k.buffers.values()) != sorted(by.buffers.values()) for k in sharing
+               for by in module.kernels if by.name == k.function)
+    if name != "jacobi_steps":
+        assert any(k.constants for k in module.kernels), name
+
+
+def _key(body, buffers=("a_v0", "b_v1"), tasklets=("add_3",), work=64):
+    return kernel_code(body, list(buffers), list(tasklets), ("double",) * len(buffers), work)
+
+
+def test_renaming_keeps_what_is_not_the_kernels_own():
+    body = "    double add_3_x = a_v0[4*add_3_i0 + 1];\n    b_v1[add_3_i0] = exp_f32(add_3_x);  // add_3 (x.py:1)"
+    other = body.replace("add_3", "add_77").replace("a_v0", "q_v9").replace("b_v1", "r_v2").replace("x.py:1", "y")
+    assert _key(body).key == _key(other, ("q_v9", "r_v2"), ("add_77",)).key
+    assert _key(body).key != _key(body.replace("exp_f32", "log_f32")).key  # a global function
+    swapped = "    double add_3_x = b_v1[4*add_3_i0 + 1];\n    a_v0[add_3_i0] = exp_f32(add_3_x);"
+    assert _key(body).buffers == ["a_v0", "b_v1"] and _key(swapped).buffers == ["b_v1", "a_v0"]
+    # the longest tasklet prefix names a local: add_3_1's x is not add_3's 1_x
+    two = "    double add_3_1_x = 1.0l;\n    double add_3_x = add_3_1_x;"
+    assert _key(two, tasklets=("add_3", "add_3_1")).key != _key(two, tasklets=("add_3_1", "add_3")).key
+
+
+def test_only_plain_small_integer_literals_are_lifted():
+    body = "    double add_3_x = a_v0[4*add_3_i0 + 1] * 0.25l + 1.e-05l;\n    b_v1[add_3_i0] = add_3_x;"
+    assert _key(body).literals == [4, 1]
+    assert _key(body).key == _key(body.replace("4*", "7*")).key
+    assert lift(body, {0: "constant0"}).startswith("    double add_3_x = a_v0[constant0*add_3_i0 + 1] * 0.25l")
+    assert _key(body, work=LIFT_MAX_WORK + 1).key != _key(body.replace("4*", "7*"), work=LIFT_MAX_WORK + 1).key
+    fixed = "    float add_3_lanes[8];\n" + body  # an array size must stay a constant
+    assert not _key(fixed).liftable
+
+
+def test_only_differing_literals_become_parameters():
+    body = "    b_v1[{i}] = a_v0[{i} + 3];"
+    codes = [_key(body.format(i=i)) for i in (2, 5)] + [_key(body.format(i=2).replace("+ 3", "+ 4"))]
+    runs, lifted, also = share(["k0", "k1", "k2"], codes)
+    assert [r.function for r in runs] == ["k0", "k0", "k0"] and also == {"k0": ["k1", "k2"]}
+    assert lifted["k0"] == {0: "constant0", 1: "constant1", 2: "constant2"}
+    assert [r.constants for r in runs][1] == {"constant0": 5, "constant1": 5, "constant2": 3}
+    runs, lifted, _ = share(["k0", "k1"], codes[:2])
+    assert lifted["k0"] == {0: "constant0", 1: "constant1"} and runs[1].constants == {"constant0": 5,
+                                                                                      "constant1": 5}
+
+
+def test_a_kernel_running_shared_code_shows_that_codes_header():
+    from symdiff.lowering.source_view import kernel_headers
+    module = _module(CASES["jacobi_steps"], "cpu")
+    headers = kernel_headers(module.source)
+    for k in module.kernels:
+        if k.function != k.name:
+            assert headers[k.name] is headers[k.function] and any(k.name in line for line in headers[k.name])
