@@ -28,7 +28,7 @@ import networkx as nx
 import sympy
 
 from symdiff.ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Tasklet, connector_symbol
-from symdiff.ir.index_analysis import covers, injective, replaced
+from symdiff.ir.index_analysis import covers, holds_on_ranges, injective, injective_over, replaced
 from symdiff.ir.sizes import substitute_sizes
 
 from . import targets
@@ -82,6 +82,37 @@ def bind(graph: DataflowGraph, sizes: dict[str, int]) -> DataflowGraph:
 # -- index analysis ------------------------------------------------------------------
 def extent(rng) -> int:
     return max(0, int(rng[2]) - int(rng[1]))
+
+
+def one_each(index, points, shape) -> bool:
+    """Distinct points of ``points`` (``(symbol, begin, end)`` ranges) write
+    distinct elements of a container of ``shape``: unit shifts
+    (``index_analysis.injective``), or an index affine in several symbols
+    (an elementwise pass run over a first stage's chunks, ``c * L + r``:
+    ``reduce_fusion.chunk_producers``) proved by ``injective_over``."""
+    symbols = [s for s, _, _ in points]
+    return injective(index, symbols) or (_several(index, symbols) and injective_over(index, points, shape))
+
+
+def covers_once(index, points, shape) -> bool:
+    """Every element of a container of ``shape`` is written exactly once by
+    ``points``, each using every symbol: ``index_analysis.injective`` and
+    ``covers``, or for an index affine in several symbols (``one_each``),
+    distinct elements within bounds, as many as the points."""
+    symbols = [s for s, _, _ in points]
+    if injective(index, symbols) and covers(index, points, shape):
+        return True
+    ranges = {s: (b, e) for s, b, e in points}
+    return (_several(index, symbols) and len(index) == len(shape)
+            and math.prod(extent(r) for r in points) == math.prod(int(n) for n in shape)
+            and injective_over(index, points, shape)
+            and all(holds_on_ranges(sympy.Le(0, e), ranges) and holds_on_ranges(sympy.Lt(e, n), ranges)
+                    for e, n in zip(index, shape)))
+
+
+def _several(index, symbols) -> bool:
+    """Some component uses more than one of ``symbols``."""
+    return any(len(sympy.sympify(e).free_symbols & set(symbols)) > 1 for e in index)
 
 
 def uses_connectors(index, tasklet: Tasklet) -> bool:
@@ -209,6 +240,14 @@ def _split(graph: DataflowGraph, t: Tasklet, par_ranges, red_ranges, chunks: int
                           backward=t.backward, origin=t.meta["origin"])
 
 
+def first_stage(graph: DataflowGraph, t: Tasklet) -> bool:
+    """Whether ``t`` is a first stage ``split_large_reductions`` made, over whole
+    chunks (no bound on the last one): its domain is (chunk, outputs..., row)."""
+    writes = graph.writes(t.name)
+    return bool(writes) and t.condition is sympy.true and all(
+        m.accumulate is not None and graph.containers[m.container].meta.get("two_stage") for _, m in writes)
+
+
 # -- the plan --------------------------------------------------------------------------
 @dataclass
 class Read:
@@ -296,9 +335,7 @@ def _forwardable(graph: DataflowGraph, access: str, kernel: Kernel, consumer: St
     step = next((s for s in kernel.steps if s.tasklet.name == name), None)
     if step is None or step.tasklet.condition is not sympy.true or uses_connectors(w.index, step.tasklet):
         return None
-    if not injective(w.index, [s for s, _, _ in step.parallel]):
-        return None
-    if not covers(w.index, step.parallel, graph.containers[w.container].shape):
+    if not covers_once(w.index, step.parallel, graph.containers[w.container].shape):
         return None
     return name if _same_point(step, w, consumer, r) else None
 
@@ -467,8 +504,9 @@ FREE_RECOMPUTE_ROUNDS = 3  # plans made again for values free to recompute (each
 def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Target | None" = None) -> Plan:
     """Bind sizes, split multi-output tasklets, recompute the producers ``graph.meta["rematerialise"]``
     names where they are read (``lowering.rematerialise``), fold elementwise producers into
-    reductions, split long reductions, group tasklets into kernels and decide buffers, fills and
-    write modes.  ``target`` (a ``lowering.targets`` name or ``Target``) sets which producers are
+    reductions, split long reductions, run the elementwise passes feeding a first stage over its
+    chunks (``reduce_fusion.chunk_producers``), group tasklets into kernels and decide buffers,
+    fills and write modes.  ``target`` (a ``lowering.targets`` name or ``Target``) sets which producers are
     recomputed, how long reductions are split and how long a row kernel's rows may be; without one
     the plan suits every target.
 
@@ -519,9 +557,13 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
     rematerialise(g, recompute)
     if target is not None and target.recompute_transcendentals:
         recompute_cheap(g)
-    from .reduce_fusion import fold_producers
+    from .reduce_fusion import chunk_producers, fold_producers
     fold_producers(g, target is not None and target.recompute_transcendentals)
     split_large_reductions(g, target)
+    # Not on the CPU device yet: its fused chunk loop is a reduction's lane loop, whose unrolled lanes
+    # g++ vectorises at half width or not at all (elementwise_chain 10M: 34 -> 512 ms), not a point loop.
+    if target is None or not target.sequential:
+        chunk_producers(g)
     kernels: list[Kernel] = []
     kernel_of: dict[str, int] = {}
     for name in placement_order(g):
@@ -548,7 +590,6 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
             for access, m in g.writes(t.name):
                 # a plain write is one point's, also where a row kernel loops over points in a thread
                 points = step.parallel + (step.loop if m.accumulate is None else ())
-                thread_syms = [s for s, _, _ in points]
                 writers = g.writers(access)
                 # (a row kernel's steps run in turn in the thread owning the row, so another
                 # step's write keeps the element this thread's own only at the same point:
@@ -558,10 +599,11 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
                                   and not _distinct_elements(m, w) for a, w in g.writes(s.tasklet.name))]
                 # a second write of this tasklet at another index collides with other threads' writes
                 shifted = any(a == access and w.index != m.index for a, w in g.writes(t.name))
-                exclusive = (not uses_connectors(m.index, t) and injective(m.index, thread_syms)
+                shape = g.containers[m.container].shape
+                exclusive = (not uses_connectors(m.index, t) and one_each(m.index, points, shape)
                              and not others and not shifted)
                 sole = (len(writers) == 1 and exclusive and t.condition is sympy.true
-                        and covers(m.index, points, g.containers[m.container].shape))
+                        and covers_once(m.index, points, shape))
                 if sole:
                     overwritten.add(access)
                 if m.accumulate is None or sole:

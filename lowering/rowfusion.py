@@ -49,11 +49,11 @@ from dataclasses import dataclass, field
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet
-from symdiff.ir.index_analysis import covers, injective
+from symdiff.ir.index_analysis import injective
 
 from . import targets
 from .matmul import matmul_shape
-from .plan import Kernel, Read, Step, extent, uses_connectors
+from .plan import Kernel, Read, Step, covers_once, extent, first_stage, uses_connectors
 
 # Longest row of a plan made for no particular target: a thread's (module docstring).
 MAX_ROW = targets.ROW_OF_A_THREAD
@@ -161,8 +161,7 @@ def _owned(graph: DataflowGraph, producer: Step, w: Memlet, consumer: Step, r: M
     if uses_connectors(r.index, c) or (w.accumulate is None and p.condition is not sympy.true):
         return False
     point = producer.parallel + (producer.loop if w.accumulate is None else ())
-    if not injective(w.index, [s for s, _, _ in point]) or \
-            not covers(w.index, point, graph.containers[w.container].shape):
+    if not covers_once(w.index, point, graph.containers[w.container].shape):
         return False
     axes = _axes("t", len(producer.parallel))
     along = {s for s, _, _ in producer.loop}
@@ -293,11 +292,17 @@ def fuse_rows(graph: DataflowGraph, kernels: list[Kernel], max_row: int | None =
     runs: list[Run] = []
     # only a row a reduction runs over can start a row kernel (and building one costs sympy work)
     rows = {k.box for k in kernels if k.box and any(s.loop and _accumulates(graph, s) for s in k.steps)}
+    # a two-stage reduction's chunk is as long as the split made it for the target's parallelism
+    # (its chunks are the threads; the row limit keeps parallelism along a row): elementwise
+    # passes over the same chunks (reduce_fusion.chunk_producers) share its loop
+    limit = {k.box: max(max_row, math.prod(extent(r) for r in s.loop))
+             for k in kernels for s in k.steps if first_stage(graph, s.tasklet)}
     for kernel in kernels:
         if not _join(graph, out, runs, kernel):
             out.append(kernel)
             lengths = [n for n in _outer_lengths(kernel) if kernel.box[:n] in rows]
-            forms = [_Rows(n, kernel.box[:n], max_row).extended(graph, kernel) for n in lengths]
+            forms = [_Rows(n, kernel.box[:n], limit.get(kernel.box[:n], max_row)).extended(graph, kernel)
+                     for n in lengths]
             if any(forms):
                 runs.append((len(out) - 1, [f for f in forms if f is not None]))
     for pos, (rows, *_) in reversed(runs):

@@ -1,15 +1,22 @@
 """Elementwise producers folded into reductions (lowering.reduce_fusion) and the
 CPU device's multi-lane reduction loops: results against the interpreter on
 every device, and structural checks that the intermediate is not materialised."""
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import sympy
+
+import symdiff as sd
 
 from symdiff import ir
 from symdiff import lowering
 from symdiff.lowering.codegen import generate
 from symdiff.lowering.plan import plan
+from symdiff.lowering.rowfusion import RowKernel
 from lowering_graphs import G, i, j, rng
+
+jax.config.update("jax_enable_x64", True)
 
 
 def _check(graph, inputs, device):
@@ -63,8 +70,10 @@ def test_intermediate_with_another_reader(device):
 
 
 def test_costly_shared_producer_is_not_recomputed():
-    """tanh read by the sum and by another result stays a buffer the sum reads."""
-    n = 5000
+    """tanh read by the sum and by another result stays a buffer the sum reads
+    (5003 is prime: the sum's chunks are ragged, so no elementwise pass runs
+    over them, ``chunk_producers``)."""
+    n = 5003
     b = G("shared_tanh").c("x", (n,), "argument").c("t", (n,)).c("u", (n,), "result").c("out", (), "result")
     b.t("tanh", [(i, 0, n)], sympy.tanh(b.s("x", "x")), {"x": ("x", (i,))}, ("t", (i,)))
     b.t("double", [(i, 0, n)], 2 * b.s("a", "t"), {"a": ("t", (i,))}, ("u", (i,)))
@@ -89,8 +98,9 @@ def test_multiple_outputs_and_rows(device):
 
 
 def test_producer_with_more_inputs_is_not_folded():
-    """sum(x * w): the sum would read two streams instead of one (see the module docstring)."""
-    n = 5000
+    """sum(x * w): the sum would read two streams instead of one (see the module docstring;
+    5003 is prime: no pass over the sum's chunks either)."""
+    n = 5003
     b = G("dot").c("x", (n,), "argument").c("w", (n,), "argument").c("p", (n,)).c("out", (), "result")
     b.t("mul", [(i, 0, n)], b.s("x", "x") * b.s("w", "w"), {"x": ("x", (i,)), "w": ("w", (i,))}, ("p", (i,)))
     b.t("reduce", [(i, 0, n)], b.s("a", "p"), {"a": ("p", (i,))}, ("out", ()), "sum")
@@ -147,3 +157,53 @@ def test_cpu_reduction_lanes_in_source():
     p = plan(graph, {})
     assert "_lanes[8]" in generate(p, "cpu").source
     assert "_lanes" not in generate(p, "vulkan").source
+
+
+# -- elementwise passes over a first stage's chunks (chunk_producers) ----------------------
+def _shared_tanh(n: int, shifted: bool = False):
+    """``out = sum(tanh(x))`` and ``u = 2 tanh(x)`` (or, ``shifted``, ``2 tanh(x[i + 1])``)."""
+    m = n - 1 if shifted else n
+    b = G("chunked").c("x", (n,), "argument").c("t", (n,)).c("u", (m,), "result").c("out", (), "result")
+    b.t("tanh", [(i, 0, n)], sympy.tanh(b.s("x", "x")), {"x": ("x", (i,))}, ("t", (i,)))
+    b.t("double", [(i, 0, m)], 2 * b.s("a", "t"), {"a": ("t", (i + 1 if shifted else i,))}, ("u", (i,)))
+    b.t("reduce", [(i, 0, n)], b.s("a", "t"), {"a": ("t", (i,))}, ("out", ()), "sum")
+    return b.g, {"x": rng(5).uniform(-2, 2, n).astype(np.float32)}
+
+
+def test_elementwise_pass_runs_over_the_reduction_chunks(device):
+    """tanh, read by the sum (too costly to fold in) and by an elementwise
+    result at the same points, runs over the sum's chunks: one row kernel
+    computes it once a point, stores u and sums the chunk, and t has no
+    buffer.  Against the interpreter on every device."""
+    graph, inputs = _shared_tanh(5000)
+    _check(graph, inputs, device)
+    p = plan(graph, {})
+    assert "t" not in {p.graph.node(a).container for a in p.stored}
+    (rows,) = [k for k in p.kernels if isinstance(k, RowKernel)]
+    assert {"tanh", "double", "reduce_stage1"} <= {s.tasklet.name for s in rows.steps}
+    assert [str(body) for t in p.graph.tasklets() for body in t.body.values()].count("tanh(x)") == 1
+
+
+@pytest.mark.parametrize("n, shifted", [(5003, False), (5000, True)])
+def test_no_pass_over_chunks_that_do_not_coincide(n, shifted):
+    """Ragged chunks (5003 is prime), or a reader of tanh at another point
+    (``t[i + 1]``): the elementwise tasklets keep their domains, t its buffer."""
+    graph, _ = _shared_tanh(n, shifted)
+    p = plan(graph, {})
+    assert "t" in {p.graph.node(a).container for a in p.stored}
+    assert all(t.domain[0][0] == i for t in p.graph.tasklets() if t.name in ("tanh", "double"))
+
+
+def _tanh_x(x: sd.f32[60000]):
+    return np.mean(np.tanh(x) * x) + np.sum(x * x) * 0.5
+
+
+def test_gradients_over_chunks_match_jax(device):
+    """The issue's ``mean(tanh(x) * x)`` with a second sum over the same
+    points: value and gradient vs JAX in float64 on every device."""
+    x = rng(6).standard_normal(60000).astype(np.float32)
+    value, grads = sd.differentiable_program(_tanh_x).value_and_grad(x, device=device)
+    want_value, want_grad = jax.value_and_grad(lambda y: jnp.mean(jnp.tanh(y) * y) + jnp.sum(y * y) * 0.5)(
+        x.astype(np.float64))
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    np.testing.assert_allclose(grads["x"], want_grad, rtol=1e-4, atol=1e-8)
