@@ -434,6 +434,13 @@ def injective_over(index: Sequence, domain: Sequence[tuple], shape: Sequence | N
     when every symbol with more than one point is determined (or the domain is
     empty).  Components that are not affine (``floor``, ``Mod``, gathers)
     determine nothing."""
+    return _injective_over(tuple(index), tuple(tuple(r) for r in domain), None if shape is None else tuple(shape))
+
+
+@functools.lru_cache(maxsize=16384)
+def _injective_over(index: tuple, domain: tuple, shape: tuple | None) -> bool:
+    """``injective_over``, cached: validation and planning ask it of every plain write,
+    and an unrolled loop's writes repeat the same few indices over the same domains."""
     symbols = [s for s, _, _ in domain]
     span = {s: sympy.expand(sympy.sympify(e) - b - 1) for s, b, e in domain}  # extent - 1
     if any(d.is_negative for d in span.values()):
@@ -451,7 +458,7 @@ def injective_over(index: Sequence, domain: Sequence[tuple], shape: Sequence | N
     if all(s in known or span[s].is_zero for s in symbols):
         return True
     flat = flat_position(index, shape) if shape is not None else None
-    return flat is not None and injective_over((flat,), domain)
+    return flat is not None and _injective_over((flat,), domain, None)
 
 
 def _magnitude(a: sympy.Expr) -> sympy.Expr:
