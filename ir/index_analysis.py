@@ -83,7 +83,7 @@ def _xreplace(e: sympy.Basic, rule: dict, symbols: frozenset | None) -> tuple[sy
     one connector in bodies of hundreds of guarded terms)."""
     if e in rule:
         return rule[e], True
-    if symbols is not None and symbols.isdisjoint(_symbols_in(e)):
+    if symbols is not None and symbols.isdisjoint(symbols_in(e)):
         return e, False
     args, changed = [], False
     for a in e.args:
@@ -95,12 +95,12 @@ def _xreplace(e: sympy.Basic, rule: dict, symbols: frozenset | None) -> tuple[sy
 
 
 @functools.lru_cache(maxsize=1 << 17)
-def _symbols_in(e: sympy.Basic) -> frozenset:
+def symbols_in(e: sympy.Basic) -> frozenset:
     """Every ``Symbol`` in ``e`` (bound ones too), cached per node: each node's set is
     its arguments' union, computed once however many expressions share the node."""
     if isinstance(e, sympy.Symbol):
         return frozenset((e,))
-    return frozenset().union(*(_symbols_in(a) for a in e.args if isinstance(a, sympy.Basic)))
+    return frozenset().union(*(symbols_in(a) for a in e.args if isinstance(a, sympy.Basic)))
 
 
 @functools.lru_cache(maxsize=65536)

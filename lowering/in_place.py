@@ -49,7 +49,7 @@ import numpy as np
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet
-from symdiff.ir.index_analysis import Unanalysable, written_elements
+from symdiff.ir.index_analysis import Unanalysable, symbols_in, written_elements
 
 from . import targets
 from .matmul import tiling
@@ -135,24 +135,24 @@ def _used_where(g: DataflowGraph, t, connector: str) -> sympy.Boolean:
                              for _, m in g.reads(t.name) + g.writes(t.name) for e in m.index):
         return sympy.true
     domain = {s for s, _, _ in t.domain}
-    guards: list[sympy.Boolean] = []
+    guards: list[tuple] = []  # each a conjunction's conditions (built once, at the end)
 
-    def visit(expr: sympy.Basic, guard: sympy.Boolean) -> None:
-        if symbol not in expr.free_symbols:
+    def visit(expr: sympy.Basic, guard: tuple) -> None:
+        if symbol not in symbols_in(expr):  # (cached per node: free_symbols walked each subtree again)
             return
         if expr == symbol:
             guards.append(guard)
         elif isinstance(expr, sympy.Piecewise):
             for value, cond in expr.args:
                 visit(cond, guard)
-                visit(value, sympy.And(guard, cond) if cond.free_symbols <= domain else guard)
+                visit(value, (*guard, cond) if cond.free_symbols <= domain else guard)
         else:
             for arg in expr.args:
                 visit(arg, guard)
 
     for expr in t.body.values():
-        visit(sympy.sympify(expr), sympy.true)
-    return sympy.Or(*guards) if guards else sympy.false
+        visit(sympy.sympify(expr), ())
+    return sympy.Or(*(sympy.And(*guard) for guard in guards)) if guards else sympy.false
 
 
 def _evaluate(expr: sympy.Basic, symbols: list, axes: list[np.ndarray], count: int,
