@@ -36,6 +36,7 @@ tasklet -> access.
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
@@ -313,9 +314,25 @@ class DataflowGraph:
         return accs.pop() if len(accs) == 1 else None
 
     def topological_order(self) -> list[str]:
-        """Node ids, producers first; ties broken by insertion order (stable)."""
-        order = {n: k for k, n in enumerate(self.nx.nodes)}
-        return list(nx.lexicographical_topological_sort(self.nx, key=lambda n: order[n]))
+        """Node ids, producers first; ties broken by insertion order (stable): networkx's
+        ``lexicographical_topological_sort`` keyed by insertion order, on the adjacency
+        dicts (planning sorts each graph several times; the generic one cost ~40 ms for an
+        unrolled loop's 2k nodes)."""
+        position = {n: k for k, n in enumerate(self.nx._node)}
+        waiting = {n: len(preds) for n, preds in self.nx._pred.items()}
+        ready = [(position[n], n) for n, count in waiting.items() if not count]
+        heapq.heapify(ready)
+        out = []
+        while ready:
+            _, n = heapq.heappop(ready)
+            out.append(n)
+            for child in self.nx._succ[n]:
+                waiting[child] -= 1
+                if not waiting[child]:
+                    heapq.heappush(ready, (position[child], child))
+        if len(out) != len(position):
+            raise nx.NetworkXUnfeasible("Graph contains a cycle or graph changed during iteration")
+        return out
 
     @property
     def arguments(self) -> list[str]:

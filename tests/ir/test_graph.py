@@ -109,3 +109,26 @@ def test_text_forms():
     text = str(g)
     assert "argument  a: float32(N,)" in text and "tasklet red [i=0:N]" in text and "r#0[] += x" in text
     assert repr(g) == "<DataflowGraph 'axpy': 3 containers, 2 tasklets>"
+
+
+def test_topological_order_is_networkx_lexicographic_order_by_insertion():
+    """``DataflowGraph.topological_order`` (its own heap over the adjacency dicts) gives what
+    networkx's ``lexicographical_topological_sort`` keyed by insertion order gives, parallel
+    edges included, and refuses a cycle as networkx does."""
+    import random
+    for seed in range(200):
+        r = random.Random(seed)
+        g = DataflowGraph()
+        names = [f"n{r.randint(0, 999)}_{k}" for k in range(r.randint(1, 40))]
+        r.shuffle(names)
+        g.nx.add_nodes_from(names)
+        for _ in range(r.randint(0, 80)):
+            a, b = sorted(r.sample(range(len(names)), 2)) if len(names) > 1 else (0, 0)
+            if a != b:
+                g.nx.add_edge(names[a], names[b])
+        position = {n: k for k, n in enumerate(g.nx.nodes)}
+        assert g.topological_order() == list(nx.lexicographical_topological_sort(g.nx, key=position.get))
+    g.nx.add_edge(names[-1], names[0])
+    g.nx.add_edge(names[0], names[-1])
+    with pytest.raises(nx.NetworkXUnfeasible):
+        g.topological_order()
