@@ -116,7 +116,10 @@ def _renamed(e, rule: dict):
     if all(a is b for a, b in zip(args, e.args)):
         return e
     if isinstance(e, (sympy.Add, sympy.Mul, LatticeOp)):  # Max, Min, And, Or too
-        return e.func, frozenset(collections.Counter(args).items())
+        distinct = frozenset(args)
+        if len(distinct) == len(args):
+            return e.func, distinct
+        return e.func, "multiset", frozenset(collections.Counter(args).items())
     return e.func, tuple(args)
 
 
