@@ -111,13 +111,23 @@ def varies(index) -> bool:
     return any(sympy.sympify(i).free_symbols for i in index)
 
 
+def streamed(index, p: Tasklet) -> bool:
+    """Whether ``p`` reads a new element through ``index`` at every step along
+    each axis of its domain: an index missing one of the axes (a row's mean
+    ``m[i]`` in ``(x[i, j] - m[i]) / s[i]``, a column's scale ``g[j]``) reads an
+    element its neighbours along that axis read too, which stays in cache."""
+    used = set().union(*(sympy.sympify(i).free_symbols for i in index))
+    return varies(index) and all(s in used for s, b, e in p.domain if sympy.sympify(e) - b != 1)
+
+
 def cheap(graph: DataflowGraph, p: Tasklet, gpu: bool) -> bool:
     """Recomputing ``p`` (each of its outputs) costs a few flops and no extra memory
-    traffic (on a ``gpu``, a few dozen flops of any kind and elements read at every
-    point alike)."""
+    traffic (on a ``gpu``, a few dozen flops of any kind and one ``streamed``
+    element: layer norm's ``(x - m) / s * g + b`` recomputes from ``x - m``, so
+    that neither it nor the reverse pass's values built on it are stored)."""
     elements = {(a, m.index) for a, m in graph.reads(p.name)}
     if gpu:
-        return len({e for e in elements if varies(e[1])}) <= 1 and \
+        return len({e for e in elements if streamed(e[1], p)}) <= 1 and \
             all(sympy.count_ops(body) <= RECOMPUTE_OPS for body in p.body.values())
     return len(elements) <= 1 and all(isinstance(e, _CHEAP_OPS) and not (e.is_Pow and not e.exp.is_Integer)
                                       for body in p.body.values() for e in sympy.preorder_traversal(body))
