@@ -78,3 +78,20 @@ def test_a_flat_index_prints_as_its_sum_does_under_any_names():
         expr = sum((sympy.sympify(e) * s for e, s in zip(index, strides)), sympy.Integer(0))
         for names in namings:
             assert print_flat_index(index, strides, names) == print_expr(expr, "int", names), (index, names)
+
+
+def test_skipping_sympys_re_rewrite_without_an_re_changes_no_text():
+    """The printer skips sympy's ``re(UnevaluatedExpr)`` rewrite where the tree has no ``re``;
+    it prints what the rewrite-always printer prints, with an ``re`` or without."""
+    from sympy.printing.codeprinter import CodePrinter
+    from symdiff.lowering.printer import SlangPrinter
+
+    class RewriteAlways(SlangPrinter):
+        _handle_UnevaluatedExpr = CodePrinter._handle_UnevaluatedExpr
+
+    w = sympy.Symbol("w")
+    exprs = [sympy.re(w) + 1, 3 * sympy.re(sympy.UnevaluatedExpr(2 * x)), sympy.im(w) + x,
+             sympy.Piecewise((x * y, x > y), (sympy.exp(y), True)) + sympy.sqrt(x), n + 1]
+    for expr in exprs:
+        for scalar in ("float", "double"):
+            assert SlangPrinter(scalar).doprint(expr) == RewriteAlways(scalar).doprint(expr), expr
