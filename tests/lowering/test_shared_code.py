@@ -131,3 +131,34 @@ def test_a_kernel_running_shared_code_shows_that_codes_header():
     for k in module.kernels:
         if k.function != k.name:
             assert headers[k.name] is headers[k.function] and any(k.name in line for line in headers[k.name])
+
+
+def test_a_loop_body_sharing_code_runs_recorded(device):
+    """``sd.fori_loop`` records its iterations' dispatches (``Executable.record``):
+    the body's row updates run one function with lifted constants there too."""
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)  # as corpus.jax_value_and_grad does
+
+    def rows(x):
+        for r in range(1, 5):
+            x[r] = x[r] * 0.9 + 0.1 * np.tanh(x[r - 1])
+        return x
+
+    @sd.differentiable_program
+    def sweeps(a: sd.f32[5, 3]):
+        return np.sum(sd.fori_loop(0, 3, lambda i, x: rows(x), np.sin(a)) ** 2)
+
+    def reference(a):
+        x = jnp.sin(a)
+        for _ in range(3):
+            for r in range(1, 5):
+                x = x.at[r].set(x[r] * 0.9 + 0.1 * jnp.tanh(x[r - 1]))
+        return jnp.sum(x ** 2)
+
+    a = np.random.default_rng(2).standard_normal((5, 3)).astype(np.float32)
+    value, grad = jax.value_and_grad(reference)(a.astype(np.float64))
+    for _ in range(2):
+        got_value, got = sweeps.value_and_grad(a, device=device)
+        np.testing.assert_allclose(float(got_value), float(value), rtol=1e-5)
+        np.testing.assert_allclose(got["a"], np.asarray(grad), rtol=1e-4, atol=1e-6)
