@@ -83,11 +83,13 @@ class _Elements:
         t = step.tasklet
         key = (t.name, memlet, write)
         if key not in self.found:
-            used = t.condition if write else sympy.And(t.condition, _used_where(self.graph, t, memlet.connector))
-            self.found[key] = self._enumerate(t, memlet, used)
+            guards = [()] if write else _used_where(self.graph, t, memlet.connector)
+            self.found[key] = self._enumerate(t, memlet, guards)
         return self.found[key]
 
-    def _enumerate(self, t, m: Memlet, used: sympy.Boolean) -> tuple[np.ndarray | None, bool]:
+    def _enumerate(self, t, m: Memlet, guards: list[tuple]) -> tuple[np.ndarray | None, bool]:
+        """The elements ``m`` touches where ``t``'s condition holds and one of ``guards``
+        (conjunctions of conditions, ``_used_where``) does."""
         domain = [(s, int(b), int(e)) for s, b, e in t.domain]
         count = math.prod(max(e - b, 0) for _, b, e in domain)
         if uses_connectors(m.index, t) or count > MAX_ENUMERATED_POINTS:
@@ -104,10 +106,10 @@ class _Elements:
             flat += value * math.prod(shape[k + 1:])
         unique = np.unique(flat)
         injective = unique.size == count
-        if used is not sympy.true and used.free_symbols <= set(symbols):
+        if t.condition.free_symbols <= set(symbols):
             # only the points where it matters: a step reads and stores inside its condition (a kept
             # copy: the elements its update leaves), and a value a select() discards is not used
-            held = _evaluate(used, symbols, axes, count, bool)
+            held = _held([(t.condition, *guard) for guard in guards], symbols, axes, count)
             if held is not None:
                 unique = np.unique(flat[held])
         return unique, injective
@@ -124,18 +126,35 @@ class _Elements:
         return injective and _same_point(x.step, x.memlet, y.step, y.memlet)
 
 
-def _used_where(g: DataflowGraph, t, connector: str) -> sympy.Boolean:
-    """Where a read's value can reach ``t``'s results: the conditions of the
-    ``Piecewise`` branches it appears in (a reverse pass's gathers read each
-    version at every point but use it only where that version was read), over
-    the domain's symbols (a condition on data counts as true).  ``true`` where
-    it is used unguarded, or as an index (then it picks elements anywhere)."""
+def _held(conjunctions: list[tuple], symbols: list, axes: list[np.ndarray], count: int) -> np.ndarray | None:
+    """Where one of ``conjunctions`` (tuples of conditions) holds, per point; None if a
+    condition cannot be evaluated.  Each distinct condition is evaluated once, and no
+    sympy ``And``/``Or`` is built: a reverse pass's gather guards a value by hundreds of
+    branches, and sympy simplified their disjunction for seconds (lavapipe ludcmp)."""
+    values: dict = {}
+    for condition in {c for conjunction in conjunctions for c in conjunction}:
+        values[condition] = _evaluate(condition, symbols, axes, count, bool)
+        if values[condition] is None:
+            return None
+    held = np.zeros((count,), dtype=bool)
+    for conjunction in set(conjunctions):
+        held |= functools.reduce(np.logical_and, [values[c] for c in conjunction], np.ones((count,), dtype=bool))
+    return held
+
+
+def _used_where(g: DataflowGraph, t, connector: str) -> list[tuple]:
+    """Where a read's value can reach ``t``'s results, as conjunctions (one holding
+    suffices): the conditions of the ``Piecewise`` branches it appears in (a reverse
+    pass's gathers read each version at every point but use it only where that version
+    was read), over the domain's symbols (a condition on data counts as true).  ``[()]``
+    (everywhere) where it is used unguarded, or as an index (then it picks elements
+    anywhere); ``[]`` where it is not used."""
     symbol = t.inputs.get(connector)
     if symbol is None or any(symbol in sympy.sympify(e).free_symbols
                              for _, m in g.reads(t.name) + g.writes(t.name) for e in m.index):
-        return sympy.true
+        return [()]
     domain = {s for s, _, _ in t.domain}
-    guards: list[tuple] = []  # each a conjunction's conditions (built once, at the end)
+    guards: list[tuple] = []
 
     def visit(expr: sympy.Basic, guard: tuple) -> None:
         if symbol not in symbols_in(expr):  # (cached per node: free_symbols walked each subtree again)
@@ -152,7 +171,7 @@ def _used_where(g: DataflowGraph, t, connector: str) -> sympy.Boolean:
 
     for expr in t.body.values():
         visit(sympy.sympify(expr), ())
-    return sympy.Or(*(sympy.And(*guard) for guard in guards)) if guards else sympy.false
+    return guards
 
 
 def _evaluate(expr: sympy.Basic, symbols: list, axes: list[np.ndarray], count: int,
