@@ -9,6 +9,7 @@ compile-time constants because a module is generated per size binding.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
 from . import targets
 from .matmul import Tiling, tiling
 from .plan import Kernel, LoweringError, Plan, Step, extent
-from .printer import SLANG_TYPES, SlangPrinter, is_index_valued, prelude
+from .printer import SLANG_TYPES, SlangPrinter, is_index_valued, prelude, print_flat_index
 from .rowfusion import LoopGroup, RowKernel, reduces
 from .shared_code import SHARED_BY, KernelCode, kernel_code, lift, share
 from .threads import GROUP_SIZE, Threads, parallel_kernel, worker_cap
@@ -158,8 +159,7 @@ class _KernelWriter:
         if not shape:
             return "0"
         strides = [math.prod(int(d) for d in shape[k + 1:]) for k in range(len(shape))]
-        expr = sum((sympy.sympify(i) * s for i, s in zip(memlet.index, strides)), sympy.Integer(0))
-        return SlangPrinter("int", names).doprint(expr)
+        return print_flat_index(memlet.index, strides, names)
 
     def write(self) -> str:
         k, tl = self.kernel, self.tiling
@@ -677,14 +677,14 @@ class _KernelWriter:
 
     def body(self, t: Tasklet, names: dict, precision: str, out_types: dict, depth: int) -> dict[str, str]:
         conns = list(t.body)
-        temps, exprs = _shared_terms([t.body[c] for c in conns], f"{identifier(t.name)}_tmp")
+        temps, exprs = _shared_terms(tuple(t.body[c] for c in conns))
         names = dict(names)
         for sym, expr in temps:
             kind = "bool" if isinstance(expr, sympy.logic.boolalg.Boolean) else \
                 "int" if is_index_valued(expr) else precision
-            names[sym] = sym.name
+            names[sym] = f"{identifier(t.name)}_tmp{sym.name[len(SHARED_TERM):]}"
             printer_kind = precision if kind == "bool" else kind
-            self.emit(f"{kind} {sym.name} = {SlangPrinter(printer_kind, names, precision).doprint(expr)};", depth)
+            self.emit(f"{kind} {names[sym]} = {SlangPrinter(printer_kind, names, precision).doprint(expr)};", depth)
         values = {}
         for c, expr in zip(conns, exprs):
             kind = out_types[c]
@@ -797,14 +797,21 @@ class _RowKernelWriter(_KernelWriter):
             self.stores(step, self.outputs(step.tasklet), names[step.tasklet.name], 1)
 
 
-def _shared_terms(exprs: list, prefix: str) -> tuple[list, list]:
+# a shared term's symbol: SHARED_TERM<n>, printed as <tasklet>_tmp<n>
+SHARED_TERM = "\x01shared"
+
+
+@functools.lru_cache(maxsize=8192)
+def _shared_terms(exprs: tuple) -> tuple[tuple, tuple]:
     """``sympy.cse`` of a tasklet's outputs, reciprocals left in place: a value
     recomputed where it is compared with a stored one (a max's gradient tests
     ``x / d == max``) must round as where it was stored, and ``x * (1 / d)``,
     with ``1 / d`` shared with the derivative's terms, differs from ``x / d`` in
     the last bit (fuzz seed 920071: the gradient of the maximum went to no
-    element)."""
-    temps, exprs = sympy.cse(exprs, symbols=sympy.numbered_symbols(prefix))
+    element).  Cached: an unrolled loop's tasklets repeat a few bodies (their
+    connectors, not their names, are the symbols), and cse rebuilds every node
+    above a shared term, clamped indices and guarded terms slowly."""
+    temps, exprs = sympy.cse(list(exprs), symbols=sympy.numbered_symbols(SHARED_TERM))
     back: dict = {}
     kept = []
     for sym, expr in temps:
@@ -813,7 +820,7 @@ def _shared_terms(exprs: list, prefix: str) -> tuple[list, list]:
             back[sym] = expr
         else:
             kept.append((sym, expr))
-    return kept, [sympy.sympify(e).xreplace(back) for e in exprs]
+    return tuple(kept), tuple(sympy.sympify(e).xreplace(back) for e in exprs)
 
 
 def _digit(var: str, stride: int, n: int, outermost: bool) -> str:
