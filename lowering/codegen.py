@@ -941,6 +941,7 @@ def _program(entries: list[KernelEntry], g: DataflowGraph, target: targets.Targe
     buffers = {buffer_name(a): a for e in entries for a in e.buffers.values()}
     params = _params(buffers, g)
     parts, calls = {}, []
+    wrapped: dict[str, list[tuple[int, int]]] = {}  # function -> dispatched shapes with worker wrappers
     for e in entries:
         if e.threads == 0:
             continue
@@ -948,9 +949,13 @@ def _program(entries: list[KernelEntry], g: DataflowGraph, target: targets.Targe
         cap = worker_cap(e.work, x * y) if e.independent and target.worker_threads else 1
         # in the order of its function's parameters: its buffers, then its values of the lifted literals
         args = [buffer_name(e.buffers[p]) for p in sorted(e.buffers)] + [str(v) for v in e.constants.values()]
-        if cap > 1:
+        if cap > 1:  # wrappers per function and dispatched shape: kernels sharing code may differ in shape
             typed = _params(e.buffers, g) + [f"int {c}" for c in e.constants]
-            parts[e.function], loop = parallel_kernel(e.function, typed, (x, y), cap, args)
+            shapes = wrapped.setdefault(e.function, [])
+            if (x, y) not in shapes:
+                shapes.append((x, y))
+            prefix = e.function if shapes.index((x, y)) == 0 else f"{e.function}_{x}x{y}"
+            parts[prefix], loop = parallel_kernel(e.function, typed, (x, y), cap, args, prefix)
         else:
             call = f"{e.function}(uint3(x, {'y' if y > 1 else '0'}, 0){''.join(', ' + a for a in args)});"
             loop = f"for (int x = 0; x < {x}; x++) {call}"

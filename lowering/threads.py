@@ -217,15 +217,15 @@ static bool symdiff_parallel(int n, const std::function<void(int)>& f)
 
 
 def parallel_kernel(name: str, params: list[str], dispatched: tuple[int, int], cap: int,
-                    args: list[str]) -> tuple[str, str]:
+                    args: list[str], prefix: str) -> tuple[str, str]:
     """Slang for running kernel function ``name`` (a function of the thread id
     and ``params``, ``lowering.codegen``) over its ``x * y`` dispatched threads
     on up to ``cap`` workers, and the program entry's statement calling it with
     the buffers ``args`` (a kernel sharing another's code passes its own).
 
-    ``<name>_slice(s, n, ...)`` runs slice ``s`` of ``n`` equal contiguous
+    ``<prefix>_slice(s, n, ...)`` runs slice ``s`` of ``n`` equal contiguous
     ranges of the threads (x fastest, as the single-thread loop runs them);
-    ``<name>_workers(n, ...)`` hands the slices to the pool: a C++ intrinsic,
+    ``<prefix>_workers(n, ...)`` hands the slices to the pool: a C++ intrinsic,
     emitted only into CPU modules, so its ``__target_switch`` has that one case
     (``lowering.targets``: no form is chosen by Slang between targets)."""
     x, y = dispatched
@@ -236,13 +236,13 @@ def parallel_kernel(name: str, params: list[str], dispatched: tuple[int, int], c
     thread = f"uint3(t % {x}, t / {x}, 0)" if y > 1 else "uint3(t, 0, 0)"
     forwarded = "".join(f", ${k + 1}" for k in range(len(names)))
     text = (f"// kernel {name} in slices of its {total} thread(s), one slice a worker\n"
-            f"__extern_cpp void {name}_slice(int s, int n{typed})\n{{\n"
+            f"__extern_cpp void {prefix}_slice(int s, int n{typed})\n{{\n"
             f"    int lo = int(int64_t({total}) * s / n), hi = int(int64_t({total}) * (s + 1) / n);\n"
             f"    for (int t = lo; t < hi; t++) {name}({thread}{passed});\n}}\n\n"
-            f"bool {name}_workers(int n{typed})\n{{\n    __target_switch\n    {{\n    case cpp:\n"
+            f"bool {prefix}_workers(int n{typed})\n{{\n    __target_switch\n    {{\n    case cpp:\n"
             f"        __requirePrelude(R\"({POOL_PRELUDE})\");\n"
-            f"        __intrinsic_asm \"symdiff_parallel($0, [&](int s) {{ {name}_slice(s, $0{forwarded}); }})\";\n"
+            f"        __intrinsic_asm \"symdiff_parallel($0, [&](int s) {{ {prefix}_slice(s, $0{forwarded}); }})\";\n"
             f"    }}\n}}\n")
     given = "".join(", " + a for a in args)
-    call = f"if (!{name}_workers(min(workers, {cap}){given})) {name}_slice(0, 1{given});"
+    call = f"if (!{prefix}_workers(min(workers, {cap}){given})) {prefix}_slice(0, 1{given});"
     return text, call

@@ -162,3 +162,19 @@ def test_a_loop_body_sharing_code_runs_recorded(device):
         got_value, got = sweeps.value_and_grad(a, device=device)
         np.testing.assert_allclose(float(got_value), float(value), rtol=1e-5)
         np.testing.assert_allclose(got["a"], np.asarray(grad), rtol=1e-4, atol=1e-6)
+
+
+def test_worker_wrappers_follow_each_kernels_own_thread_count():
+    """A function run by kernels of different thread counts (lifted bounds) that
+    are each worth splitting over workers gets a slice wrapper per count."""
+    from symdiff import ir
+    from symdiff.lowering.codegen import KernelEntry, _program
+    g = ir.trace(lambda x: x * 2.0, sd.f32[300000])
+    access = f"{g.arguments[0]}#0"
+    entries = [KernelEntry("k0_a", 0, 200000, {"x_v0": access}, work=200000, independent=True),
+               KernelEntry("k1_b", 1, 300000, {"x_v0": access}, work=300000, independent=True,
+                           function="k0_a", constants={"constant0": 3})]
+    text, _ = _program(entries, g, targets.of("cpu"))
+    assert "k0_a_slice(int s" in text and "k0_a_300000x1_slice(int s" in text
+    assert "int64_t(200000) * s" in text and "int64_t(300000) * s" in text
+    assert "k0_a_300000x1_workers(min(workers" in text and ", 3)) k0_a_300000x1_slice(0, 1" in text
