@@ -41,6 +41,7 @@ COMBINE = {"sum": "{a} + {b}", "prod": "{a} * ({b})", "max": "maximum({a}, {b})"
 # dependency it cannot vectorise; lanes combined in a fixed order at the end
 # keep the result deterministic.  (lavapipe vectorises across threads instead.)
 CPU_REDUCTION_LANES = 8
+CPU_STORING_LANES = 16  # lanes of a loop that also stores elementwise values (lane_loops)
 # float32 sums accumulate in double and round once at the end (the summation
 # order, and why, in docs/design.md "Summation and accuracy"): a float32
 # accumulator loses ~sqrt(n) ulps over a loop of n points, and a gradient such
@@ -427,7 +428,8 @@ class _KernelWriter:
                     self.loop_invariant_count += 1
                     self.emit(f"{storage} {self.loop_invariant[value]} = {value};", 1)
 
-    def lane_loops(self, reducing: list[Step], length: int, point: Callable[[int, str | None], None]) -> None:
+    def lane_loops(self, reducing: list[Step], length: int, point: Callable[[int, str | None], None],
+                   storing: bool = False) -> None:
         """A loop over ``length`` points, ``r`` the point, in which the
         ``reducing`` steps accumulate (``point(depth, lane)`` emits one point's
         code).  With several lanes (``CPU_REDUCTION_LANES``), point ``k`` of
@@ -439,7 +441,13 @@ class _KernelWriter:
             return
         accs = [(step, c, *self.accumulator(step, c)) for step in reducing for c in self.outputs(step.tasklet)]
         boolean = any(acc_type == "bool" for *_, acc_type in accs)
-        lanes = self.lanes if accs and length >= 2 * self.lanes and not boolean else 1
+        # a loop that also computes elementwise values (a row kernel's group over a first stage's
+        # chunk, reduce_fusion.chunk_producers) on the CPU device: as many lanes as a vector holds
+        # floats, the lane loop left to g++'s loop vectoriser (unrolled, it vectorised at half width
+        # or not at all)
+        wide = storing and self.target.sequential
+        width = CPU_STORING_LANES if wide else self.lanes
+        lanes = width if accs and length >= 2 * width and not boolean else 1
         start = length - length % lanes if lanes > 1 else 0  # where the single-accumulator loop begins
         if lanes > 1:
             for *_, var, acc_type in accs:
@@ -447,7 +455,7 @@ class _KernelWriter:
                 self.emit(f"[ForceUnroll] for (int lane = 0; lane < {lanes}; lane++) {var}_lanes[lane] = {var};", 1)
             self.emit(f"{self.kept}for (int block = 0; block < {start}; block += {lanes})", 1)
             self.emit("{", 1)
-            self.emit(f"[ForceUnroll] for (int lane = 0; lane < {lanes}; lane++)", 2)
+            self.emit(("" if wide else "[ForceUnroll] ") + f"for (int lane = 0; lane < {lanes}; lane++)", 2)
             self.emit("{", 2)
             self.emit("int r = block + lane;", 3)
             point(3, "lane")
@@ -788,7 +796,7 @@ class _RowKernelWriter(_KernelWriter):
                            lane=lane if step in reducing else None)
         if group.shape:
             self.hoist_loop_invariant_reads([(s, names[s.tasklet.name]) for s in group.steps])
-            self.lane_loops(reducing, group.length, point)
+            self.lane_loops(reducing, group.length, point, storing=len(reducing) < len(group.steps))
             self.loop_invariant.clear()
         else:
             point(1, None)

@@ -560,10 +560,7 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
     from .reduce_fusion import chunk_producers, fold_producers
     fold_producers(g, target is not None and target.recompute_transcendentals)
     split_large_reductions(g, target)
-    # Not on the CPU device yet: its fused chunk loop is a reduction's lane loop, whose unrolled lanes
-    # g++ vectorises at half width or not at all (elementwise_chain 10M: 34 -> 512 ms), not a point loop.
-    if target is None or not target.sequential:
-        chunk_producers(g)
+    chunk_producers(g)
     kernels: list[Kernel] = []
     kernel_of: dict[str, int] = {}
     for name in placement_order(g):
