@@ -35,8 +35,13 @@ from sympy.core.operations import LatticeOp
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
-from .inlining import cheap, inline, producer
+from .inlining import RECOMPUTE_OPS, cheap, inline, producer
 from .plan import Plan, split_tasklet, uses_connectors
+
+# Most operations a reader's body may reach by recomputing producers in it.  A chain of
+# gathers recomputed into gathers grows as the product of their reads: ludcmp's reverse
+# pass on lavapipe grew one tasklet to 27k operations, and planning took 12 s instead of 0.9.
+MAX_RECOMPUTED_OPS = 16 * RECOMPUTE_OPS
 
 
 def candidates(graph: DataflowGraph) -> list[str]:
@@ -211,6 +216,8 @@ def rematerialise(graph: DataflowGraph, names: Collection[str]) -> list[str]:
         if len(writes) != 1 or not _recomputable(graph, name, writes[0][0]):
             continue
         access = writes[0][0]
+        if _grows_past_limit(graph, graph.node(name), access):
+            continue
         for r, m in graph.readers(access):
             inline(graph, graph.node(r), m.connector, graph.node(name))
         if access not in results:
@@ -218,6 +225,18 @@ def rematerialise(graph: DataflowGraph, names: Collection[str]) -> list[str]:
             graph.nx.remove_node(access)
         done.append(origin)
     return done
+
+
+def _ops(t: Tasklet) -> int:
+    return sum(sympy.count_ops(body) for body in t.body.values())
+
+
+def _grows_past_limit(graph: DataflowGraph, p: Tasklet, access: str) -> bool:
+    """Whether recomputing ``p`` where ``access`` is read takes a reader past
+    ``MAX_RECOMPUTED_OPS`` (each read of the value a copy of ``p``'s body)."""
+    reads = collections.Counter(r for r, _ in graph.readers(access))
+    added = _ops(p)
+    return any(_ops(graph.node(r)) + n * added > MAX_RECOMPUTED_OPS for r, n in reads.items())
 
 
 def recompute_cheap(graph: DataflowGraph) -> None:

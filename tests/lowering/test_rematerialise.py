@@ -3,10 +3,12 @@ producers are inlined into their readers computes what the interpreter
 computes for the graph as written, with fewer buffers; a value read through
 a gather index keeps its buffer."""
 import numpy as np
+import sympy
 
 from symdiff import ir
 from symdiff import lowering
 import symdiff as sd
+from symdiff.lowering import targets
 from symdiff.lowering.plan import plan
 from symdiff.lowering.rematerialise import candidates
 
@@ -214,3 +216,37 @@ def test_a_recomputed_maximum_compares_equal_to_the_stored_one(device):
     got = lowering.compile(recomputed, device=device)({**inputs, **seeds})
     for name, value in want.items():
         np.testing.assert_allclose(got[name], value, rtol=2e-4, atol=1e-6, err_msg=name)
+
+
+def test_recomputing_chains_of_gathers_stays_bounded():
+    """ludcmp's reverse pass is a chain of gathers each reading several elements
+    of the one before; lavapipe recomputes cheap values where they are read, and
+    composed down the chain one tasklet grew to thousands of operations (and its
+    planning took seconds).  A tasklet takes a recomputed value only while the
+    sum of the sizes stays within ``MAX_RECOMPUTED_OPS``; sympy's rebuild of
+    the sum may come out larger (507 operations here, 2583 unbounded)."""
+    from symdiff.lowering.rematerialise import MAX_RECOMPUTED_OPS
+
+    def ludcmp(A: sd.f32[6, 6], b: sd.f32[6]):
+        x, y = np.zeros_like(b), np.zeros_like(b)
+        for i in range(6):
+            for j in range(i):
+                A[i, j] -= A[i, :j] @ A[:j, j]
+                A[i, j] /= A[j, j]
+            A[i, i:] -= A[i, :i] @ A[:i, i:]
+        for i in range(6):
+            y[i] = b[i] - A[i, :i] @ y[:i]
+        for i in range(5, -1, -1):
+            x[i] = (y[i] - A[i, i + 1:] @ x[i + 1:]) / A[i, i]
+        return np.sum(x * x)
+
+    graph = sd.trace(ludcmp)
+    sd.add_backward_pass(graph, inputs=["A", "b"], outputs=graph.results)
+
+    def ops(t):
+        return sum(sympy.count_ops(b) for b in t.body.values())
+
+    largest = max(ops(t) for t in graph.tasklets())
+    p = plan(graph, {}, targets.of("vulkan"))
+    grown = max(ops(s.tasklet) for k in p.kernels for s in k.steps)
+    assert grown <= max(largest, 2 * MAX_RECOMPUTED_OPS), (grown, largest)
