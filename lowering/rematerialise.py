@@ -41,7 +41,7 @@ from .plan import Plan, split_tasklet, uses_connectors
 # Most operations a reader's body may reach by recomputing producers in it.  A chain of
 # gathers recomputed into gathers grows as the product of their reads: ludcmp's reverse
 # pass on lavapipe grew one tasklet to 27k operations, and planning took 12 s instead of 0.9.
-MAX_RECOMPUTED_OPS = 16 * RECOMPUTE_OPS
+MAX_RECOMPUTED_OPS = 8 * RECOMPUTE_OPS
 
 
 def candidates(graph: DataflowGraph) -> list[str]:

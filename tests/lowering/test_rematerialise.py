@@ -224,7 +224,7 @@ def test_recomputing_chains_of_gathers_stays_bounded():
     composed down the chain one tasklet grew to thousands of operations (and its
     planning took seconds).  A tasklet takes a recomputed value only while the
     sum of the sizes stays within ``MAX_RECOMPUTED_OPS``; sympy's rebuild of
-    the sum may come out larger (507 operations here, 2583 unbounded)."""
+    the sum may come out larger (176 operations here, 2583 unbounded)."""
     from symdiff.lowering.rematerialise import MAX_RECOMPUTED_OPS
 
     def ludcmp(A: sd.f32[6, 6], b: sd.f32[6]):
