@@ -14,6 +14,15 @@ from typing import Callable
 import numpy as np
 
 
+def set_item(xp, x, index, value):
+    """``x[index] = value``: in place while tracing (numpy), functional in JAX
+    (``x.at[index].set``), so one body serves the program and its oracle."""
+    if xp is np:
+        x[index] = value
+        return x
+    return x.at[index].set(value)
+
+
 @dataclass
 class Case:
     name: str

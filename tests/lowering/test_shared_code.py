@@ -7,18 +7,11 @@ import numpy as np
 import pytest
 
 import symdiff as sd
-from corpus import Case, assert_matches_jax, build_program
+from corpus import Case, assert_matches_jax, build_program, set_item
 from symdiff.lowering import targets
 from symdiff.lowering.codegen import generate
 from symdiff.lowering.plan import plan
 from symdiff.lowering.shared_code import LIFT_MAX_WORK, kernel_code, lift, share
-
-
-def _set(xp, x, index, value):
-    if xp is np:
-        x[index] = value
-        return x
-    return x.at[index].set(value)
 
 
 def _jacobi_steps(xp, a):
@@ -33,7 +26,7 @@ def _row_updates(xp, a):
     """Each step updates one row from the row before: the same code, another row number."""
     x = xp.sin(a)
     for i in range(1, 6):
-        x = _set(xp, x, i, x[i] * xp.tanh(x[i - 1]) + 0.5 * x[i - 1])
+        x = set_item(xp, x, i, x[i] * xp.tanh(x[i - 1]) + 0.5 * x[i - 1])
     return xp.sum(x * x)
 
 
@@ -41,7 +34,7 @@ def _forward_substitution(xp, a):
     """Dot products of growing length: the loop bound differs between steps."""
     y = xp.sin(a[0])
     for i in range(6):
-        y = _set(xp, y, i, (a[1, i] - a[i, :i] @ y[:i]) / (3.0 + a[i, i] ** 2))
+        y = set_item(xp, y, i, (a[1, i] - a[i, :i] @ y[:i]) / (3.0 + a[i, i] ** 2))
     return xp.sum(y * y)
 
 
