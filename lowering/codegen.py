@@ -78,6 +78,11 @@ class KernelEntry:
     def __post_init__(self) -> None:
         self.function = self.function or self.name
 
+    def arguments(self) -> list[str]:
+        """What a call of its function passes after the thread id: its buffers in
+        the order of the function's parameters, then its values of the lifted literals."""
+        return [buffer_name(self.buffers[p]) for p in sorted(self.buffers)] + [str(v) for v in self.constants.values()]
+
     @property
     def thread_count(self) -> list[int]:
         return Threads(self.workgroup_threads or self.threads, self.per_thread).thread_count
@@ -956,10 +961,9 @@ def _program(entries: list[KernelEntry], g: DataflowGraph, target: targets.Targe
             continue
         x, y, _ = e.thread_count
         cap = worker_cap(e.work, x * y) if e.independent and target.worker_threads else 1
-        # in the order of its function's parameters: its buffers, then its values of the lifted literals
-        args = [buffer_name(e.buffers[p]) for p in sorted(e.buffers)] + [str(v) for v in e.constants.values()]
+        args = e.arguments()
+        typed = _params(e.buffers, g) + [f"int {c}" for c in e.constants]  # its function's parameters
         if cap > 1:  # wrappers per function and dispatched shape: kernels sharing code may differ in shape
-            typed = _params(e.buffers, g) + [f"int {c}" for c in e.constants]
             shapes = wrapped.setdefault(e.function, [])
             if (x, y) not in shapes:
                 shapes.append((x, y))
@@ -967,8 +971,7 @@ def _program(entries: list[KernelEntry], g: DataflowGraph, target: targets.Targe
             parts[prefix], loop = parallel_kernel(e.function, typed, (x, y), cap, args, prefix)
         else:
             if e.function not in runners:
-                runners[e.function] = _threads_runner(e.function, _params(e.buffers, g) + [
-                    f"int {c}" for c in e.constants])
+                runners[e.function] = _threads_runner(e.function, typed)
             loop = f"{e.function}_threads({x}, {y}{''.join(', ' + a for a in args)});"
         workers = f", on up to {cap} workers" if cap > 1 else ""
         calls.append(f"    if (dispatched({e.index}, first, last))  // {e.threads} point(s) in {x * y} "

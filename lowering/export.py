@@ -97,9 +97,7 @@ def _run_all(entries: list[KernelEntry], buffers: dict[str, str]) -> str:
     calls = []
     for e in entries:
         x, y, _ = e.thread_count
-        args = "".join([", " + buffer_name(e.buffers[p]) for p in sorted(e.buffers)]
-                       + [f", {v}" for v in e.constants.values()])
-        call = f"{e.function}(uint3(x, {'y' if y > 1 else '0'}, 0){args});"
+        call = f"{e.function}(uint3(x, {'y' if y > 1 else '0'}, 0){''.join(', ' + a for a in e.arguments())});"
         loop = f"for (int x = 0; x < {x}; x++) {call}"
         calls.append(f"    {f'for (int y = 0; y < {y}; y++) ' if y > 1 else ''}{loop}")
     return (f"// the whole call on a sequential (CPU) target: dispatch once, with one thread\n"
