@@ -225,10 +225,12 @@ def symdiff_bytes(exe: Any, inputs: dict[str, np.ndarray], out: tuple[float, dic
     """Device bytes symdiff holds for one call: the inputs, the gradient
     executable's buffers (intermediates, partials, gradients; a buffer shared
     by several versions once, ``lowering.buffer_plan``) and the returned
-    gradient arrays."""
-    held = exe._last.held_bytes if exe._last is not None else 0
-    return (sum(v.nbytes for v in inputs.values()) + held
-            + sum(g.buffer.size for g in out[1].values() if isinstance(g, lowering.DeviceArray)))
+    gradient arrays.  A returned gradient is the buffer its kernel wrote
+    (``Executable._hand_over``), held by the instance until its next call:
+    each buffer counts once."""
+    held = exe._last.held_buffers() if exe._last is not None else {}
+    held.update((id(g.buffer), g.buffer.size) for g in out[1].values() if isinstance(g, lowering.DeviceArray))
+    return sum(v.nbytes for v in inputs.values()) + sum(held.values())
 
 
 # -- one row ---------------------------------------------------------------------------

@@ -120,6 +120,13 @@ def streamed(index, p: Tasklet) -> bool:
     return varies(index) and all(s in used for s, b, e in p.domain if sympy.sympify(e) - b != 1)
 
 
+def arithmetic(p: Tasklet) -> bool:
+    """``p`` computes with ``+``, ``-``, ``*``, ``/`` and integer powers only:
+    no call a CPU's vectorised loop pays for again where it recomputes ``p``."""
+    return all(isinstance(e, _CHEAP_OPS) and not (e.is_Pow and not e.exp.is_Integer)
+               for body in p.body.values() for e in sympy.preorder_traversal(body))
+
+
 def cheap(graph: DataflowGraph, p: Tasklet, gpu: bool) -> bool:
     """Recomputing ``p`` (each of its outputs) costs a few flops and no extra memory
     traffic (on a ``gpu``, a few dozen flops of any kind and one ``streamed``
@@ -129,5 +136,4 @@ def cheap(graph: DataflowGraph, p: Tasklet, gpu: bool) -> bool:
     if gpu:
         return len({e for e in elements if streamed(e[1], p)}) <= 1 and \
             all(sympy.count_ops(body) <= RECOMPUTE_OPS for body in p.body.values())
-    return len(elements) <= 1 and all(isinstance(e, _CHEAP_OPS) and not (e.is_Pow and not e.exp.is_Integer)
-                                      for body in p.body.values() for e in sympy.preorder_traversal(body))
+    return len(elements) <= 1 and arithmetic(p)

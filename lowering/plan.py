@@ -528,10 +528,12 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
         p = _plan(graph, sizes, target, recompute)
     # lavapipe: values a GPU recomputes where read (rematerialise.cheap_on_gpu), kept where the plan then
     # stores fewer elements in no more kernels (bench.gpu --scale 64: softmax_xent's 8 kernels became 10 and
-    # ran 15% slower; those with fewer kernels ran as fast or faster).  Not on the CPU device: its
-    # reduction loop recomputing tanh ran 185 -> 352 ms at 20M elements.
-    if target is not None and not target.sequential and not target.recompute_transcendentals:
-        extra = [n for n in cheap_on_gpu(p) if n not in recompute]
+    # ran 15% slower; those with fewer kernels ran as fast or faster).  On the CPU device only arithmetic
+    # ones: its reduction loop recomputing tanh ran 185 -> 352 ms at 20M elements, softplus + logsumexp
+    # recomputing exp 7.5 -> 19.9 ms at 1M; layer norm recomputing x - m and its quotient stores 16 MiB
+    # instead of 32 at 1Kx1K.
+    if target is not None and not target.recompute_transcendentals:
+        extra = [n for n in cheap_on_gpu(p, arithmetic_only=target.sequential) if n not in recompute]
         if extra:
             trial = _plan(graph, sizes, target, recompute + extra)
             if _stored_elements(trial) < _stored_elements(p) and len(trial.kernels) <= len(p.kernels):

@@ -21,9 +21,10 @@ readers but still written.
 Before any of that, every plan keeps one version of a value computed twice
 (``merge_duplicates``) and gives each output of a tasklet writing several
 copies its own tasklet (``split_free_copies``), so that chains of copies are
-recomputed as one (``free_buffered``).  On parallel targets that do not
-recompute cheap values anyway, ``plan.plan`` also tries recomputing them
-(``cheap_on_gpu``) and keeps that plan where it stores less in no more kernels.
+recomputed as one (``free_buffered``).  On targets that do not recompute
+cheap values anyway, ``plan.plan`` also tries recomputing them (``cheap_on_gpu``;
+on the CPU device the arithmetic ones) and keeps that plan where it stores less
+in no more kernels.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from sympy.core.operations import LatticeOp
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
-from .inlining import RECOMPUTE_OPS, cheap, inline, producer
+from .inlining import RECOMPUTE_OPS, arithmetic, cheap, inline, producer
 from .plan import Plan, split_tasklet, uses_connectors
 
 # Most operations a reader's body may reach by recomputing producers in it.  A chain of
@@ -182,16 +183,19 @@ def free_buffered(p: Plan) -> list[str]:
     return sorted({g.node(w).meta["origin"] for w in chosen})
 
 
-def cheap_on_gpu(p: Plan) -> list[str]:
+def cheap_on_gpu(p: Plan, arithmetic_only: bool = False) -> list[str]:
     """Origins of the candidates in plan ``p``'s graph that a GPU recomputes
     where they are read (``inlining.cheap`` with ``gpu``: a few dozen flops on
-    one varying element), for ``plan.plan`` to try on parallel targets that do
-    not recompute them anyway (lavapipe).  Recomputed, ``mean(tanh(x) * x)``'s
-    product is folded into the mean instead of stored (its reverse pass keeps
-    ``tanh(x)`` in a register), and softplus + logsumexp's ``exp(x)`` is no
-    longer stored from the first kernel for the last one's gather."""
+    one varying element), for ``plan.plan`` to try on targets that do not
+    recompute them anyway (lavapipe; the CPU device, ``arithmetic_only``).
+    Recomputed, ``mean(tanh(x) * x)``'s product is folded into the mean instead
+    of stored (its reverse pass keeps ``tanh(x)`` in a register), and softplus +
+    logsumexp's ``exp(x)`` is no longer stored from the first kernel for the
+    last one's gather; layer norm's ``x - m`` and ``(x - m) / s`` are read from
+    ``x`` by the reverse pass instead of stored."""
     g = p.graph
-    return sorted({g.node(n).meta["origin"] for n in candidates(g) if cheap(g, g.node(n), gpu=True)})
+    return sorted({g.node(n).meta["origin"] for n in candidates(g) if cheap(g, g.node(n), gpu=True)
+                   and (arithmetic(g.node(n)) or not arithmetic_only)})
 
 
 def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:

@@ -208,12 +208,18 @@ class _Instance:
     # record(): launch and buffers -> (its root shader object, the buffers, kept alive so that their ids stay theirs)
     bound: dict[tuple, tuple] = field(default_factory=dict)
 
+    def held_buffers(self) -> dict[int, int]:
+        """Size of each buffer this binding keeps between calls, by identity (a
+        slot shared by several versions, or a result handed over, counts once)."""
+        held = {id(b): b.size for b in self.buffers.values()}
+        if self.readback:
+            held[id(self.readback)] = self.readback.size
+        return held
+
     @property
     def held_bytes(self) -> int:
-        """Bytes of the buffers this binding keeps between calls (a slot
-        shared by several versions counts once)."""
-        unique = {id(b): b.size for b in self.buffers.values()}
-        return sum(unique.values()) + (self.readback.size if self.readback else 0)
+        """Bytes of the buffers this binding keeps between calls."""
+        return sum(self.held_buffers().values())
 
     def release(self) -> None:
         """Give every buffer back; plan and module stay for inspection."""
