@@ -531,7 +531,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     # ran 15% slower; those with fewer kernels ran as fast or faster).  On the CPU device only arithmetic
     # ones: its reduction loop recomputing tanh ran 185 -> 352 ms at 20M elements, softplus + logsumexp
     # recomputing exp 7.5 -> 19.9 ms at 1M; layer norm recomputing x - m and its quotient stores 16 MiB
-    # instead of 32 at 1Kx1K.
+    # instead of 32 at 1Kx1K), and only where a value has rematerialise.CPU_TRIAL_MIN_ELEMENTS.
     if target is not None and not target.recompute_transcendentals:
         extra = [n for n in cheap_on_gpu(p, arithmetic_only=target.sequential) if n not in recompute]
         if extra:

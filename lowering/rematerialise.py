@@ -29,6 +29,7 @@ in no more kernels.
 from __future__ import annotations
 
 import collections
+import math
 from typing import Collection
 
 import sympy
@@ -183,6 +184,12 @@ def free_buffered(p: Plan) -> list[str]:
     return sorted({g.node(w).meta["origin"] for w in chosen})
 
 
+# The CPU device's recompute trial (``cheap_on_gpu`` with ``arithmetic_only``) runs only where some
+# value it could stop storing has this many elements: a smaller one stays in cache, and the trial's
+# second plan cost the unrolled NPBench kernels (values of at most 64 elements) 0.2-0.4 s of a cold call.
+CPU_TRIAL_MIN_ELEMENTS = 4096
+
+
 def cheap_on_gpu(p: Plan, arithmetic_only: bool = False) -> list[str]:
     """Origins of the candidates in plan ``p``'s graph that a GPU recomputes
     where they are read (``inlining.cheap`` with ``gpu``: a few dozen flops on
@@ -194,8 +201,15 @@ def cheap_on_gpu(p: Plan, arithmetic_only: bool = False) -> list[str]:
     last one's gather; layer norm's ``x - m`` and ``(x - m) / s`` are read from
     ``x`` by the reverse pass instead of stored."""
     g = p.graph
-    return sorted({g.node(n).meta["origin"] for n in candidates(g) if cheap(g, g.node(n), gpu=True)
-                   and (arithmetic(g.node(n)) or not arithmetic_only)})
+    names = [n for n in candidates(g) if cheap(g, g.node(n), gpu=True) and (arithmetic(g.node(n)) or not arithmetic_only)]
+    if arithmetic_only and not any(_elements(g, n) >= CPU_TRIAL_MIN_ELEMENTS for n in names):
+        return []
+    return sorted({g.node(n).meta["origin"] for n in names})
+
+
+def _elements(graph: DataflowGraph, name: str) -> int:
+    """Elements of the container tasklet ``name`` writes (a bound graph's)."""
+    return math.prod(int(d) for d in graph.containers[graph.node(graph.writes(name)[0][0]).container].shape)
 
 
 def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:
