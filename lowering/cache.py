@@ -18,7 +18,8 @@ from . import compiler_cache, devices, targets
 from .slang import spy
 
 _lock = threading.Lock()
-_modules: dict[tuple[str, str], dict[str, spy.ComputeKernel]] = {}
+_modules: dict[tuple[str, str, str], dict[str, spy.ComputeKernel]] = {}
+_seconds: dict[tuple[str, str, str], float] = {}  # what compiling each of _modules took
 _sessions: dict[tuple[str, str], "spy.SlangSession"] = {}
 # front end: Slang parsing and checking the module; backend: Slang's code generation and the
 # downstream compiler (g++ on the CPU device, the driver's on Vulkan), forced per entry point
@@ -69,14 +70,20 @@ def _session(device_kind: str, device: spy.Device, level: str):
     return _sessions[key]
 
 
+def level_for(device_kind: str, source: str, work: int | None) -> str:
+    """The optimisation level ``kernels`` compiles at for ``work`` points per
+    call (``optimization``; None: maximal)."""
+    return "maximal" if work is None else optimization(device_kind, source, work)
+
+
 def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str],
-            work: int | None = None) -> dict[str, spy.ComputeKernel]:
-    """Compiled compute kernels for ``entries`` of ``source`` (cached); ``work``:
-    points per call, which picks the optimisation level (``optimization``;
-    None: maximal)."""
-    level = "maximal" if work is None else optimization(device_kind, source, work)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-    key = (device_kind, digest)
+            work: int | None = None, at: str | None = None) -> dict[str, spy.ComputeKernel]:
+    """Compiled compute kernels for ``entries`` of ``source`` (cached per
+    level); ``work``: points per call, which picks the optimisation level
+    (``level_for``), or ``at`` a level (``runtime``'s hot recompile: maximal)."""
+    level = at or level_for(device_kind, source, work)
+    key = _key(device_kind, source, level)
+    digest = key[1]
     with _lock:
         if key in _modules:
             return _modules[key]
@@ -104,7 +111,17 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
         stats["backend_seconds"] += end - front
         stats[f"compiles_{level}"] = stats.get(f"compiles_{level}", 0) + 1
         _modules[key] = out
+        _seconds[key] = end - start
         return out
+
+
+def _key(device_kind: str, source: str, level: str) -> tuple[str, str, str]:
+    return device_kind, hashlib.sha256(source.encode()).hexdigest()[:20], level
+
+
+def compile_seconds(device_kind: str, source: str, level: str) -> float:
+    """Seconds compiling ``source`` at ``level`` took in this process (0 if it was not)."""
+    return _seconds.get(_key(device_kind, source, level), 0.0)
 
 
 def _binaries_cached(device_kind: str) -> contextlib.AbstractContextManager:
@@ -124,4 +141,5 @@ def clear() -> int:
     with _lock:
         dropped = len(_modules)
         _modules.clear()
+        _seconds.clear()
         return dropped

@@ -23,7 +23,7 @@ import math
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 import numpy as np
@@ -100,6 +100,7 @@ def _host_array(raw: np.ndarray, dtype: str, shape: tuple[int, ...]) -> np.ndarr
 
 READ_ALIGNMENT = 256  # bytes between results packed into one read-back buffer
 READ_PACKED_BYTES = 1 << 20  # larger results are read from their own buffers (no second copy kept)
+HOT_RECOMPILE = 2.0  # calls' seconds at g++ -O0 over their module's compile seconds before it is compiled at -O3
 RECORDED_BINDINGS = 64  # root shader objects an instance keeps for record(): a loop's few alternating buffer sets
 
 
@@ -205,6 +206,9 @@ class _Instance:
     readback: spy.Buffer | None = None  # host-visible: small results of a call are copied here and read at once
     key: tuple = ()  # the size binding, as lowering.memory knows this instance
     handed: set[str] = field(default_factory=set)  # versions whose buffer a caller holds (_hand_over)
+    level: str = "maximal"  # the kernels' optimisation level (lowering.cache)
+    compile_seconds: float = 0.0  # what compiling them took (lowering.cache)
+    run_seconds: float = 0.0  # calls' wall seconds at a level below maximal (Executable._recompile_if_hot)
     # record(): launch and buffers -> (its root shader object, the buffers, kept alive so that their ids stay theirs)
     bound: dict[tuple, tuple] = field(default_factory=dict)
 
@@ -296,7 +300,8 @@ class Executable:
             dev = devices.get_device(self.device)
             entries = module.entry_points(target.sequential)
             work = None if self.repeated else sum(max(k.work, k.threads) for k in module.kernels)
-            kernels = cache.kernels(self.device, dev, module.source, entries, work=work)
+            level = cache.level_for(self.device, module.source, work)
+            kernels = cache.kernels(self.device, dev, module.source, entries, at=level)
             g = p.graph
             shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
             latest = {r: p.buffer_of(g.latest(r)) for r in g.results}  # its buffer's version
@@ -316,7 +321,8 @@ class Executable:
             handed = {a for a in latest.values() if a in buffers}  # bound per call: handed over (_hand_over)
             inst = self._instances[key] = _Instance(p, module, kernels, buffers, shapes, latest,
                                                     self._dispatches(module, kernels, buffers, handed), bplan,
-                                                    launches, key=key)
+                                                    launches, key=key, level=level,
+                                                    compile_seconds=cache.compile_seconds(self.device, module.source, level))
             memory.hold(self, key, inst.held_bytes, self.device)  # may release older bindings past the limit
         self._last = inst
         self._stats["kernels"] = len(inst.plan.kernels)
@@ -351,7 +357,35 @@ class Executable:
         index touches memory outside its array.  The numpy device always raises.
         """
         with self._lock:
-            return self._call(inputs, sizes, return_device_arrays, check_bounds)
+            start = time.perf_counter()
+            results = self._call(inputs, sizes, return_device_arrays, check_bounds)
+            if self._last is not None and self._last.level != "maximal":
+                self._recompile_if_hot(self._last, time.perf_counter() - start)
+            return results
+
+    def _recompile_if_hot(self, inst: _Instance, seconds: float) -> None:
+        """Compile ``inst``'s module again at full optimisation once its calls
+        have run for ``HOT_RECOMPILE`` times what compiling it took.  A module
+        of many kernels over few points compiles at g++ -O0 (``cache.optimization``):
+        its first call comes sooner, and each call runs slower (trisolv 64, 195
+        kernels: 1.9 s compile and 3.1 ms a call at -O0, 3.7 s and 0.58 ms at -O3).
+        A program called long enough pays for the slower compile: switching
+        once the calls at -O0 have cost twice that compile spends at most about
+        twice the better of never and at once (the ski-rental rule)."""
+        inst.run_seconds += seconds
+        if inst.run_seconds < HOT_RECOMPILE * inst.compile_seconds:
+            return
+        start = time.perf_counter()
+        before = cache.stats["compiles"]
+        entries = inst.module.entry_points(devices.target(self.device).sequential)
+        faster = cache.kernels(self.device, devices.get_device(self.device), inst.module.source, entries, at="maximal")
+        entry_of = {id(k): e for e, k in inst.kernels.items()}
+        inst.kernels = faster
+        inst.dispatches = {name: replace(d, kernel=faster[entry_of[id(d.kernel)]]) for name, d in inst.dispatches.items()}
+        inst.bound.clear()  # root shader objects of the old kernels
+        inst.level = "maximal"
+        self._stats["compiles"] += cache.stats["compiles"] - before
+        self._stats["compile_time"] += time.perf_counter() - start
 
     def _call(self, inputs: Mapping[str, np.ndarray | DeviceArray], sizes: Mapping[str, int] | None,
               return_device_arrays: bool, check_bounds: bool) -> dict[str, np.ndarray | DeviceArray]:
@@ -378,7 +412,10 @@ class Executable:
         enc = dev.create_command_encoder()
         for buffer in to_clear:
             enc.clear_buffer(buffer)
-        dispatches = self._record(enc, inst, bindings)
+        # kept root shader objects (as record() keeps them) where each buffer is the instance's own: a
+        # caller's device array would stay referenced by one after the caller dropped it
+        own = all(bindings[a] is inst.buffers.get(a) for d in inst.dispatches.values() for a in d.per_call.values())
+        dispatches = self._record(enc, inst, bindings, kept_on=dev if own else None)
         results: dict[str, DeviceArray | np.ndarray] = {}
         if return_device_arrays:
             for r, access in inst.latest.items():

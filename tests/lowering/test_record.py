@@ -69,12 +69,12 @@ def test_a_repeated_program_compiles_at_full_optimisation(monkeypatch):
     once per iteration, so ``repeated=True`` compiles it at ``maximal``."""
     from symdiff.lowering import cache
     seen = []
-    kernels = cache.kernels
+    level_for = cache.level_for
 
-    def spying(kind, dev, source, entries, work=None):
+    def spying(kind, source, work):
         seen.append(work)
-        return kernels(kind, dev, source, entries, work=work)
-    monkeypatch.setattr(cache, "kernels", spying)
+        return level_for(kind, source, work)
+    monkeypatch.setattr(cache, "level_for", spying)
     graph = sd.trace(_step, sd.i32, sd.f32[64], sd.f32[64])
     lowering.compile(graph, device="cpu")
     lowering.compile(graph, device="cpu", repeated=True)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import sympy
 
+import symdiff as sd
 from symdiff import ir
 from symdiff import lowering
 from symdiff.lowering import devices
@@ -188,3 +189,41 @@ def test_compile_refuses_a_graph_that_breaks_the_ir_rules(device_name):
                   {"o": (g.new_version("out"), (sympy.floor(i / 2),))})
     with pytest.raises(ir.GraphError, match="spread"):
         lowering.compile(g, device=device_name)
+
+
+def _unrolled(x: sd.f32[16]):
+    """Sixteen in-place steps over a short vector: many kernels, few points (g++ -O0)."""
+    for i in range(1, 16):
+        x[i] = x[i] * 0.5 + x[i - 1] * x[i - 1]
+    return np.sum(x * x)
+
+
+def test_a_hot_program_is_compiled_again_at_full_optimisation(monkeypatch):
+    """A module of many kernels over few points compiles at g++ -O0; once its
+    calls have run for ``HOT_RECOMPILE`` times its compile (here at once) it
+    is compiled at -O3 and calls go on bit for bit as before, caller's
+    device arrays bound as before.  Gradients vs JAX in float64."""
+    import jax
+    import jax.numpy as jnp
+    from symdiff.lowering import cache, runtime
+    monkeypatch.setattr(runtime, "HOT_RECOMPILE", 0.0)
+    program = sd.differentiable_program(_unrolled)
+    x = np.linspace(-0.9, 0.9, 16, dtype=np.float32)
+    value, grads = program.value_and_grad(x, device="cpu")
+    exe = next(e for e in program._executables.values() if e.graph.meta.get("gradients"))
+    (inst,) = exe._instances.values()
+    assert inst.level == "maximal" and exe.stats()["compiles"] == 2
+    assert cache.level_for("cpu", inst.module.source, sum(k.work for k in inst.module.kernels)) == "none"
+    again, again_grads = program.value_and_grad(x, device="cpu")
+    on_device = program.value_and_grad(lowering.asarray(x, device="cpu"), device="cpu", device_arrays=True)
+    assert again == value and np.array_equal(again_grads["x"], grads["x"])
+    assert np.array_equal(np.asarray(on_device[1]["x"]), grads["x"])
+    jax.config.update("jax_enable_x64", True)
+
+    def twin(x):
+        for i in range(1, 16):
+            x = x.at[i].set(x[i] * 0.5 + x[i - 1] * x[i - 1])
+        return jnp.sum(x * x)
+    want_value, want = jax.value_and_grad(twin)(jnp.asarray(x, jnp.float64))
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    np.testing.assert_allclose(grads["x"], want, rtol=1e-5, atol=1e-6)
