@@ -110,6 +110,17 @@ class DeviceArray:
 
     def __init__(self, buffer: spy.Buffer, shape: tuple[int, ...], dtype: str, device: str):
         self.buffer, self.shape, self.dtype, self.device = buffer, tuple(shape), dtype, device
+        self.pooled = False  # its buffer goes back to a pool when it is dropped (``pooled``)
+
+    @classmethod
+    def pooled_in(cls, pool: list, buffer: spy.Buffer, shape: tuple[int, ...], dtype: str,
+                  device: str) -> "DeviceArray":
+        """An array of ``buffer`` that puts it back in ``pool`` when dropped
+        (an executable's spares, a loop's states): the buffer outlives it."""
+        array = cls(buffer, shape, dtype, device)
+        array.pooled = True
+        weakref.finalize(array, pool.append, buffer)
+        return array
 
     @property
     def size(self) -> int:
@@ -211,6 +222,7 @@ class _Instance:
     run_seconds: float = 0.0  # calls' wall seconds at a level below maximal (Executable._recompile_if_hot)
     # record(): launch and buffers -> (its root shader object, the buffers, kept alive so that their ids stay theirs)
     bound: dict[tuple, tuple] = field(default_factory=dict)
+    watched: set[int] = field(default_factory=set)  # ids of callers' buffers bound above (Executable._watch)
 
     def held_buffers(self) -> dict[int, int]:
         """Size of each buffer this binding keeps between calls, by identity (a
@@ -228,6 +240,7 @@ class _Instance:
     def release(self) -> None:
         """Give every buffer back; plan and module stay for inspection."""
         self.buffers, self.dispatches, self.readback, self.handed, self.bound = {}, {}, None, set(), {}
+        self.watched = set()
 
 
 class Executable:
@@ -412,10 +425,7 @@ class Executable:
         enc = dev.create_command_encoder()
         for buffer in to_clear:
             enc.clear_buffer(buffer)
-        # kept root shader objects (as record() keeps them) where each buffer is the instance's own: a
-        # caller's device array would stay referenced by one after the caller dropped it
-        own = all(bindings[a] is inst.buffers.get(a) for d in inst.dispatches.values() for a in d.per_call.values())
-        dispatches = self._record(enc, inst, bindings, kept_on=dev if own else None)
+        dispatches = self._record(enc, inst, bindings, dev)
         results: dict[str, DeviceArray | np.ndarray] = {}
         if return_device_arrays:
             for r, access in inst.latest.items():
@@ -494,9 +504,8 @@ class Executable:
         bytes at the call's peak)."""
         buffer = inst.buffers[access]
         inst.handed.add(access)
-        array = DeviceArray(buffer, inst.shapes[access], dtype, self.device)
-        weakref.finalize(array, self._spares.setdefault(buffer.size, []).append, buffer)
-        return array
+        return DeviceArray.pooled_in(self._spares.setdefault(buffer.size, []), buffer, inst.shapes[access], dtype,
+                                     self.device)
 
     def _replace_handed(self, inst: _Instance, dev: spy.Device) -> list[spy.Buffer]:
         """Bind a spare buffer (one a caller has dropped, else a new one) to
@@ -584,6 +593,7 @@ class Executable:
                     raise ValueError(f"argument {name!r}: a {value.dtype} array on {value.device!r}, "
                                      f"the program needs {dtype} on {self.device!r}")
                 bindings[access] = value.buffer
+                self._watch(inst, value)
                 continue
             host = np.ascontiguousarray(host_argument(name, value, dtype), dtype=STORAGE[dtype])
             if access not in inst.buffers:
@@ -594,6 +604,17 @@ class Executable:
                 upload(inst.buffers[access], host)
                 moved += host.nbytes
         return bindings, moved
+
+    @staticmethod
+    def _watch(inst: _Instance, array: DeviceArray) -> None:
+        """Drop the kept root shader objects binding ``array``'s buffer when the
+        caller drops ``array``, so that they do not keep its memory (a pooled
+        array's buffer stays in its pool anyway: a loop's states keep their roots)."""
+        key = id(array.buffer)
+        if array.pooled or key in inst.watched:
+            return
+        inst.watched.add(key)
+        weakref.finalize(array, _forget, weakref.ref(inst), key)
 
     def record(self, enc: spy.CommandEncoder, inputs: Mapping[str, np.ndarray | DeviceArray],
                sizes: Mapping[str, int] | None = None) -> dict[str, DeviceArray]:
@@ -606,11 +627,7 @@ class Executable:
         argument returned unchanged is that argument's array.  The caller submits ``enc``
         before calling this executable otherwise.
 
-        Each launch is bound through a root shader object made once per set of buffers and
-        kept (``_Instance.bound``, up to ``RECORDED_BINDINGS``): a loop's states alternate
-        between a few buffers, and slangpy's ``kernel.dispatch`` binds its keywords again
-        on every call (recording a launch: ~1 us on the CPU device and ~13 us on lavapipe
-        against 60-140 us, measured)."""
+        Launches are bound as a call's are (``_record``)."""
         with self._lock:
             self._stats["calls"] += 1
             inst = self._instance({**self.sizes, **(sizes or {})})
@@ -630,20 +647,31 @@ class Executable:
                     enc.clear_buffer(buffer)
                 bindings[access] = buffer
                 dtype = g.containers[r].dtype
-                results[r] = array = DeviceArray(buffer, inst.shapes[access], dtype, self.device)
-                weakref.finalize(array, spares.append, buffer)
-            self._stats["dispatches"] = self._record(enc, inst, bindings, kept_on=dev)
+                results[r] = DeviceArray.pooled_in(spares, buffer, inst.shapes[access], dtype, self.device)
+            self._stats["dispatches"] = self._record(enc, inst, bindings, dev)
             return results
 
     def _record(self, enc: spy.CommandEncoder, inst: _Instance, bindings: dict[str, spy.Buffer],
-                kept_on: spy.Device | None = None) -> int:
+                dev: spy.Device) -> int:
         """Record the fills and kernel dispatches of one call; returns the count.
         A zero fill comes before every launch, or, for a version sharing its
         buffer (``lowering.buffer_plan``), just before the launch that first
         binds it, once the slot's earlier tenants are done: a filled version is
         written only by the kernels accumulating into it and read only after
-        them, never by a kernel before.  ``kept_on`` (``record``): launches go
-        through the instance's kept root shader objects, made on that device."""
+        them, never by a kernel before.
+
+        Each launch is bound through a root shader object made once per set of
+        buffers and kept (``_Instance.bound``, up to ``RECORDED_BINDINGS``): a
+        loop's states and a call's results alternate between a few buffers,
+        and slangpy's ``kernel.dispatch`` binds every parameter again on every
+        call (recording a launch: ~1 us on the CPU device and ~13 us on
+        lavapipe against 60-140 us, measured; trisolv's CPU program over 64
+        rows binds 267 buffers: 3.6 ms a call, its kernels run in 0.3).  A
+        root changed after encoding does not change the encoded launch (its
+        bindings are copied: measured on the CPU device and lavapipe), but a
+        changed root is encoded again from scratch, so roots are kept per set
+        rather than rebound.  A caller's device array bound in one is let go
+        when the caller drops it (``_watch``)."""
         if FLAG in bindings:
             enc.clear_buffer(bindings[FLAG])
         first = inst.buffer_plan.first_launch
@@ -658,24 +686,35 @@ class Executable:
             for access in late.get(position, ()):
                 enc.clear_buffer(bindings[access])
             per_call = {n: bindings[a] for n, a in d.per_call.items()}
-            if kept_on is None:
-                d.kernel.dispatch(thread_count=d.thread_count, command_encoder=enc, **uniforms, **d.params, **per_call)
-                continue
             key = (position, *uniforms.values(), *(id(b) for b in per_call.values()))
             if key not in inst.bound:
                 if len(inst.bound) >= RECORDED_BINDINGS:
                     inst.bound.clear()
-                root = kept_on.create_root_shader_object(d.kernel.program)
+                root = dev.create_root_shader_object(d.kernel.program)
                 entry = spy.ShaderCursor(root).find_entry_point(0)
                 for name, value in {**uniforms, **d.params, **per_call}.items():
                     entry[name] = value
                 inst.bound[key] = (root, tuple(per_call.values()))
-            root = inst.bound[key][0]
-            compute = enc.begin_compute_pass()
-            compute.bind_pipeline(d.kernel.pipeline, root)
-            compute.dispatch(d.thread_count)
-            compute.end()
+            _encode(enc, d, inst.bound[key][0])
         return len(launches)
+
+
+def _forget(instance: "weakref.ref[_Instance]", buffer_id: int) -> None:
+    """``Executable._watch``'s callback: a caller dropped the array of buffer ``buffer_id``."""
+    inst = instance()
+    if inst is None:
+        return
+    inst.watched.discard(buffer_id)
+    for key, (_, buffers) in list(inst.bound.items()):
+        if any(id(b) == buffer_id for b in buffers):
+            inst.bound.pop(key, None)
+
+
+def _encode(enc: spy.CommandEncoder, d: _Dispatch, root: spy.ShaderObject) -> None:
+    compute = enc.begin_compute_pass()
+    compute.bind_pipeline(d.kernel.pipeline, root)
+    compute.dispatch(d.thread_count)
+    compute.end()
 
 
 def planned_buffers(graph: DataflowGraph, device: str | None, sizes: Mapping[str, int]) -> BufferPlan:

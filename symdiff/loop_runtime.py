@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 import threading
-import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -224,8 +223,7 @@ class _Calls:
         if into is None:
             free = self.pool.setdefault(nbytes, [])
             buffer = free.pop() if free else self.device.create_buffer(size=nbytes, usage=runtime._usage())
-            into = lowering.DeviceArray(buffer, shape, dtype, self.kind)
-            weakref.finalize(into, free.append, buffer)
+            into = lowering.DeviceArray.pooled_in(free, buffer, shape, dtype, self.kind)
         if isinstance(value, lowering.DeviceArray):
             self._encoder().copy_buffer(into.buffer, 0, value.buffer, 0, nbytes)
         else:

@@ -86,6 +86,27 @@ def test_device_arrays_stay_on_the_device(device):
         exe({"x": lowering.asarray(inputs["x"].astype(np.float64), device=device)})
 
 
+def test_a_callers_device_array_is_let_go_when_dropped(device):
+    """Launches are bound through kept root shader objects, one per set of
+    buffers; one binding a caller's device array goes when the caller drops
+    the array, so it does not keep the array's memory.  Results vs the
+    interpreter."""
+    import gc
+    g, inputs = chain(100, ops=2)
+    exe = lowering.compile(g, device=device)
+    x = lowering.asarray(inputs["x"], device=device)
+    buffer_id = id(x.buffer)
+    first = exe({"x": x})
+    (inst,) = exe._instances.values()
+    assert any(id(b) == buffer_id for _, buffers in inst.bound.values() for b in buffers)
+    del x
+    gc.collect()
+    assert not any(id(b) == buffer_id for _, buffers in inst.bound.values() for b in buffers)
+    y = lowering.asarray(inputs["x"] * 2, device=device)
+    np.testing.assert_allclose(first["y"], ir.run(g, inputs)["y"], rtol=1e-6)
+    np.testing.assert_allclose(exe({"x": y})["y"], ir.run(g, {"x": inputs["x"] * 2})["y"], rtol=1e-6)
+
+
 def test_float64_is_exact_where_the_backend_is(device):
     g, inputs = chain(200, dtype="float64")
     if device == "vulkan" and devices.is_software("vulkan"):
