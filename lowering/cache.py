@@ -1,10 +1,11 @@
-"""In-process compile cache: one compiled module per (device, source hash).
+"""In-process compile cache: one compiled module per (device, source hash,
+optimisation level).
 
 Executables of the same program (or a recompiled binding producing the same
 text) share kernels; slangpy also refuses to reload a module name with other
 source, so module names are the hash.  The on-disk side is slangpy's shader
-cache, configured per device in ``devices.py``, and for the CPU device g++'s
-libraries (``compiler_cache``).
+cache, configured per device in ``devices.py``, for the CPU device g++'s
+libraries (``compiler_cache``), and which modules went hot (``mark_hot``).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import re
 import threading
 import time
 
-from . import compiler_cache, devices, targets
+from . import compiler_cache, devices, disk_cache, targets
 from .slang import spy
 
 _lock = threading.Lock()
@@ -72,8 +73,26 @@ def _session(device_kind: str, device: spy.Device, level: str):
 
 def level_for(device_kind: str, source: str, work: int | None) -> str:
     """The optimisation level ``kernels`` compiles at for ``work`` points per
-    call (``optimization``; None: maximal)."""
-    return "maximal" if work is None else optimization(device_kind, source, work)
+    call (``optimization``; None: maximal); maximal for a module an earlier
+    process compiled again once hot (``mark_hot``)."""
+    if work is None:
+        return "maximal"
+    level = optimization(device_kind, source, work)
+    if level != "maximal" and disk_cache.enabled() and disk_cache.load("hot", _hot_key(device_kind, source))[0]:
+        return "maximal"
+    return level
+
+
+def mark_hot(device_kind: str, source: str) -> None:
+    """Remember on disk that ``source`` was compiled again at maximal because
+    its calls ran long (``runtime``'s hot recompile): a later process starts
+    there, its g++ library already on disk (``compiler_cache``)."""
+    if disk_cache.enabled():
+        disk_cache.store("hot", _hot_key(device_kind, source), True)
+
+
+def _hot_key(device_kind: str, source: str) -> str:
+    return disk_cache.key("hot", [device_kind, hashlib.sha256(source.encode()).hexdigest()])
 
 
 def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str],

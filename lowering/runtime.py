@@ -397,6 +397,7 @@ class Executable:
         inst.dispatches = {name: replace(d, kernel=faster[entry_of[id(d.kernel)]]) for name, d in inst.dispatches.items()}
         inst.bound.clear()  # root shader objects of the old kernels
         inst.level = "maximal"
+        cache.mark_hot(self.device, inst.module.source)
         self._stats["compiles"] += cache.stats["compiles"] - before
         self._stats["compile_time"] += time.perf_counter() - start
 
