@@ -38,6 +38,7 @@ from sympy.core.operations import LatticeOp
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
 from .inlining import RECOMPUTE_OPS, arithmetic, cheap, inline, producer
+from .matmul import matmul_shape, matvec_shape
 from .plan import Plan, split_tasklet, uses_connectors
 
 # Most operations a reader's body may reach by recomputing producers in it.  A chain of
@@ -201,10 +202,25 @@ def cheap_on_gpu(p: Plan, arithmetic_only: bool = False) -> list[str]:
     last one's gather; layer norm's ``x - m`` and ``(x - m) / s`` are read from
     ``x`` by the reverse pass instead of stored."""
     g = p.graph
-    names = [n for n in candidates(g) if cheap(g, g.node(n), gpu=True) and (arithmetic(g.node(n)) or not arithmetic_only)]
+    names = [n for n in candidates(g) if cheap(g, g.node(n), gpu=True) and (arithmetic(g.node(n)) or not arithmetic_only)
+             and not _feeds_a_product(g, n)]
     if arithmetic_only and not any(_elements(g, n) >= CPU_TRIAL_MIN_ELEMENTS for n in names):
         return []
     return sorted({g.node(n).meta["origin"] for n in names})
+
+
+def _feeds_a_product(graph: DataflowGraph, name: str) -> bool:
+    """A matrix or vector-matrix product reads what tasklet ``name`` writes,
+    and ``name`` is no free candidate: recomputed there, the product would read
+    its inputs instead of one operand and stop being one, losing its tiled
+    kernel (``lowering.matmul``), and would compute it once per use of each
+    element (gemm's reverse pass recomputing ``2 * y * g`` in ``G B^T`` on the
+    CPU device: 5.6 -> 171 ms at 512^3)."""
+    if cheap(graph, graph.node(name), gpu=False):
+        return False
+    (access, _), = graph.writes(name)
+    return any(matmul_shape(graph, graph.node(r)) or matvec_shape(graph, graph.node(r))
+               for r in {r for r, _ in graph.readers(access)})
 
 
 def _elements(graph: DataflowGraph, name: str) -> int:
@@ -268,6 +284,6 @@ def recompute_cheap(graph: DataflowGraph) -> None:
     intermediates).  Rounds until none is left: each round's inlining can
     make its readers cheap in turn; each removes tasklets, so it ends."""
     while True:
-        names = [n for n in candidates(graph) if cheap(graph, graph.node(n), gpu=True)]
+        names = [n for n in candidates(graph) if cheap(graph, graph.node(n), gpu=True) and not _feeds_a_product(graph, n)]
         if not names or not rematerialise(graph, names):
             return
