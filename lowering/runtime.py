@@ -426,7 +426,7 @@ class Executable:
         enc = dev.create_command_encoder()
         for buffer in to_clear:
             enc.clear_buffer(buffer)
-        dispatches = self._record(enc, inst, bindings, dev)
+        dispatches = self._record(enc, inst, bindings)
         results: dict[str, DeviceArray | np.ndarray] = {}
         if return_device_arrays:
             for r, access in inst.latest.items():
@@ -649,11 +649,10 @@ class Executable:
                 bindings[access] = buffer
                 dtype = g.containers[r].dtype
                 results[r] = DeviceArray.pooled_in(spares, buffer, inst.shapes[access], dtype, self.device)
-            self._stats["dispatches"] = self._record(enc, inst, bindings, dev)
+            self._stats["dispatches"] = self._record(enc, inst, bindings)
             return results
 
-    def _record(self, enc: spy.CommandEncoder, inst: _Instance, bindings: dict[str, spy.Buffer],
-                dev: spy.Device) -> int:
+    def _record(self, enc: spy.CommandEncoder, inst: _Instance, bindings: dict[str, spy.Buffer]) -> int:
         """Record the fills and kernel dispatches of one call; returns the count.
         A zero fill comes before every launch, or, for a version sharing its
         buffer (``lowering.buffer_plan``), just before the launch that first
@@ -691,7 +690,7 @@ class Executable:
             if key not in inst.bound:
                 if len(inst.bound) >= RECORDED_BINDINGS:
                     inst.bound.clear()
-                root = dev.create_root_shader_object(d.kernel.program)
+                root = devices.get_device(self.device).create_root_shader_object(d.kernel.program)
                 entry = spy.ShaderCursor(root).find_entry_point(0)
                 for name, value in {**uniforms, **d.params, **per_call}.items():
                     entry[name] = value
