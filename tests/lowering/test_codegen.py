@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import sympy
 
+import symdiff as sd
 from symdiff import lowering
 from symdiff.lowering.printer import SlangPrinter
 from lowering_graphs import G, chain, i, matmul
@@ -56,3 +57,25 @@ def test_a_slang_compile_error_quotes_the_generated_line(monkeypatch):
     message = str(err.value)
     assert "undefined identifier" in message
     assert "float step_fn_o = 3.0f*no_such_fn(42);" in message.splitlines()[1]
+
+
+def _scaled_squares(x: sd.f32[4096, 512], g: sd.f32[512]):
+    return np.sum((x * g) ** 2 + x * g)
+
+
+def test_column_sums_run_rows_outer_on_the_cpu_device():
+    """The gradient of ``g`` sums down the columns of ``x``: on the CPU device
+    each thread's neighbouring columns are summed with the rows outer and the
+    points inner (``columns_interchanged``), so a row's loads run along
+    memory.  Gradients vs float64."""
+    program = sd.differentiable_program(_scaled_squares)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4096, 512)).astype(np.float32)
+    g = rng.standard_normal(512).astype(np.float32)
+    value, grads = program.value_and_grad(x, g, device="cpu")
+    exe = next(e for e in program._executables.values() if e.graph.meta.get("gradients"))
+    assert "rows outer" in exe.source
+    y = x.astype(np.float64) * g.astype(np.float64)
+    np.testing.assert_allclose(value, np.sum(y * y + y), rtol=1e-5)
+    np.testing.assert_allclose(grads["g"], np.sum((2 * y + 1) * x.astype(np.float64), axis=0), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(grads["x"], (2 * y + 1) * g.astype(np.float64), rtol=1e-4, atol=1e-5)
