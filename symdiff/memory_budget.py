@@ -14,7 +14,9 @@ what the lowering recomputes anyway: ``lowering.rematerialise``) and, while
 the planned buffers exceed the budget, switches values to recompute, the most bytes per recomputed
 operation first, keeping a switch only where the plan's peak really drops;
 a value passed over is tried again once after the others (its inputs may
-have been switched since).  Each trial re-plans the program (no Slang
+have been switched since).  Where that ends over the budget, it starts again
+from every value recomputed (tasklets writing several values split) and
+stores values back while the plan fits (``_store_back``).  Each trial re-plans the program (no Slang
 compile): a greedy search measured on the real plan, not the ILP of the DaCe
 AD paper (arXiv 2509.02197), which models costs instead.  When no switch
 helps any more and the plan still exceeds the budget, the program is refused
@@ -95,6 +97,34 @@ def with_recomputed(graph: ir.DataflowGraph, names: frozenset[str]) -> ir.Datafl
     return out
 
 
+def _store_back(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
+                planned_peak: Callable[[ir.DataflowGraph], int]) -> tuple | None:
+    """The last resort of ``fit``: every value of ``graph`` recomputed, its
+    tasklets writing several values split first
+    (``rematerialise.split_for_recompute``); if that fits, values are stored
+    again, the fewest bytes per recomputed operation first, while the plan
+    still fits.  Switching one value at a time misses plans where a buffer
+    goes only once all its neighbours are recomputed (n-body's pair values).
+    None when even that does not fit."""
+    split = lowering.rematerialise.split_for_recompute(graph)
+    candidates = ranked(split, sizes)
+    chosen = frozenset(name for name, _, _ in candidates)
+    peak = planned_peak(with_recomputed(split, chosen))
+    if peak > budget:
+        return None
+    decisions: dict[str, Choice] = {}
+    for name, nbytes, ops in reversed(candidates):
+        trial = planned_peak(with_recomputed(split, chosen - {name}))
+        source = split.node(name).source
+        if trial <= budget:
+            decisions[name] = Choice(name, source, "store", 0, ops, "stored again, the plan still fits")
+            chosen, peak = chosen - {name}, trial
+        else:
+            decisions[name] = Choice(name, source, "recompute", trial - peak, ops,
+                                     f"storing its {nbytes:,}-byte value would exceed the budget")
+    return split, chosen, peak, decisions
+
+
 def fit(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
         planned_peak: Callable[[ir.DataflowGraph], int]) -> tuple[ir.DataflowGraph, MemoryPlan]:
     """``graph`` (a backward graph) with the values its lowering recomputes
@@ -120,6 +150,10 @@ def fit(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
             else:
                 decisions[name] = Choice(name, source, "store", 0, ops,
                                          "recomputing it did not lower the planned peak")
+    if peak > budget:  # one switch at a time found nothing: start from recomputing everything
+        graph, chosen, peak, decisions = _store_back(graph, sizes, budget, planned_peak) or (graph, chosen, peak,
+                                                                                           decisions)
+        candidates = ranked(graph, sizes)
     plan = MemoryPlan(budget, stored_peak, peak,
                       [decisions.get(name) or Choice(name, graph.node(name).source, "store", 0, ops,
                                                      "the plan fits without recomputing it")
