@@ -200,8 +200,7 @@ class _KernelWriter:
         self.indent -= len(self.mapping.close())
         for line in self.mapping.close():
             self.emit(line, 1)
-        hoisted = [f"    {stype} {name} = {load};" for (stype, load), name in self.invariant_loads.items()]
-        return "\n".join(hoisted + self.lines)
+        return self.text()
 
     def columns_interchanged(self, grid: tuple) -> bool:
         """Whether the CPU device runs this kernel's reductions rows outer,
@@ -247,10 +246,8 @@ class _KernelWriter:
             self.emit(f"// tasklet {t.name}" + (f" ({t.source})" if t.source else "") + ", rows outer", 1)
             accs = [(c, *self.accumulator(step, c)) for c in self.outputs(t)]
             for c, var, acc_type in accs:
-                identity = SlangPrinter(acc_type).literal(
-                    {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}[self.accumulation(step, c)])
                 self.emit(f"{acc_type} {var}_lanes[{per}];", 1)
-                self.emit(f"for (int p = 0; p < {per}; p++) {var}_lanes[p] = {identity};", 1)
+                self.emit(f"for (int p = 0; p < {per}; p++) {var}_lanes[p] = {self.identity(step, c)};", 1)
             self.emit(f"{self.kept}for (int r = 0; r < {math.prod(extent(rng) for rng in step.loop)}; r++)", 1)
             self.emit("{", 1)
             self.loop_coordinates(step, names, 2)
@@ -272,6 +269,10 @@ class _KernelWriter:
                 self.emit(f"{out_type} {outputs[c]} = {value};", 2)
             self.stores(step, outputs, names, 2)
             self.emit("}", 1)
+        return self.text()
+
+    def text(self) -> str:
+        """The kernel's lines, after the loads hoisted to its top (``invariant_load``)."""
         hoisted = [f"    {stype} {name} = {load};" for (stype, load), name in self.invariant_loads.items()]
         return "\n".join(hoisted + self.lines)
 
@@ -666,12 +667,15 @@ class _KernelWriter:
 
     def accumulators(self, step: Step) -> None:
         """A reduction's accumulators, declared at the thread's scope, set to their identity."""
-        t = step.tasklet
-        for c in self.outputs(t):
+        for c in self.outputs(step.tasklet):
             var, acc_type = self.accumulator(step, c)
-            identity = SlangPrinter(acc_type if acc_type != "bool" else precision_of(self.g, t)).literal(
-                {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}[self.accumulation(step, c)])
-            self.emit(f"{acc_type} {var} = {identity};", 1)
+            self.emit(f"{acc_type} {var} = {self.identity(step, c)};", 1)
+
+    def identity(self, step: Step, conn: str) -> str:
+        """The literal a reduction's accumulator for output ``conn`` starts from."""
+        acc_type = self.accumulator(step, conn)[1]
+        return SlangPrinter(acc_type if acc_type != "bool" else precision_of(self.g, step.tasklet)).literal(
+            {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}[self.accumulation(step, conn)])
 
     def finish_accumulators(self, step: Step, depth: int) -> None:
         """After a reduction's loop: its outputs from wider accumulators, rounded once."""

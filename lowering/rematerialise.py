@@ -219,11 +219,16 @@ def cheap_on_gpu(p: Plan, arithmetic_only: bool = False) -> list[str]:
     last one's gather; layer norm's ``x - m`` and ``(x - m) / s`` are read from
     ``x`` by the reverse pass instead of stored."""
     g = p.graph
-    names = [n for n in candidates(g) if cheap(g, g.node(n), gpu=True) and (arithmetic(g.node(n)) or not arithmetic_only)
-             and not _feeds_a_product(g, n)]
+    names = [n for n in _cheap_on_a_gpu(g) if arithmetic(g.node(n)) or not arithmetic_only]
     if arithmetic_only and not any(_elements(g, n) >= CPU_TRIAL_MIN_ELEMENTS for n in names):
         return []
     return sorted({g.node(n).meta["origin"] for n in names})
+
+
+def _cheap_on_a_gpu(graph: DataflowGraph) -> list[str]:
+    """The candidates a GPU recomputes where they are read (``inlining.cheap``
+    with ``gpu``) but for the operands of a product (``_feeds_a_product``)."""
+    return [n for n in candidates(graph) if cheap(graph, graph.node(n), gpu=True) and not _feeds_a_product(graph, n)]
 
 
 def _feeds_a_product(graph: DataflowGraph, name: str) -> bool:
@@ -301,6 +306,6 @@ def recompute_cheap(graph: DataflowGraph) -> None:
     intermediates).  Rounds until none is left: each round's inlining can
     make its readers cheap in turn; each removes tasklets, so it ends."""
     while True:
-        names = [n for n in candidates(graph) if cheap(graph, graph.node(n), gpu=True) and not _feeds_a_product(graph, n)]
+        names = _cheap_on_a_gpu(graph)
         if not names or not rematerialise(graph, names):
             return

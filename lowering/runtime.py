@@ -695,7 +695,10 @@ class Executable:
                 for name, value in {**uniforms, **d.params, **per_call}.items():
                     entry[name] = value
                 inst.bound[key] = (root, tuple(per_call.values()))
-            _encode(enc, d, inst.bound[key][0])
+            compute = enc.begin_compute_pass()
+            compute.bind_pipeline(d.kernel.pipeline, inst.bound[key][0])
+            compute.dispatch(d.thread_count)
+            compute.end()
         return len(launches)
 
 
@@ -708,13 +711,6 @@ def _forget(instance: "weakref.ref[_Instance]", buffer_id: int) -> None:
     for key, (_, buffers) in list(inst.bound.items()):
         if any(id(b) == buffer_id for b in buffers):
             inst.bound.pop(key, None)
-
-
-def _encode(enc: spy.CommandEncoder, d: _Dispatch, root: spy.ShaderObject) -> None:
-    compute = enc.begin_compute_pass()
-    compute.bind_pipeline(d.kernel.pipeline, root)
-    compute.dispatch(d.thread_count)
-    compute.end()
 
 
 def planned_buffers(graph: DataflowGraph, device: str | None, sizes: Mapping[str, int]) -> BufferPlan:

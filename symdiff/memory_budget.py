@@ -122,7 +122,7 @@ def _store_back(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
         else:
             decisions[name] = Choice(name, source, "recompute", trial - peak, ops,
                                      f"storing its {nbytes:,}-byte value would exceed the budget")
-    return split, chosen, peak, decisions
+    return split, candidates, chosen, peak, decisions
 
 
 def fit(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
@@ -150,10 +150,9 @@ def fit(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
             else:
                 decisions[name] = Choice(name, source, "store", 0, ops,
                                          "recomputing it did not lower the planned peak")
-    if peak > budget:  # one switch at a time found nothing: start from recomputing everything
-        graph, chosen, peak, decisions = _store_back(graph, sizes, budget, planned_peak) or (graph, chosen, peak,
-                                                                                           decisions)
-        candidates = ranked(graph, sizes)
+    stored_back = _store_back(graph, sizes, budget, planned_peak) if peak > budget else None
+    if stored_back is not None:  # one switch at a time fell short: from everything recomputed, it fits
+        graph, candidates, chosen, peak, decisions = stored_back
     plan = MemoryPlan(budget, stored_peak, peak,
                       [decisions.get(name) or Choice(name, graph.node(name).source, "store", 0, ops,
                                                      "the plan fits without recomputing it")
