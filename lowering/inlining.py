@@ -81,7 +81,7 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
         index = tuple(_expanded(replaced(i, at)) for i in m.index)
         c = by_element.get((a, index))
         if c is None:
-            c = _fresh(m.connector, taken)
+            c = fresh_connector(m.connector, taken)
             taken.add(c)
             reads[c] = (a, index)
             by_element[(a, index)] = c
@@ -99,7 +99,8 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
         graph.nx.add_edge(a, t.name, memlet=Memlet(graph.node(a).container, index, c))
 
 
-def _fresh(base: str, taken: set) -> str:
+def fresh_connector(base: str, taken: set) -> str:
+    """``base``, or ``base_<k>`` with the first ``k`` not in ``taken``."""
     name, k = base, 0
     while name in taken:
         k += 1

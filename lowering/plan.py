@@ -553,14 +553,17 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
     g = bind(graph, sizes)
     empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
-    from .rematerialise import merge_duplicates, rematerialise, recompute_cheap, split_free_copies
+    from .rematerialise import merge_duplicates, rematerialise, recompute_cheap, recompute_expansions, split_free_copies
     merge_duplicates(g)
     split_free_copies(g)
     rematerialise(g, recompute)
+    recompute_expansions(g)
     if target is not None and target.recompute_transcendentals:
         recompute_cheap(g)
     from .reduce_fusion import chunk_producers, fold_producers
     fold_producers(g, target is not None and target.recompute_transcendentals)
+    from .sibling_reductions import merge_sibling_reductions
+    merge_sibling_reductions(g)
     split_large_reductions(g, target)
     chunk_producers(g)
     kernels: list[Kernel] = []

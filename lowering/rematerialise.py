@@ -24,7 +24,9 @@ copies its own tasklet (``split_free_copies``), so that chains of copies are
 recomputed as one (``free_buffered``).  On targets that do not recompute
 cheap values anyway, ``plan.plan`` also tries recomputing them (``cheap_on_gpu``;
 on the CPU device the arithmetic ones) and keeps that plan where it stores less
-in no more kernels.
+in no more kernels.  On every target, values made only of elements broadcast
+along their domain (n-body's pair values) are recomputed where they are read
+(``recompute_expansions``).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from sympy.core.operations import LatticeOp
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
-from .inlining import RECOMPUTE_OPS, arithmetic, cheap, inline, producer
+from .inlining import RECOMPUTE_OPS, arithmetic, cheap, inline, producer, streamed
 from .matmul import matmul_shape, matvec_shape
 from .plan import Plan, split_tasklet, uses_connectors
 
@@ -237,12 +239,26 @@ def _feeds_a_product(graph: DataflowGraph, name: str) -> bool:
     its inputs instead of one operand and stop being one, losing its tiled
     kernel (``lowering.matmul``), and would compute it once per use of each
     element (gemm's reverse pass recomputing ``2 * y * g`` in ``G B^T`` on the
-    CPU device: 5.6 -> 171 ms at 512^3)."""
-    if cheap(graph, graph.node(name), gpu=False):
-        return False
+    CPU device: 5.6 -> 171 ms at 512^3).  A product reads it too through a
+    free candidate reading it (recomputed in the product in turn): once the
+    seed's broadcast is recomputed (``recompute_expansions``), gemm's
+    ``1.5 * G`` is free, and ``G`` read by it alone."""
+    return not cheap(graph, graph.node(name), gpu=False) and _read_by_a_product(graph, name)
+
+
+def _read_by_a_product(graph: DataflowGraph, name: str) -> bool:
+    """A product reads what tasklet ``name`` writes, or a free candidate read by one does."""
     (access, _), = graph.writes(name)
-    return any(matmul_shape(graph, graph.node(r)) or matvec_shape(graph, graph.node(r))
-               for r in {r for r, _ in graph.readers(access)})
+    results = {graph.latest(c) for c in graph.results}
+    for r in {r for r, _ in graph.readers(access)}:
+        t = graph.node(r)
+        if matmul_shape(graph, t) or matvec_shape(graph, t):
+            return True
+        writes = graph.writes(r)
+        if (len(writes) == 1 and writes[0][0] not in results and _recomputable(graph, r, writes[0][0])
+                and cheap(graph, t, gpu=False) and _read_by_a_product(graph, r)):
+            return True
+    return False
 
 
 def _elements(graph: DataflowGraph, name: str) -> int:
@@ -309,3 +325,40 @@ def recompute_cheap(graph: DataflowGraph) -> None:
         names = _cheap_on_a_gpu(graph)
         if not names or not rematerialise(graph, names):
             return
+
+
+# Fewest elements of a value ``recompute_expansions`` recomputes: a smaller one stays in cache (the
+# unrolled NPBench kernels' values have at most 64 elements, as ``CPU_TRIAL_MIN_ELEMENTS`` says).
+EXPANSION_MIN_ELEMENTS = 4096
+
+
+def recompute_expansions(graph: DataflowGraph) -> None:
+    """Recompute, where it is read and on every target, each value that
+    ``expands`` its inputs: computed from elements each shared along an axis
+    of its domain (no ``streamed`` read), as ``x[i] - x[j]`` is from the
+    coordinates of n bodies.  Stored, such a value writes and reads back a
+    buffer that dwarfs its inputs (n-body's pair values: 1M elements from 4K
+    inputs, each 4 MiB); recomputed, its readers load only elements their
+    neighbouring points load too.  Tasklets writing several such values are
+    split first (n-body's reverse of ``m_i m_j / r`` writes two pair values).
+    Rounds until none is left, as ``recompute_cheap``: once ``x[i] - x[j]`` is
+    recomputed in ``r``, ``r`` expands its inputs too."""
+    while True:
+        _split_plain_writers(graph, lambda t: _expands(graph, t))
+        names = [n for n in candidates(graph) if _expands(graph, graph.node(n)) and not _feeds_a_product(graph, n)]
+        if not names or not rematerialise(graph, {graph.node(n).meta.get("origin", n) for n in names}):
+            return
+
+
+def _expands(graph: DataflowGraph, t: Tasklet) -> bool:
+    """Tasklet ``t`` writes plainly, unconditionally and within
+    ``MAX_RECOMPUTED_OPS`` a value of at least ``EXPANSION_MIN_ELEMENTS``
+    elements, from no ``streamed`` or gathered element.  The bound is a
+    reader's, not ``RECOMPUTE_OPS``: n-body's reverse values built on
+    ``sqrt`` of a sum of three squared differences take 40 operations, and
+    stored, they were 8 MiB of a 1024-body gradient's 8.4."""
+    writes = graph.writes(t.name)
+    return (bool(writes) and t.condition is sympy.true and all(m.accumulate is None for _, m in writes)
+            and _elements(graph, t.name) >= EXPANSION_MIN_ELEMENTS
+            and not any(streamed(m.index, t) or uses_connectors(m.index, t) for _, m in graph.reads(t.name))
+            and all(sympy.count_ops(body) <= MAX_RECOMPUTED_OPS for body in t.body.values()))

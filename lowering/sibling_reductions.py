@@ -1,0 +1,138 @@
+"""Sibling reductions: reductions over one domain that read the same data, run as one.
+
+Once values are recomputed where they are read (``rematerialise``) and
+producers folded into reductions (``reduce_fusion``), a reverse pass often
+holds several reductions over the same domain that load the same elements and
+compute the same terms: n-body's gradients of ``x``, ``y``, ``z`` and ``m``
+each sum, over the other bodies, a term built on the same distance ``r``.
+Planned apart, each is a loop of its own in its kernel, loading every element
+and computing ``r`` again.  Merged into one tasklet with an output each, they
+are one loop: an element is loaded once, and the terms the outputs share are
+computed once (the kernel writer's ``cse`` runs over a tasklet's outputs).
+
+Which tasklets merge: reductions (every write accumulates, at an index free of
+connectors, using the same positions of the domain) over domains of equal
+ranges position by position, under the same condition, reading no gathered
+element and touching containers of one precision; no matrix or vector product
+(``lowering.matmul`` tiles those); each reading at least one version another
+member reads; and no path joins two members (one would have to run first).
+Each output keeps its own loop order, so every sum adds the same terms in the
+same order as before.
+"""
+from __future__ import annotations
+
+import collections
+
+import networkx
+import sympy
+
+from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
+
+from .inlining import fresh_connector
+from .matmul import matmul_shape, matvec_shape
+from .plan import uses_connectors
+
+
+def merge_sibling_reductions(graph: DataflowGraph) -> None:
+    """Merge each set of sibling reductions of a bound ``graph`` into its first
+    member (in the graph's order), in place."""
+    groups: dict[tuple, list[Tasklet]] = collections.defaultdict(list)
+    for name in graph.topological_order():
+        t = graph.node(name)
+        if isinstance(t, Tasklet):
+            key = _key(graph, t)
+            if key is not None:
+                groups[key].append(t)
+    for members in groups.values():
+        while len(members) > 1:
+            first, *rest = members
+            joined = _siblings(graph, first, rest)
+            for t in joined:
+                _merge(graph, first.name, t)
+            members = [t for t in rest if t not in joined]
+
+
+def _key(graph: DataflowGraph, t: Tasklet) -> tuple | None:
+    """What siblings share, or None for a tasklet that merges with none."""
+    writes = graph.writes(t.name)
+    reads = graph.reads(t.name)
+    if not writes or any(m.accumulate is None or uses_connectors(m.index, t) for _, m in writes):
+        return None
+    if any(uses_connectors(m.index, t) for _, m in reads):
+        return None
+    symbols = t.index_symbols
+    used = [frozenset(k for k, s in enumerate(symbols) if s in sympy.sympify(e).free_symbols)
+            for _, m in writes for e in m.index]
+    positions = frozenset().union(*used)
+    if len(positions) == len(symbols) or matmul_shape(graph, t) or matvec_shape(graph, t):
+        return None  # no loop inside a thread, or a product
+    at = {s: sympy.Symbol(f"_sibling{k}", integer=True) for k, s in enumerate(symbols)}
+    dtypes = frozenset(graph.containers[m.container].dtype for _, m in reads + writes)
+    return (tuple((b, e) for _, b, e in t.domain), t.condition.xreplace(at), positions, dtypes)
+
+
+def _siblings(graph: DataflowGraph, first: Tasklet, rest: list[Tasklet]) -> list[Tasklet]:
+    """The tasklets of ``rest`` that join ``first``: sharing a read version with
+    the members so far, joined to none of them by a path."""
+    members = [first]
+    read = {a for a, _ in graph.reads(first.name)}
+    after = set(_descendants(graph, first.name))
+    joined = []
+    for t in rest:
+        reads = {a for a, _ in graph.reads(t.name)}
+        if not reads & read or t.name in after:
+            continue
+        below = _descendants(graph, t.name)
+        if any(m.name in below for m in members):
+            continue
+        members.append(t)
+        joined.append(t)
+        read |= reads
+        after |= below
+    return joined
+
+
+def _descendants(graph: DataflowGraph, name: str) -> set[str]:
+    return networkx.descendants(graph.nx, name)
+
+
+def _merge(graph: DataflowGraph, into: str, t: Tasklet) -> None:
+    """Tasklet ``into`` computes ``t``'s outputs too (``t``'s domain symbols
+    renamed to ``into``'s by position, a read of an element ``into`` already
+    reads shared); ``t`` goes.  ``into`` keeps its place in the graph's order."""
+    keep = graph.node(into)
+    rename = dict(zip(t.index_symbols, keep.index_symbols))
+    read_by = {(a, m.index): m.connector for a, m in graph.reads(into)}
+    taken = set(keep.inputs) | set(keep.body) | {s.name for s in keep.index_symbols}
+    subs: dict = dict(rename)
+    new_reads = []
+    for a, m in graph.reads(t.name):
+        index = tuple(sympy.sympify(i).xreplace(rename) for i in m.index)
+        c = read_by.get((a, index))
+        if c is None:
+            c = read_by[(a, index)] = _fresh(m.connector, taken)
+            new_reads.append((a, Memlet(m.container, index, c)))
+        subs[t.inputs[m.connector]] = connector_symbol(c, graph.containers[m.container].dtype)
+    body, new_writes = dict(keep.body), []
+    for a, m in graph.writes(t.name):
+        c = _fresh(m.connector, taken)
+        body[c] = sympy.sympify(t.body[m.connector]).xreplace(subs)
+        new_writes.append((a, Memlet(m.container, tuple(sympy.sympify(i).xreplace(rename) for i in m.index), c,
+                                     m.accumulate)))
+    inputs = dict(keep.inputs)
+    inputs.update({m.connector: connector_symbol(m.connector, graph.containers[m.container].dtype)
+                   for _, m in new_reads})
+    folded = (*keep.meta.get("folded", ()), t.meta.get("origin", t.name), *t.meta.get("folded", ()))
+    graph.nx.nodes[into]["node"] = Tasklet(keep.name, keep.domain, body, inputs, keep.condition, keep.source,
+                                           keep.backward, {**keep.meta, "folded": folded})
+    graph.remove_tasklet(t.name)
+    for a, m in new_reads:
+        graph.nx.add_edge(a, into, memlet=m)
+    for a, m in new_writes:
+        graph.nx.add_edge(into, a, memlet=m)
+
+
+def _fresh(base: str, taken: set) -> str:
+    name = fresh_connector(base, taken)
+    taken.add(name)
+    return name
