@@ -353,12 +353,17 @@ def recompute_expansions(graph: DataflowGraph) -> None:
 def _expands(graph: DataflowGraph, t: Tasklet) -> bool:
     """Tasklet ``t`` writes plainly, unconditionally and within
     ``MAX_RECOMPUTED_OPS`` a value of at least ``EXPANSION_MIN_ELEMENTS``
-    elements, from no ``streamed`` or gathered element.  The bound is a
+    elements over two or more axes, from no ``streamed`` or gathered element.
+    Over one axis, such a value is a scalar's broadcast, free to recompute
+    where a plan buffers it (``free_buffered``); recomputed up front instead,
+    conv1d's ``g / n`` made the CPU device's plan slower (256K points: 1.34 ->
+    1.71 ms a call).  The bound is a
     reader's, not ``RECOMPUTE_OPS``: n-body's reverse values built on
     ``sqrt`` of a sum of three squared differences take 40 operations, and
     stored, they were 8 MiB of a 1024-body gradient's 8.4."""
     writes = graph.writes(t.name)
     return (bool(writes) and t.condition is sympy.true and all(m.accumulate is None for _, m in writes)
             and _elements(graph, t.name) >= EXPANSION_MIN_ELEMENTS
+            and sum(sympy.sympify(e - b) != 1 for _, b, e in t.domain) >= 2
             and not any(streamed(m.index, t) or uses_connectors(m.index, t) for _, m in graph.reads(t.name))
             and all(sympy.count_ops(body) <= MAX_RECOMPUTED_OPS for body in t.body.values()))
