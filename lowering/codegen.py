@@ -979,6 +979,8 @@ def _comment(kernel: Kernel, w: "_KernelWriter", kind: str) -> str:
     """The comment opening a kernel's text: its tasklets, points and thread layout
     (a finish: the one-point kernel its dispatch's last workgroup runs)."""
     described = ", ".join(s.tasklet.name + (f" ({s.tasklet.source})" if s.tasklet.source else "")
+                          + (f" summing also {', '.join(s.tasklet.meta['siblings'])}" if s.tasklet.meta.get("siblings")
+                             else "")  # lowering.sibling_reductions
                           for s in kernel.steps)
     then = (f"\n//   then, in the last workgroup to finish, {identifier(kernel.finish.name)}'s "
             f"{len(kernel.finish.steps)} tasklet(s) (lowering.last_workgroup)" if kernel.finish else "")

@@ -231,7 +231,7 @@ def _split(graph: DataflowGraph, t: Tasklet, par_ranges, red_ranges, chunks: int
     graph.add_tasklet(f"{t.name}_stage1", ((c, 0, chunks),) + tuple(par_ranges) + ((r, 0, chunk_len),),
                       {k: v.xreplace(subs) for k, v in t.body.items()}, reads, writes_1, condition=cond,
                       source=t.source, backward=t.backward, origin=t.meta["origin"],
-                      folded=t.meta.get("folded", ()))
+                      folded=t.meta.get("folded", ()), siblings=t.meta.get("siblings", ()))
     for access, m, partial in stage_2:
         v = connector_symbol("v", graph.containers[partial].dtype)
         graph.add_tasklet(f"{t.name}_stage2", tuple(par_ranges) + ((c, 0, chunks),), {m.connector: v},

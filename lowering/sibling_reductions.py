@@ -136,9 +136,12 @@ def _merged(graph: DataflowGraph, into: str, t: Tasklet) -> bool:
     inputs = dict(keep.inputs)
     inputs.update({m.connector: connector_symbol(m.connector, graph.containers[m.container].dtype)
                    for _, m in new_reads})
+    # the graph tasklets it now runs (explain/kernels() name them with its kernel), and its siblings by name
+    # (the kernel's comment in the generated Slang)
     folded = (*keep.meta.get("folded", ()), t.meta.get("origin", t.name), *t.meta.get("folded", ()))
+    siblings = (*keep.meta.get("siblings", ()), t.name, *t.meta.get("siblings", ()))
     graph.nx.nodes[into]["node"] = Tasklet(keep.name, keep.domain, body, inputs, keep.condition, keep.source,
-                                           keep.backward, {**keep.meta, "folded": folded})
+                                           keep.backward, {**keep.meta, "folded": folded, "siblings": siblings})
     graph.remove_tasklet(t.name)
     for a, m in new_reads:
         graph.nx.add_edge(a, into, memlet=m)

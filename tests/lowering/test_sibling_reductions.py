@@ -69,7 +69,10 @@ def test_the_gradients_of_pair_sums_are_one_loop_per_side(target):
 
 
 def test_pair_sums_gradients_match_jax(device):
-    _check(_program(_pairs), _pairs, device)
+    """And the kernel's comment names the sums its loop holds."""
+    program = _program(_pairs)
+    _check(program, _pairs, device)
+    assert "summing also" in program.slang_source(device=device)
 
 
 def test_a_sum_reading_another_stays_apart(device):
