@@ -515,17 +515,37 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     recomputed where it is read, and the program planned once more: its buffer and its write go for
     a few flops (in up to ``FREE_RECOMPUTE_ROUNDS`` more plans), and so are the free values it is
     computed from (``rematerialise.free_buffered``).  Other values passed in registers inside a kernel
-    stay as they are."""
+    stay as they are.  Values made only of elements broadcast along them (n-body's pair values) are
+    then tried recomputed where they are read (``rematerialise.recompute_expansions``), and so, on
+    targets that do not recompute cheap values anyway, are those (``rematerialise.cheap_on_gpu``):
+    each trial is kept where the plan stores fewer elements in no more kernels."""
     target = None if target is None else targets.of(target)
+    from .rematerialise import expansions_in  # built on this module's index analysis
+    p = _planned(graph, sizes, target, expand=False)
+    # values expanding their inputs (rematerialise.recompute_expansions), kept where the plan then stores
+    # fewer elements in no more kernels: recomputed where a kernel passed it in a register anyway,
+    # gesummv's outer product g[i] * x[j] was computed once per gradient and ran 7-10% slower on lavapipe.
+    # The whole of _planned is run both ways: recomputing a seed's broadcast first changes which values
+    # its rounds recompute (softmax_xent stores 23 MiB instead of 27 at 1Kx1000 on the CPU device, though
+    # the first plans of both ways store the same)
+    if expansions_in(graph, sizes):
+        trial = _planned(graph, sizes, target, expand=True)
+        if _stores_less(trial, p):
+            p = trial
+    return p
+
+
+def _planned(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target | None", expand: bool) -> Plan:
+    """``plan``'s plan, values expanding their inputs recomputed or not (``expand``)."""
     from .rematerialise import cheap_on_gpu, free_buffered  # built on this module's index analysis
     recompute = list(graph.meta.get("rematerialise", ()))
-    p = _plan(graph, sizes, target, recompute)
+    p = _plan(graph, sizes, target, recompute, expand)
     for _ in range(FREE_RECOMPUTE_ROUNDS):  # a recomputed value's own inputs may now be buffered in turn
         buffered = [n for n in free_buffered(p) if n not in recompute]
         if not buffered:
             break
         recompute += buffered
-        p = _plan(graph, sizes, target, recompute)
+        p = _plan(graph, sizes, target, recompute, expand)
     # lavapipe: values a GPU recomputes where read (rematerialise.cheap_on_gpu), kept where the plan then
     # stores fewer elements in no more kernels (bench.gpu --scale 64: softmax_xent's 8 kernels became 10 and
     # ran 15% slower; those with fewer kernels ran as fast or faster).  On the CPU device only arithmetic
@@ -535,10 +555,15 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     if target is not None and not target.recompute_transcendentals:
         extra = [n for n in cheap_on_gpu(p, arithmetic_only=target.sequential) if n not in recompute]
         if extra:
-            trial = _plan(graph, sizes, target, recompute + extra)
-            if _stored_elements(trial) < _stored_elements(p) and len(trial.kernels) <= len(p.kernels):
+            trial = _plan(graph, sizes, target, recompute + extra, expand)
+            if _stores_less(trial, p):
                 p = trial
     return p
+
+
+def _stores_less(trial: Plan, p: Plan) -> bool:
+    """Plan ``trial`` stores fewer elements than ``p`` in no more kernels."""
+    return _stored_elements(trial) < _stored_elements(p) and len(trial.kernels) <= len(p.kernels)
 
 
 def _stored_elements(p: Plan) -> int:
@@ -549,7 +574,7 @@ def _stored_elements(p: Plan) -> int:
 
 
 def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target | None",
-          recompute: list[str]) -> Plan:
+          recompute: list[str], expand: bool = False) -> Plan:
     g = bind(graph, sizes)
     empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
@@ -557,7 +582,8 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
     merge_duplicates(g)
     split_free_copies(g)
     rematerialise(g, recompute)
-    recompute_expansions(g)
+    if expand:
+        recompute_expansions(g)
     if target is not None and target.recompute_transcendentals:
         recompute_cheap(g)
     from .reduce_fusion import chunk_producers, fold_producers

@@ -24,20 +24,21 @@ copies its own tasklet (``split_free_copies``), so that chains of copies are
 recomputed as one (``free_buffered``).  On targets that do not recompute
 cheap values anyway, ``plan.plan`` also tries recomputing them (``cheap_on_gpu``;
 on the CPU device the arithmetic ones) and keeps that plan where it stores less
-in no more kernels.  On every target, values made only of elements broadcast
-along their domain (n-body's pair values) are recomputed where they are read
-(``recompute_expansions``).
+in no more kernels.  On every target it also tries recomputing values made
+only of elements broadcast along their domain (n-body's pair values,
+``recompute_expansions``), kept on the same terms.
 """
 from __future__ import annotations
 
 import collections
 import math
-from typing import Collection
+from typing import Collection, Mapping
 
 import sympy
 from sympy.core.operations import LatticeOp
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
+from symdiff.ir.sizes import substitute_sizes
 
 from .inlining import RECOMPUTE_OPS, arithmetic, cheap, inline, producer, streamed
 from .matmul import matmul_shape, matvec_shape
@@ -333,8 +334,7 @@ EXPANSION_MIN_ELEMENTS = 4096
 
 
 def recompute_expansions(graph: DataflowGraph) -> None:
-    """Recompute, where it is read and on every target, each value that
-    ``expands`` its inputs: computed from elements each shared along an axis
+    """Recompute, where it is read, each value that ``expands`` its inputs: computed from elements each shared along an axis
     of its domain (no ``streamed`` read), as ``x[i] - x[j]`` is from the
     coordinates of n bodies.  Stored, such a value writes and reads back a
     buffer that dwarfs its inputs (n-body's pair values: 1M elements from 4K
@@ -342,7 +342,8 @@ def recompute_expansions(graph: DataflowGraph) -> None:
     neighbouring points load too.  Tasklets writing several such values are
     split first (n-body's reverse of ``m_i m_j / r`` writes two pair values).
     Rounds until none is left, as ``recompute_cheap``: once ``x[i] - x[j]`` is
-    recomputed in ``r``, ``r`` expands its inputs too."""
+    recomputed in ``r``, ``r`` expands its inputs too.  Every target's planner
+    tries it (``plan.plan``) and keeps it where the plan stores less."""
     while True:
         _split_plain_writers(graph, lambda t: _expands(graph, t))
         names = [n for n in candidates(graph) if _expands(graph, graph.node(n)) and not _feeds_a_product(graph, n)]
@@ -350,7 +351,13 @@ def recompute_expansions(graph: DataflowGraph) -> None:
             return
 
 
-def _expands(graph: DataflowGraph, t: Tasklet) -> bool:
+def expansions_in(graph: DataflowGraph, sizes: Mapping[str, int]) -> bool:
+    """Whether a tasklet of ``graph`` (sizes bound by ``sizes``) writes a value
+    ``recompute_expansions`` would recompute in its first round."""
+    return any(_expands(graph, t, sizes) for t in graph.tasklets())
+
+
+def _expands(graph: DataflowGraph, t: Tasklet, sizes: Mapping[str, int] | None = None) -> bool:
     """Tasklet ``t`` writes plainly, unconditionally and within
     ``MAX_RECOMPUTED_OPS`` a value of at least ``EXPANSION_MIN_ELEMENTS``
     elements over two or more axes, from no ``streamed`` or gathered element.
@@ -363,7 +370,7 @@ def _expands(graph: DataflowGraph, t: Tasklet) -> bool:
     stored, they were 8 MiB of a 1024-body gradient's 8.4."""
     writes = graph.writes(t.name)
     return (bool(writes) and t.condition is sympy.true and all(m.accumulate is None for _, m in writes)
-            and _elements(graph, t.name) >= EXPANSION_MIN_ELEMENTS
-            and sum(sympy.sympify(e - b) != 1 for _, b, e in t.domain) >= 2
+            and math.prod(graph.containers[writes[0][1].container].concrete_shape(sizes)) >= EXPANSION_MIN_ELEMENTS
+            and sum(substitute_sizes(e - b, sizes or {}) != 1 for _, b, e in t.domain) >= 2
             and not any(streamed(m.index, t) or uses_connectors(m.index, t) for _, m in graph.reads(t.name))
             and all(sympy.count_ops(body) <= MAX_RECOMPUTED_OPS for body in t.body.values()))
