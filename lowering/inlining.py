@@ -82,7 +82,6 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
         c = by_element.get((a, index))
         if c is None:
             c = fresh_connector(m.connector, taken)
-            taken.add(c)
             reads[c] = (a, index)
             by_element[(a, index)] = c
         subs[p.inputs[m.connector]] = connector_symbol(c, graph.containers[m.container].dtype)
@@ -100,11 +99,12 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
 
 
 def fresh_connector(base: str, taken: set) -> str:
-    """``base``, or ``base_<k>`` with the first ``k`` not in ``taken``."""
+    """``base``, or ``base_<k>`` with the first ``k`` not in ``taken``; added to ``taken``."""
     name, k = base, 0
     while name in taken:
         k += 1
         name = f"{base}_{k}"
+    taken.add(name)
     return name
 
 

@@ -55,12 +55,13 @@ def candidates(graph: DataflowGraph) -> list[str]:
     elementwise producers whose value is no result and is read, by no reader
     through a connector index or in a condition."""
     results = {graph.latest(c) for c in graph.results}
-    out = []
-    for t in graph.tasklets():
-        writes = graph.writes(t.name)
-        if len(writes) == 1 and writes[0][0] not in results and _recomputable(graph, t.name, writes[0][0]):
-            out.append(t.name)
-    return out
+    return [t.name for t in graph.tasklets() if _candidate(graph, t.name, results)]
+
+
+def _candidate(graph: DataflowGraph, name: str, results: set[str]) -> bool:
+    """Whether tasklet ``name`` is one of ``candidates`` (``results``: the results' latest versions)."""
+    writes = graph.writes(name)
+    return len(writes) == 1 and writes[0][0] not in results and _recomputable(graph, name, writes[0][0])
 
 
 def free_candidates(graph: DataflowGraph) -> list[str]:
@@ -244,20 +245,18 @@ def _feeds_a_product(graph: DataflowGraph, name: str) -> bool:
     free candidate reading it (recomputed in the product in turn): once the
     seed's broadcast is recomputed (``recompute_expansions``), gemm's
     ``1.5 * G`` is free, and ``G`` read by it alone."""
-    return not cheap(graph, graph.node(name), gpu=False) and _read_by_a_product(graph, name)
+    return (not cheap(graph, graph.node(name), gpu=False)
+            and _read_by_a_product(graph, name, {graph.latest(c) for c in graph.results}))
 
 
-def _read_by_a_product(graph: DataflowGraph, name: str) -> bool:
+def _read_by_a_product(graph: DataflowGraph, name: str, results: set[str]) -> bool:
     """A product reads what tasklet ``name`` writes, or a free candidate read by one does."""
     (access, _), = graph.writes(name)
-    results = {graph.latest(c) for c in graph.results}
     for r in {r for r, _ in graph.readers(access)}:
         t = graph.node(r)
         if matmul_shape(graph, t) or matvec_shape(graph, t):
             return True
-        writes = graph.writes(r)
-        if (len(writes) == 1 and writes[0][0] not in results and _recomputable(graph, r, writes[0][0])
-                and cheap(graph, t, gpu=False) and _read_by_a_product(graph, r)):
+        if _candidate(graph, r, results) and cheap(graph, t, gpu=False) and _read_by_a_product(graph, r, results):
             return True
     return False
 
@@ -334,9 +333,9 @@ EXPANSION_MIN_ELEMENTS = 4096
 
 
 def recompute_expansions(graph: DataflowGraph) -> None:
-    """Recompute, where it is read, each value that ``expands`` its inputs: computed from elements each shared along an axis
-    of its domain (no ``streamed`` read), as ``x[i] - x[j]`` is from the
-    coordinates of n bodies.  Stored, such a value writes and reads back a
+    """Recompute, where it is read, each value that ``expands`` its inputs:
+    computed from elements each shared along an axis of its domain (no
+    ``streamed`` read), as ``x[i] - x[j]`` is from the coordinates of n bodies.  Stored, such a value writes and reads back a
     buffer that dwarfs its inputs (n-body's pair values: 1M elements from 4K
     inputs, each 4 MiB); recomputed, its readers load only elements their
     neighbouring points load too.  Tasklets writing several such values are
@@ -364,10 +363,10 @@ def _expands(graph: DataflowGraph, t: Tasklet, sizes: Mapping[str, int] | None =
     Over one axis, such a value is a scalar's broadcast, free to recompute
     where a plan buffers it (``free_buffered``); recomputed up front instead,
     conv1d's ``g / n`` made the CPU device's plan slower (256K points: 1.34 ->
-    1.71 ms a call).  The bound is a
-    reader's, not ``RECOMPUTE_OPS``: n-body's reverse values built on
-    ``sqrt`` of a sum of three squared differences take 40 operations, and
-    stored, they were 8 MiB of a 1024-body gradient's 8.4."""
+    1.71 ms a call).  The bound is a reader's, not ``RECOMPUTE_OPS``: n-body's
+    reverse values built on ``sqrt`` of a sum of three squared differences
+    take 40 operations, and stored, they were 8 MiB of a 1024-body
+    gradient's 8.4."""
     writes = graph.writes(t.name)
     return (bool(writes) and t.condition is sympy.true and all(m.accumulate is None for _, m in writes)
             and math.prod(graph.containers[writes[0][1].container].concrete_shape(sizes)) >= EXPANSION_MIN_ELEMENTS

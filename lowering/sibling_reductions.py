@@ -121,7 +121,7 @@ def _merged(graph: DataflowGraph, into: str, t: Tasklet) -> bool:
         index = tuple(sympy.sympify(i).xreplace(rename) for i in m.index)
         c = read_by.get((a, index))
         if c is None:
-            c = read_by[(a, index)] = _fresh(m.connector, taken)
+            c = read_by[(a, index)] = fresh_connector(m.connector, taken)
             new_reads.append((a, Memlet(m.container, index, c)))
         subs[t.inputs[m.connector]] = connector_symbol(c, graph.containers[m.container].dtype)
     added = {k: sympy.sympify(e).xreplace(subs) for k, e in t.body.items()}
@@ -129,7 +129,7 @@ def _merged(graph: DataflowGraph, into: str, t: Tasklet) -> bool:
         return False
     body, new_writes = dict(keep.body), []
     for a, m in graph.writes(t.name):
-        c = _fresh(m.connector, taken)
+        c = fresh_connector(m.connector, taken)
         body[c] = added[m.connector]
         new_writes.append((a, Memlet(m.container, tuple(sympy.sympify(i).xreplace(rename) for i in m.index), c,
                                      m.accumulate)))
@@ -153,9 +153,3 @@ def _merged(graph: DataflowGraph, into: str, t: Tasklet) -> bool:
 def _terms(bodies) -> set:
     """Every operation (a subexpression that is no symbol or number) of ``bodies``."""
     return {e for body in bodies for e in sympy.preorder_traversal(body) if not e.is_Atom}
-
-
-def _fresh(base: str, taken: set) -> str:
-    name = fresh_connector(base, taken)
-    taken.add(name)
-    return name
