@@ -131,7 +131,7 @@ def constant(trace: Trace, values: np.ndarray, what: str, dtype: str | None = No
         raise UnsupportedOperationError(what, f"a constant of {values.size} elements is too large to embed in "
                                         f"the graph (limit {MAX_CONSTANT_ELEMENTS}); pass it as an argument")
     out = new_array(trace, values.shape, dtype or dtype_name(values.dtype), "constant")
-    for index in zip(*np.nonzero(values)):
+    for index in (k for k in np.ndindex(values.shape) if values[k] != 0):  # a 0-d array has one index, ()
         write("constant", out, tuple(int(k) for k in index), (), scalar_expr(values[index]), {}, disjoint=True)
     return out
 

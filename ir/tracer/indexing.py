@@ -14,7 +14,7 @@ from .emit import (as_arith, as_bool, broadcast_index, broadcast_shapes, domain_
 from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError
 from .indirect import getitem_indirect, is_index_array
 from .maps import MapValue, as_map_operand, map_read, map_write
-from .reductions import normalize_axes
+from .reductions import normalize_axes, ordered_axes
 from .traced_array import TracedArray, placeholders
 
 
@@ -207,10 +207,13 @@ def swapaxes(a, axis1, axis2):
 
 @implements(np.moveaxis)
 def moveaxis(a, source, destination):
-    src = normalize_axes("numpy.moveaxis", source, a.ndim)[0]
-    dst = normalize_axes("numpy.moveaxis", destination, a.ndim)[0]
-    perm = [k for k in range(a.ndim) if k != src]
-    perm.insert(dst, src)
+    src = ordered_axes("numpy.moveaxis", source, a.ndim)
+    dst = ordered_axes("numpy.moveaxis", destination, a.ndim)
+    if len(src) != len(dst):
+        raise TraceIndexError("numpy.moveaxis", "source and destination must have the same number of axes")
+    perm = [k for k in range(a.ndim) if k not in src]
+    for d, s in sorted(zip(dst, src)):
+        perm.insert(d, s)
     return transpose(a, perm)
 
 
@@ -227,7 +230,7 @@ def broadcast_to(a, shape, subok=False):
 
 @implements(np.expand_dims)
 def expand_dims(a, axis):
-    ndim = a.ndim + (len(axis) if isinstance(axis, tuple) else 1)
+    ndim = a.ndim + (len(axis) if isinstance(axis, (tuple, list)) else 1)
     axes = normalize_axes("numpy.expand_dims", axis, ndim)
     key = []
     for k in range(ndim):
@@ -292,6 +295,8 @@ def _strides(a: TracedArray) -> list[sympy.Expr] | None:
         flat, step = flat + step * sympy.sympify(e), step * dim
     dims = placeholders(a.ndim)
     flat = sympy.expand(flat)
+    if not dims:
+        return []
     if not flat.is_polynomial(*dims) or sympy.Poly(flat, *dims).total_degree() > 1:
         return None
     return [flat.coeff(p) for p in dims]

@@ -13,19 +13,28 @@ from .errors import TraceIndexError, UnsupportedOperationError, warn_user
 from .traced_array import TracedArray
 
 
-def normalize_axes(op: str, axis, ndim: int) -> tuple[int, ...]:
-    """``axis`` (None, int or tuple, negatives allowed) as sorted distinct axes."""
-    if axis is None:
-        return tuple(range(ndim))
-    axes = axis if isinstance(axis, tuple) else (axis,)
+def ordered_axes(op: str, axis, ndim: int) -> tuple[int, ...]:
+    """``axis`` (an int, or a tuple or list of ints, negatives allowed) as
+    non-negative axes in the order given; repeats and out-of-range axes are
+    errors naming the user's line."""
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
     out = []
     for a in axes:
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+            raise TraceIndexError(op, f"axis {a!r} must be a Python int (a traced value cannot choose an axis)")
         if not -ndim <= a < ndim:
             raise TraceIndexError(op, f"axis {a} is out of range for an array with {ndim} dimensions")
-        out.append(a % ndim)
+        out.append(int(a) % ndim)
     if len(set(out)) != len(out):
         raise TraceIndexError(op, f"repeated axis in {axis}")
-    return tuple(sorted(out))
+    return tuple(out)
+
+
+def normalize_axes(op: str, axis, ndim: int) -> tuple[int, ...]:
+    """``axis`` (None, int, tuple or list, negatives allowed) as sorted distinct axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(sorted(ordered_axes(op, axis, ndim)))
 
 
 def reduce(op: str, a, axis, keepdims: bool, accumulate: str, dtype=None) -> TracedArray:
