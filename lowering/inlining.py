@@ -4,7 +4,9 @@ value from the producer's inputs instead of reading it.
 Two strategies use it: ``reduce_fusion`` folds producers into the reductions
 consuming them (always, where it saves traffic), and ``rematerialise``
 recomputes the producers a memory budget names in every kernel that reads
-them (``symdiff.memory_budget``).
+them (``symdiff.memory_budget``).  Both leave alone the reads that
+``exact_reads`` names: values a derivative tests for equality with a stored
+maximum, minimum or product.
 """
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ from symdiff.ir.index_analysis import covers, injective, replaced
 
 from .plan import uses_connectors
 
+# Accumulations whose derivatives test an operand for equality with the stored result
+# (the tie mask ``x == max``, a product's zero factors ``x == 0``).
+_TESTED_ACCUMULATIONS = ("max", "min", "prod")
 _CHEAP_OPS = (sympy.Add, sympy.Mul, sympy.Pow, sympy.Symbol, sympy.Number)  # with integer powers only
 RECOMPUTE_OPS = 24  # most operations of a producer recomputed where recomputing wins (GPUs)
 
@@ -40,6 +45,31 @@ def producer(graph: DataflowGraph, access: str) -> Tasklet | None:
     if not injective(w.index, syms) or not covers(w.index, p.domain, graph.containers[w.container].shape):
         return None
     return p
+
+
+def exact_reads(graph: DataflowGraph, t: Tasklet) -> set[str]:
+    """The connectors of ``t`` whose value must be the stored bits, never a
+    recomputation: those of a value ``t`` accumulates by max, min or product, and
+    those an equality test reads in a tasklet that reads such a result.
+
+    The reverse pass of ``m = max(x)`` divides ``g [x == m]`` by the count of
+    ``x == m``; both tests must see the very bits the maximum reduced.  A
+    recomputed ``x`` need not have them: each kernel's common subexpressions
+    associate its sums differently, and a GPU compiler contracts ``a * b + c``
+    into an FMA in one kernel and not in another.  Then no element equals the
+    maximum, the count is 0 and every gradient is ``0 / 0`` (a Gaussian mixture's
+    logsumexp on Vulkan: NaN in every gradient).  A load is exact on every
+    target, and a maximum returns one of its operands unchanged."""
+    exact: set[str] = set()
+    by_symbol = {sym: name for name, sym in t.inputs.items()}
+    for _, m in graph.writes(t.name):
+        if m.accumulate in _TESTED_ACCUMULATIONS:
+            exact |= {by_symbol[s] for s in t.body[m.connector].free_symbols if s in by_symbol}
+    if any(graph.accumulation(a) in _TESTED_ACCUMULATIONS for a, _ in graph.reads(t.name)):
+        for body in t.body.values():
+            for test in body.atoms(sympy.Eq, sympy.Ne):
+                exact |= {by_symbol[s] for s in test.free_symbols if s in by_symbol}
+    return exact
 
 
 def producer_point(p: Tasklet, w: Memlet, read: Memlet) -> dict:

@@ -48,7 +48,7 @@ from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.index_analysis import (affine_coefficients, flat_position, holds_on_ranges, injective,
                                        injective_over, replaced, solve_shifts)
 
-from .inlining import cheap, inline, producer as elementwise_producer, producer_point, varies
+from .inlining import cheap, exact_reads, inline, producer as elementwise_producer, producer_point, varies
 from .plan import extent, first_stage, parallel_symbols, uses_connectors
 
 
@@ -71,8 +71,9 @@ def _fold_one(graph: DataflowGraph, t: Tasklet, gpu: bool) -> bool:
     if not _is_reduction(graph, t):
         return False
     symbols = t.index_symbols
+    exact = exact_reads(graph, t)
     for access, m in graph.reads(t.name):
-        if uses_connectors(m.index, t) or not injective(m.index, symbols):
+        if m.connector in exact or uses_connectors(m.index, t) or not injective(m.index, symbols):
             continue
         producer = elementwise_producer(graph, access)
         if producer is None:

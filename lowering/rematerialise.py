@@ -14,8 +14,9 @@ buffer plan by the caller (``symdiff.memory_budget``).
 Which producers: those the graph names in ``meta["rematerialise"]`` (tasklet
 names; a memory budget's choice), and in every plan those that cost no read
 (``free_candidates``), when they qualify as elementwise producers
-(``inlining.producer``) and no reader indexes the value through a connector
-(a gather keeps its buffer).  A result's latest version is recomputed for its
+(``inlining.producer``), no reader indexes the value through a connector
+(a gather keeps its buffer) and none tests it for equality with a stored
+maximum, minimum or product (``inlining.exact_reads``).  A result's latest version is recomputed for its
 readers but still written.
 
 Before any of that, every plan keeps one version of a value computed twice
@@ -40,7 +41,7 @@ from sympy.core.operations import LatticeOp
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.sizes import substitute_sizes
 
-from .inlining import RECOMPUTE_OPS, arithmetic, cheap, inline, producer, streamed
+from .inlining import RECOMPUTE_OPS, arithmetic, cheap, exact_reads, inline, producer, streamed
 from .matmul import matmul_shape, matvec_shape
 from .plan import Plan, split_tasklet, uses_connectors
 
@@ -270,7 +271,7 @@ def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:
     readers = graph.readers(access)
     return bool(readers) and producer(graph, access) is graph.node(name) and not any(
         uses_connectors(m.index, graph.node(r)) or graph.node(r).condition.free_symbols & set(graph.node(r).inputs.values())
-        for r, m in readers)
+        or m.connector in exact_reads(graph, graph.node(r)) for r, m in readers)
 
 
 def rematerialise(graph: DataflowGraph, names: Collection[str]) -> list[str]:
