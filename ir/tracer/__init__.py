@@ -4,9 +4,11 @@
 Modules, one job each: ``traced_array`` (the array/view model), ``emit``
 (containers, reads, SSA writes), ``elementwise``, ``reductions``, ``linalg``,
 ``indexing`` (views and stores), ``indirect`` (index arrays: gathers, np.add.at), ``creation`` (np.zeros & co. while tracing),
+``reshuffle`` (roll, flip, pad, tile... as index maps), ``stacking`` (the *stacks),
 ``maps`` (sd.map), ``trace`` (entry point, results, cache), ``errors``.
 """
-from . import creation, elementwise, indexing, indirect, linalg, reductions  # noqa: F401 (register the ops)
+from . import (creation, elementwise, indexing, indirect, linalg, reductions, reshuffle,  # noqa: F401 (register the ops)
+               grids, stacking)
 from .errors import (MissingSpecError, ScalarConversionError, ShapeMismatchError, TracedBranchError, TraceError,
                      TraceIndexError, UnsupportedAttributeError, UnsupportedOperationError, UntracedWriteError)
 from .maps import map  # noqa: A004

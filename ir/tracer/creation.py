@@ -136,6 +136,12 @@ def constant(trace: Trace, values: np.ndarray, what: str, dtype: str | None = No
     return out
 
 
+def _grids():
+    """ir.tracer.grids, imported late: it imports the op modules that import this one."""
+    from . import grids
+    return grids
+
+
 def _nested(obj):
     """(shape, leaves) of a rectangular nested list/tuple."""
     if not isinstance(obj, (list, tuple)):
@@ -186,6 +192,7 @@ _TRACED: dict[str, Callable] = {
     "zeros": zeros, "empty": empty, "ones": ones, "full": full, "arange": arange, "linspace": linspace,
     "eye": eye, "identity": identity, "array": array, "asarray": asarray,
     "zeros_like": zeros_like, "empty_like": empty_like, "ones_like": ones_like, "full_like": full_like,
+    "indices": lambda trace, *args, **kwargs: _grids().indices(trace, *args, **kwargs),
 }
 _ORIGINALS: dict[str, Callable] = {name: getattr(np, name) for name in _TRACED}
 _LIBRARY_PREFIXES = ("numpy", "sympy", "symdiff.ir.", "networkx")

@@ -263,6 +263,25 @@ for _u in _BITWISE:
     implements(_u)(_bitwise_handler(_u))
 
 
+def _outer_handler(ufunc: np.ufunc) -> Callable:
+    """``ufunc.outer(a, b)``: ``a`` gains ``b.ndim`` trailing size-1 axes (a
+    view) and the ufunc broadcasts; the result has shape ``a.shape + b.shape``."""
+    def handle(a, b, **kwargs):
+        trace = trace_of([a, b])
+        a, b = (constant_operand(trace, np.asarray(x)) if isinstance(x, (np.ndarray, list, tuple)) else x
+                for x in (a, b))
+        if isinstance(a, TracedArray):
+            a = np.reshape(a, a.sym_shape + (1,) * np.ndim(b))
+        elif isinstance(b, TracedArray) and np.ndim(a) == 0:
+            b = np.reshape(b, b.sym_shape)
+        return ufunc(a, b, **kwargs)
+    return handle
+
+
+for _u in [*_BINARY, *_COMPARE, np.logical_and, np.logical_or, np.logical_xor]:
+    implements(f"{_u.__name__}.outer")(_outer_handler(_u))
+
+
 @implements(np.where)
 def where(condition, x=None, y=None):
     """``where(c, a, b)`` is a Piecewise; the one-argument form (indices) has a

@@ -164,8 +164,10 @@ def write(op: str, target: TracedArray, view_index, domain: tuple[Range, ...], e
     version takes them as is."""
     trace = target.trace
     g = trace.graph
-    if not target.writable:
-        raise UnsupportedOperationError(op, "cannot write into a read-only view (np.broadcast_to)")
+    if target.writable is not True:
+        made_by = target.writable if isinstance(target.writable, str) else "np.broadcast_to"
+        raise UnsupportedOperationError(op, f"cannot write into a read-only view ({made_by}); write into a copy "
+                                            "of it (.copy()) instead")
     if empty_domain(domain):
         _write_empty(op, target, view_index, domain, accumulate)
         return

@@ -107,3 +107,29 @@ def add_at(target, indices, values) -> None:
         value = scalar_expr(values)
     write(op, target, (position,) + syms[idx.ndim:], tuple((s, 0, d) for s, d in zip(syms, region)), value,
           reads, accumulate="sum")
+
+
+@implements(np.take_along_axis)
+def take_along_axis(arr, indices, axis=-1):
+    """One gather: output element ``v`` reads ``arr`` at ``indices[v]`` along
+    ``axis`` and at ``v`` (broadcast) along the others."""
+    op = "numpy.take_along_axis"
+    if not isinstance(arr, TracedArray):
+        raise UnsupportedOperationError(op, "needs a traced array")
+    idx = _index_array(op, indices, arr.trace)
+    if axis is None:
+        arr, axis = np.reshape(arr, -1), 0
+    if idx.ndim != arr.ndim:
+        raise ShapeMismatchError(op, f"indices of shape {shape_str(idx.sym_shape)} need as many dimensions as "
+                                 f"the array, shape {shape_str(arr.sym_shape)}")
+    axis = normalize_axes(op, axis, arr.ndim)[0]
+    others = broadcast_shapes(op, *(tuple(s[:axis]) + tuple(s[axis + 1:]) for s in (arr.sym_shape, idx.sym_shape)))
+    shape = others[:axis] + (idx.sym_shape[axis],) + others[axis:]
+    out = new_array(arr.trace, shape, arr.dtype_name, "take_along_axis")
+    syms = domain_symbols(len(shape))
+    reads: dict = {}
+    position = read(idx, broadcast_index(idx.sym_shape, shape, syms), "idx", reads)
+    at = list(broadcast_index(arr.sym_shape, shape, syms))
+    at[axis] = position
+    write(op, out, syms, tuple((s, 0, d) for s, d in zip(syms, shape)), read(arr, tuple(at), "x", reads), reads)
+    return out

@@ -116,7 +116,7 @@ class TracedArray(Operators):
     """An array value of the program being traced (see the module docstring)."""
 
     def __init__(self, trace: Trace, container: str, shape: tuple, dtype: str,
-                 index: tuple | None = None, writable: bool = True, scalar_copy: bool = False):
+                 index: tuple | None = None, writable: bool | str = True, scalar_copy: bool = False):
         self.trace = trace
         self.container = container
         self._shape = tuple(sympy.sympify(s) for s in shape)
@@ -124,6 +124,7 @@ class TracedArray(Operators):
         # container index as a function of this view's placeholders (identity for a whole container)
         # (sympified: a view map may hold a plain 0, e.g. a broadcast axis, that a later view substitutes into)
         self.index = tuple(sympy.sympify(e) for e in index) if index is not None else placeholders(len(self._shape))
+        # True, False, or the name of the op whose result this read-only view is (a message names it)
         self.writable = writable
         # numpy's a[0] on a 1-d array is a scalar copy: in-place ops on it must not write through
         self.scalar_copy = scalar_copy
@@ -142,7 +143,7 @@ class TracedArray(Operators):
         subs = dict(zip(placeholders(len(self._shape)), (sympy.sympify(i) for i in idx)))
         return tuple(sympy.sympify(e).xreplace(subs) for e in self.index)
 
-    def view(self, shape, index, writable: bool | None = None, scalar_copy: bool = False) -> "TracedArray":
+    def view(self, shape, index, writable: bool | str | None = None, scalar_copy: bool = False) -> "TracedArray":
         """A view of the same container: ``index`` maps the new view's placeholders
         to the container's indices."""
         return TracedArray(self.trace, self.container, shape, self._dtype, index,
