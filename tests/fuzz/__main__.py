@@ -2,6 +2,7 @@
 
     python -m tests.fuzz --device cpu --n 2000 [--seed S] [--jobs J] [--batch B]
     python -m tests.fuzz --device numpy --replay 1234      # one seed, printed in full
+    python -m tests.fuzz --generator models --device vulkan --n 200   # model-shaped programs (models.py)
 
 Prints each failure (seed, device, worst error, minimised program) and the
 counts per outcome; exits non-zero when anything was wrong, crashed or errored.
@@ -14,8 +15,7 @@ import json
 import sys
 import time
 
-from .gen import generate
-from .runner import FAILURES, campaign, minimize, report_failure, run_batch
+from .runner import FAILURES, GENERATORS, campaign, minimize, report_failure, run_batch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
                          "lavapipe with a hardware GPU's kernels (workgroup reductions, recomputed transcendentals); "
                          "a +recompute suffix (cpu+recompute) recomputes every value it can where it is read "
                          "(lowering.rematerialise)")
+    ap.add_argument("--generator", default="ops", choices=sorted(GENERATORS),
+                    help="ops: random op trees (gen.py); models: model-shaped blocks composed (models.py)")
     ap.add_argument("--n", type=int, default=100, help="programs per device")
     ap.add_argument("--seed", type=int, default=0, help="first seed (seeds are consecutive)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes at once")
@@ -37,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     devices = args.device.split(",")
+    generate = GENERATORS[args.generator]
     if args.replay is not None:
         prog = generate(args.replay)
         bad = 0
@@ -51,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     summary, everything = {}, []
     for device in devices:
         start = time.time()
-        results = campaign(device, seeds, jobs=args.jobs, batch=args.batch, nice=args.nice)
+        results = campaign(device, seeds, jobs=args.jobs, batch=args.batch, nice=args.nice,
+                           generator=args.generator)
         summary[device] = (collections.Counter(r["outcome"] for r in results.values()), time.time() - start)
         everything += list(results.values())
         for seed, r in sorted(results.items()):

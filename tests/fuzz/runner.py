@@ -12,12 +12,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .gen import Program, generate
+from typing import Callable
+
+from . import gen, models
+from .gen import Program
 from .minimize import candidates
 
 ROOT = Path(__file__).resolve().parents[2]     # the repository (tests/fuzz/ -> repo)
 SECONDS_PER_PROGRAM = 90                       # a hung batch is killed after this per job
 FAILURES = ("wrong", "crash", "error")
+# seed -> program: "ops" is gen.py's random op trees, "models" models.py's composed model blocks
+GENERATORS: dict[str, Callable[[int], Program]] = {"ops": gen.generate, "models": models.generate}
+
+
+def generator_of(prog: Program) -> str:
+    """The name of the generator that made ``prog`` (for a re-run line)."""
+    return getattr(prog, "generator", "ops")
 
 
 def run_batch(jobs: list[tuple], timeout_per_job: float = SECONDS_PER_PROGRAM, nice: int = 0) -> dict:
@@ -75,9 +85,10 @@ def run_batch(jobs: list[tuple], timeout_per_job: float = SECONDS_PER_PROGRAM, n
 
 
 def campaign(device: str, seeds: list[int], jobs: int = 1, batch: int = 8, nice: int = 10,
-             log=None) -> dict[int, dict]:
-    """Judge the programs of ``seeds`` on ``device``; ``{seed: result}``."""
+             log=None, generator: str = "ops") -> dict[int, dict]:
+    """Judge the programs of ``seeds`` (made by ``GENERATORS[generator]``) on ``device``; ``{seed: result}``."""
     log = log or (lambda msg: print(msg, flush=True))
+    generate = GENERATORS[generator]
     work = [[(s, generate(s), device) for s in seeds[k:k + batch]] for k in range(0, len(seeds), batch)]
     results: dict[int, dict] = {}
     counts: collections.Counter = collections.Counter()
@@ -145,5 +156,7 @@ def report_failure(prog: Program, device: str, r: dict, minimal: Program | None 
     lines.append(shown.numpy_source())
     lines.append("--- JAX twin")
     lines.append(shown.jax_source())
-    lines.append(f"--- re-run: python -m tests.fuzz --device {device} --replay {prog.seed}")
+    which = generator_of(prog)
+    lines.append(f"--- re-run: python -m tests.fuzz --device {device}"
+                 f"{'' if which == 'ops' else ' --generator ' + which} --replay {prog.seed}")
     return "\n".join(lines)
