@@ -1,13 +1,16 @@
 """Smaller variants of a program, most reductive first, for greedy
 delta-minimisation: delete a statement (a deleted definition becomes an input
-of the same shape), unroll a loop, drop a returned term, go first order,
-replace a subexpression by a fresh input or by one of its children."""
+of the same shape), bypass one (``v = f(u)`` deleted and later reads of ``v``
+read ``u``: chains of model blocks collapse onto the value that fails), unroll
+a loop, drop a returned term, go first order, replace a subexpression by a
+fresh input or by one of its children."""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Iterator
 
-from .gen import Arg, Assign, Loop, MapStmt, Node, Program, Scatter
+from .gen import Arg, Assign, Loop, MapStmt, MGather, MRead, Node, Program, Scatter
 
 
 def _statement_slots(stmts: list) -> list[tuple[list, int]]:
@@ -66,6 +69,58 @@ def _fresh_input(prog: Program, shape: tuple) -> Arg:
     return Arg(f"y{k}", tuple(shape))
 
 
+def _rename_node(node: Node, old: str, new: str) -> None:
+    """Every read of ``old`` under ``node`` reads ``new``."""
+    if isinstance(node, Arg):
+        if node.name == old:
+            node.name = new
+        return
+    if isinstance(node, (MRead, MGather)):
+        node.name = new if node.name == old else node.name
+        if isinstance(node, MGather) and node.idx == old:
+            node.idx = new
+        return
+    if old in node.refs:    # a leaf that names an array in its template (``x[1:3]``)
+        word = re.compile(rf"\b{re.escape(old)}\b")
+        node.tpl = word.sub(new, node.tpl)
+        node.jtpl = None if node.jtpl is None else word.sub(new, node.jtpl)
+        node.refs = tuple(new if r == old else r for r in node.refs)
+    for k in node.kids:
+        _rename_node(k, old, new)
+
+
+def _rename(stmts: list, old: str, new: str) -> None:
+    for s in stmts:
+        if isinstance(s, Loop):
+            _rename(s.body, old, new)
+            continue
+        for k in s.kids():
+            _rename_node(k, old, new)
+        if s.var == old:
+            s.var = new
+        if isinstance(s, Scatter) and s.idx == old:
+            s.idx = new
+
+
+def _bypasses(prog: Program) -> Iterator[Program]:
+    """``v = f(u, ...)`` deleted, later reads of ``v`` reading ``u`` (same shape):
+    a chain of blocks shrinks to the one that fails without the deleted
+    definition's value becoming a fresh input (which would cut the chain)."""
+    shapes = {**prog.locals_, **prog.floats}
+    for t, s in enumerate(prog.stmts):
+        if not isinstance(s, Assign):
+            continue
+        for u in sorted(s.expr.names()):
+            if u == s.var or shapes.get(u) != shapes.get(s.var) or u in prog.indices:
+                continue
+            c = copy.deepcopy(prog)
+            del c.stmts[t]
+            _rename(c.stmts[t:], s.var, u)
+            c.ret = list(dict.fromkeys((u if n == s.var else n, how) for n, how in c.ret))
+            if c.stmts:
+                yield cleanup(c)
+
+
 def candidates(prog: Program) -> Iterator[Program]:
     n_stmt = len(_statement_slots(prog.stmts))
     for n in range(n_stmt):
@@ -78,6 +133,7 @@ def candidates(prog: Program) -> Iterator[Program]:
         if not seq:
             continue
         yield cleanup(c)
+    yield from _bypasses(prog)
     for n in range(n_stmt):
         seq, t = _statement_slots(prog.stmts)[n]
         if isinstance(seq[t], Loop):

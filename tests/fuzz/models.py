@@ -515,3 +515,25 @@ def generate(seed: int, attempts: int = 8) -> ModelProgram:
         if OPS_RANGE[0] <= op_count(prog) <= OPS_RANGE[1]:
             return prog
     return prog
+
+
+def node_shapes(prog: Program) -> list[tuple]:
+    """The shape of every expression node and every named array of ``prog``
+    (inline temporaries included: a broadcast difference need not be named)."""
+    out = list(prog.floats.values()) + list(prog.locals_.values())
+
+    def walk(node: Node) -> None:
+        out.append(tuple(node.shape))
+        for k in node.kids:
+            walk(k)
+
+    def stmts(seq: list) -> None:
+        for s in seq:
+            if isinstance(s, Loop):
+                stmts(s.body)
+            else:
+                for k in s.kids():
+                    walk(k)
+
+    stmts(prog.stmts)
+    return out

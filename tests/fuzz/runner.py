@@ -121,10 +121,22 @@ def same_failure(a: dict, b: dict) -> bool:
     return True
 
 
-def minimize(prog: Program, device: str, failure: dict, budget_s: float = 300, log=print) -> Program:
+def still_fails(device: str, failure: dict) -> Callable[[list[Program]], list[bool]]:
+    """The judge ``minimize`` uses by default: which of some programs fail on
+    ``device`` as ``failure`` did (one worker process per call)."""
+    def judge(progs: list[Program]) -> list[bool]:
+        res = run_batch([(t, c, device) for t, c in enumerate(progs)])
+        return [t in res and same_failure(res[t], failure) for t in range(len(progs))]
+    return judge
+
+
+def minimize(prog: Program, device: str, failure: dict, budget_s: float = 300, log=print,
+             judge: Callable[[list[Program]], list[bool]] | None = None) -> Program:
     """Greedy delta-minimisation: try the candidates of the current program in
     batches, keep the first that still fails the same way, until none does
-    (or the time budget is spent)."""
+    (or the time budget is spent).  ``judge`` (tests plant failures with one)
+    says which candidates of a batch still fail; by default they are run."""
+    judge = judge or still_fails(device, failure)
     start = time.time()
     current = prog
     while time.time() - start < budget_s:
@@ -132,8 +144,7 @@ def minimize(prog: Program, device: str, failure: dict, budget_s: float = 300, l
         improved = False
         for k in range(0, len(cands), 6):
             chunk = cands[k:k + 6]
-            res = run_batch([(t, c, device) for t, c in enumerate(chunk)])
-            hit = next((t for t in range(len(chunk)) if t in res and same_failure(res[t], failure)), None)
+            hit = next((t for t, bad in enumerate(judge(chunk)) if bad), None)
             if hit is not None:
                 current, improved = chunk[hit], True
                 log(f"  minimise: {len(current.numpy_source())} chars")
