@@ -1,14 +1,15 @@
 """matmul / @ / dot: the domain ``(batch..., i, j, k)`` writing ``c[batch..., i, j]``
-with ``"sum"``; 1-d operands follow numpy (a vector is a row on the left and a
-column on the right, and its axis disappears from the result)."""
+with ``"sum"`` (``contraction.contract``); 1-d operands follow numpy (a vector
+is a row on the left and a column on the right, and its axis disappears from
+the result); batch axes broadcast."""
 from __future__ import annotations
 
 import numpy as np
 
 from .dispatch import implements
 from .elementwise import is_traced, result_dtype
-from .emit import (as_arith, broadcast_index, broadcast_shapes, domain_symbols, new_array, read, same,
-                   shape_str, write)
+from .contraction import contract
+from .emit import domain_symbols, same, shape_str
 from .errors import ShapeMismatchError, UnsupportedOperationError
 from .traced_array import TracedArray
 
@@ -22,28 +23,14 @@ def _matmul(op: str, a: TracedArray, b: TracedArray) -> TracedArray:
     if not same(ka, kb):
         raise ShapeMismatchError(op, f"shapes {shape_str(a.sym_shape)} and {shape_str(b.sym_shape)}: "
                                  f"contracted dimensions {ka} and {kb} differ")
-    batch_a = a.sym_shape[:-2]
-    batch_b = b.sym_shape[:-2]
-    batch = broadcast_shapes(op, batch_a, batch_b)
-    rows = a.sym_shape[-2:-1]
-    cols = b.sym_shape[-1:] if b.ndim > 1 else ()
-    bsyms = domain_symbols(len(batch), "b")
-    i, j, k = domain_symbols(3)
-    out_shape = batch + rows + cols
-    out_index = bsyms + ((i,) if rows else ()) + ((j,) if cols else ())
-    domain = tuple((s, 0, d) for s, d in zip(bsyms, batch))
-    domain += ((i, 0, rows[0]),) if rows else ()
-    domain += ((j, 0, cols[0]),) if cols else ()
-    domain += ((k, 0, ka),)
-    dtype = result_dtype(a.trace, [a, b], "arith")
-    out = new_array(a.trace, out_shape, dtype, op)
-    reads = {}
-    a_index = broadcast_index(batch_a, batch, bsyms) + ((i, k) if rows else (k,))
-    b_index = broadcast_index(batch_b, batch, bsyms) + ((k, j) if cols else (k,))
-    body = as_arith(read(a, a_index, "a", reads), a.dtype_name) * as_arith(read(b, b_index, "b", reads),
-                                                                          b.dtype_name)
-    write(op, out, out_index, domain, body, reads, "sum")
-    return out
+    batch = [f"b{n}" for n in range(max(a.ndim, b.ndim) - 2)]
+    rows = ["i"] if a.ndim > 1 else []
+    cols = ["j"] if b.ndim > 1 else []
+    a_letters = batch[len(batch) - (a.ndim - 2):] if a.ndim > 2 else []
+    b_letters = batch[len(batch) - (b.ndim - 2):] if b.ndim > 2 else []
+    names = dict(zip(batch, domain_symbols(len(batch), "b")))
+    names.update(zip("ijk", domain_symbols(3)))
+    return contract(op, (a, a_letters + rows + ["k"]), (b, b_letters + ["k"] + cols), batch + rows + cols, names)
 
 
 @implements(np.matmul)
@@ -55,14 +42,18 @@ def matmul(a, b, **kwargs):
 
 @implements(np.dot)
 def dot(a, b, out=None):
-    """numpy's dot: scalars multiply; up to 2-d (or N-d with a vector) it is matmul."""
+    """numpy's dot: scalars multiply; up to 2-d (or N-d with a vector) it is matmul, N-d with N-d a
+    tensordot of a's last axis with b's second-to-last."""
     if out is not None:
         raise UnsupportedOperationError("numpy.dot", "out= is not supported")
     if np.ndim(a) == 0 or np.ndim(b) == 0:
         return np.multiply(a, b)
-    if not (is_traced(a) and is_traced(b)) or (b.ndim > 2 and a.ndim > 1):
-        raise UnsupportedOperationError("numpy.dot", "of N-d arrays (use np.matmul); supported: scalars, vectors, "
-                                        "matrices, N-d with a vector")
+    if not (is_traced(a) and is_traced(b)):
+        raise UnsupportedOperationError("numpy.dot", "needs traced arrays or numbers (not values inside an sd.map "
+                                        "body)")
+    if b.ndim > 2 and a.ndim > 1:
+        from .einsum import dot_nd
+        return dot_nd(a, b)
     return _matmul("dot", a, b)
 
 
