@@ -28,7 +28,7 @@ from typing import Callable, ClassVar
 
 import numpy as np
 
-from .gen import Arg, Assign, Loop, Node, Program, const, stmt_names
+from .gen import Arg, Assign, Loop, Node, Program, stmt_names
 from .minimize import cleanup
 
 OPS_RANGE = (20, 80)          # numpy-level operations per program (loops counted unrolled)
@@ -128,10 +128,6 @@ def matmul(a: Node, b: Node, form: str = "({0} @ {1})") -> Node:
     return Node(form, [a, b], shape)
 
 
-def c(v: float) -> Node:
-    return const(float(v))
-
-
 # ---------------------------------------------------------------- the generator
 
 
@@ -182,10 +178,9 @@ class ModelGenerator:
     def fits(self, *shapes: tuple) -> bool:
         return all(int(np.prod(s)) <= MAX_ELEMENTS for s in shapes)
 
-    def axis(self, x: Node, skip_last: bool = False) -> tuple[int, bool]:
+    def axis(self, x: Node) -> tuple[int, bool]:
         """A random axis of ``x`` and whether to print it from the end."""
-        nd = len(x.shape) - (1 if skip_last and len(x.shape) > 1 else 0)
-        return int(self.rng.integers(nd)), self.p(0.4)
+        return int(self.rng.integers(len(x.shape))), self.p(0.4)
 
     # -- building blocks (each returns the new stream value)
     def activation(self, h: Node) -> Node:
@@ -207,7 +202,8 @@ class ModelGenerator:
         if not self.fits(x.shape[:-1] + (width,)):
             return x
         w = self.param((x.shape[-1], width), "w")
-        form = self.pick(["({0} @ {1})", "{ns}.matmul({0}, {1})"] + (["{ns}.dot({0}, {1})"] if len(x.shape) == 2 else []))
+        forms = ["({0} @ {1})", "{ns}.matmul({0}, {1})"] + (["{ns}.dot({0}, {1})"] if len(x.shape) == 2 else [])
+        form = self.pick(forms)
         h = ew(f"({{0}} * {1 / math.sqrt(x.shape[-1]):.6g})", matmul(x, w, form))
         if self.p(0.7):
             h = ew("({0} + {1})", h, self.param((width,), "b"))
@@ -346,7 +342,8 @@ class ModelGenerator:
         d = self.let(diff)
         kind = self.pick(["sq", "sq", "sq", "l1", "dist"])
         if kind == "sq":
-            red = reduce("sum", ew(self.pick(["({0} ** 2)", "({0} * {0})"]), d), -1 if self.p(0.6) else len(d.shape) - 1)
+            square = ew(self.pick(["({0} ** 2)", "({0} * {0})"]), d)
+            red = reduce("sum", square, -1 if self.p(0.6) else len(d.shape) - 1)
             score = ew("(-0.5 * {0})", red)
         elif kind == "l1":
             score = ew("(-{0})", reduce("sum", ew("{ns}.abs({0})", d), len(d.shape) - 1))
@@ -466,15 +463,17 @@ class ModelGenerator:
         return self.log_weights(y) if y is not x else y
 
     def block(self, x: Arg) -> Arg:
+        """One block chosen by ``BLOCKS``' weights (the stream unchanged where it does not apply)."""
         names = [n for n, _ in self.BLOCKS]
         weights = np.array([w for _, w in self.BLOCKS], float)
         kind = names[int(self.rng.choice(len(names), p=weights / weights.sum()))]
-        if kind == "logsumexp" and len(x.shape) < 2:
+        if kind == "logsumexp" and len(x.shape) < 2:   # keep an axis for the loss to reduce
             return x
-        y = getattr(self, kind)(x)
-        return y
+        return getattr(self, kind)(x)
 
     def program(self) -> ModelProgram:
+        """Blocks on a data stream until about ``target`` operations, then a loss
+        (``target`` leaves room for the loss and the loop's repeats)."""
         target = int(self.rng.integers(OPS_RANGE[0] + 2, OPS_RANGE[1] - 18))
         self.out = []
         x = self.stream()

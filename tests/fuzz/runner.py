@@ -107,8 +107,10 @@ def campaign(device: str, seeds: list[int], jobs: int = 1, batch: int = 8, nice:
 def short(r: dict) -> str:
     if r.get("worst"):
         w = r["worst"]
-        return f"{w.get('quantity')}: err {w.get('err'):.3g} (tol {w.get('tol'):.3g}) " \
-               f"(got {w.get('got')}, expected {w.get('expected')} at {w.get('at')})"
+        head = f"{w.get('quantity')}: err {w.get('err'):.3g} (tol {w.get('tol'):.3g}) "
+        if "detail" in w:    # NaN or a shape mismatch: no element to show
+            return head + w["detail"]
+        return head + f"(got {w.get('got')}, expected {w.get('expected')} at {w.get('at')})"
     return r.get("detail", "").strip().splitlines()[0][:300] if r.get("detail") else ""
 
 
