@@ -13,7 +13,8 @@ from ..index_analysis import Unanalysable, written_elements
 from ..scalar_functions import ieee_float
 from ..validate import static_bounds_violation
 from .context import Trace
-from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError, user_location
+from .errors import (ShapeMismatchError, TraceIndexError, UnsupportedOperationError, in_user_names,
+                     user_location, user_names)
 from .traced_array import TracedArray, placeholders
 
 Reads = dict[str, tuple[str, tuple]]   # connector -> (access node id, container index)
@@ -118,7 +119,7 @@ def _coverage(op: str, target: TracedArray, index: tuple, domain: tuple[Range, .
         return written_elements(index, domain, shape, tsyms)
     except Unanalysable as err:
         if _reshaped(target):
-            name = target.container
+            name = user_names().get(target.container, target.container)
             raise UnsupportedOperationError(op, f"writing through a reshaped view of {name} is not supported; "
                                                 f"reshape a copy ({name}.reshape(...).copy()) or write into "
                                                 f"{name} with its own shape") from None
@@ -140,8 +141,9 @@ def add_tasklet(trace: Trace, name: str, domain, body, reads: Reads, writes, con
     t = trace.graph.add_tasklet(name, domain, body, reads, writes, condition=condition, source=user_location())
     problem = static_bounds_violation(trace.graph, t)  # ranges are static: refuse now, at the user's line
     if problem:
-        raise TraceIndexError(name, f"{problem}; every index must stay inside its array over the whole range "
-                                    "(shrink the sd.map range or the slice)")
+        op = "sd.map" if name.startswith("map_") else name
+        raise TraceIndexError(op, f"{in_user_names(problem, user_names())}; every index must stay inside its "
+                                  "array over the whole range (shrink the sd.map range or the slice)")
     return t
 
 

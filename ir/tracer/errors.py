@@ -5,12 +5,15 @@ from __future__ import annotations
 import ast
 import inspect
 import os
+import re
 import sys
 import textwrap
 import warnings
 
 import numpy
 import sympy
+from sympy.printing.precedence import PRECEDENCE
+from sympy.printing.str import StrPrinter
 
 _IR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SKIP_PREFIXES = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
@@ -59,11 +62,79 @@ def _own_nodes(fn: ast.AST):
             yield from _own_nodes(child)
 
 
-def warn_user(op: str, detail: str, category: type[Warning] = RuntimeWarning) -> None:
-    """A warning attributed to the user's line, as numpy's own would be."""
+def _user_frame():
+    """The innermost frame outside ``ir``, numpy and sympy, or None."""
     frame = sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_SKIP_PREFIXES):
         frame = frame.f_back
+    return frame
+
+
+def user_names() -> dict[str, str]:
+    """Internal names -> the names the user gave them: a container (``multiply``,
+    ``zeros``) -> the variable of the user's frame that holds a traced array of
+    it (``A``, ``out``), and an ``sd.map`` index symbol (``_m0``) -> the loop
+    variable (``i``).  Messages speak of what the user wrote, not of what the
+    tracer made of it; a name with no variable is left as it is."""
+    frame = _user_frame()
+    names: dict[str, str] = {}
+    for var, value in (frame.f_locals.items() if frame is not None else ()):
+        container = getattr(value, "container", None)     # a traced array (or a view of one)
+        if isinstance(container, str) and hasattr(value, "trace"):
+            names.setdefault(container, var)
+        expr = getattr(value, "expr", None)               # an sd.map index or value
+        if isinstance(expr, sympy.Symbol) and hasattr(value, "trace"):
+            names.setdefault(expr.name, var)
+    return names
+
+
+class _UserPrinter(StrPrinter):
+    """sympy's text, with index arithmetic back in Python's spelling:
+    ``floor(i/2)`` is ``i // 2`` and ``Mod(i, 2)`` is ``i % 2``."""
+
+    def _print_floor(self, expr) -> str:
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        if den == 1:
+            return f"floor({self._print(expr.args[0])})"
+        return f"({self.parenthesize(num, PRECEDENCE['Mul'])} // {self.parenthesize(den, PRECEDENCE['Mul'])})"
+
+    def _print_Mod(self, expr) -> str:
+        a, b = expr.args
+        return f"({self.parenthesize(a, PRECEDENCE['Mul'])} % {self.parenthesize(b, PRECEDENCE['Mul'])})"
+
+
+def user_expr(expr, names: dict[str, str]) -> str:
+    """``expr`` (an index or value of the trace) in the user's symbols and
+    Python's spelling, e.g. ``floor(_m0/2)`` -> ``i // 2``."""
+    expr = sympy.sympify(expr)
+    renamed = {s: sympy.Symbol(names[s.name], **s.assumptions0) for s in expr.free_symbols
+               if isinstance(s, sympy.Symbol) and s.name in names}
+    text = _UserPrinter().doprint(expr.xreplace(renamed))
+    return text[1:-1] if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]) else text
+
+
+def in_user_names(text: str, names: dict[str, str]) -> str:
+    """A message written in the graph's names (``access a[_m0 + 1] on 'a#0'``,
+    from ``ir.validate``) in the user's: loop symbols and arrays renamed, the
+    access node's version id dropped."""
+    text = re.sub(r" on '[^']*#\d+'", "", text)
+    text = re.sub(r"\b_m\d+\b", lambda m: names.get(m.group(), m.group()), text)
+    return re.sub(r"\b(\w+)(?=\[)|(?<=')(\w+)(?=')",
+                  lambda m: names.get(m.group(), m.group()), text)
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def warn_user(op: str, detail: str, category: type[Warning] = RuntimeWarning) -> None:
+    """A warning attributed to the user's line, as numpy's own would be."""
+    frame = _user_frame()
     if frame is None:
         warnings.warn(f"{op}: {detail}", category, stacklevel=2)
         return

@@ -20,7 +20,7 @@ from ..index_analysis import injective_over
 from . import context
 from .context import Trace
 from .emit import Reads, as_arith, read, scalar_expr, write
-from .errors import ScalarConversionError, TraceError, UnsupportedOperationError
+from .errors import ScalarConversionError, TraceError, UnsupportedOperationError, user_expr, user_names
 from .traced_array import Operators, TracedArray
 
 
@@ -182,10 +182,12 @@ def _check_plain_write(target: TracedArray, exprs: list, ranges: tuple) -> None:
     ``floor``/``Mod`` container index is not affine."""
     if injective_over(exprs, ranges):
         return
-    loops = ", ".join(f"{s} in [{b}, {e})" for s, b, e in ranges)
-    index = ", ".join(str(e) for e in exprs)
+    names = user_names()
+    loops = ", ".join(f"{user_expr(s, names)} in [{b}, {e})" for s, b, e in ranges)
+    index = ", ".join(user_expr(e, names) for e in exprs)
     raise UnsupportedOperationError(
-        "sd.map", f"plain write {target.container}[{index}] over {loops}: several iterations may write the "
+        "sd.map", f"plain write {names.get(target.container, target.container)}[{index}] over {loops}: several "
+        "iterations may write the "
         "same element (only one would win). Use += to add the contributions up, or index with a loop "
         "variable per iteration (out[i], out[2 * i], out[n - 1 - i])")
 
