@@ -15,7 +15,7 @@ applied per element as well as by norm:
 - by norm, ``||got - want|| <= FACTOR32 * max(||jax32 - want||, u ||want||)``.
 
 ``FACTOR32`` is 8 ("a few times"): symdiff's own kernels sum in other orders than XLA,
-and the worst measured ratio is 0.3 of the bound (numpy, cpu, lavapipe; see
+and the worst measured error is 0.49 of the bound (numpy, cpu, lavapipe; see
 tests/test_corpus_tolerance.py, which also shows that a 5% error in any boundary gradient
 element and a sign flip in any element fail these bounds).
 """
