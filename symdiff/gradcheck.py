@@ -18,6 +18,7 @@ from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph
 
 from .backward import add_backward_pass
 from .derivatives import is_float_symbol, tasklet_partials
+from .rule_blame import custom_vjp_blame, registered_rule_note
 
 
 class GradientCheckError(AssertionError):
@@ -96,7 +97,9 @@ def check_graph_gradients(graph: DataflowGraph, inputs: Mapping[str, np.ndarray]
                 f"gradient of {sum(error.ravel() > 0)} element(s) of input {x!r} is wrong; worst at "
                 f"element {tuple(int(e) for e in element)}: analytic {float(analytic[x][element])!r} vs "
                 f"numeric (central differences, eps={eps}) {float(numeric[element])!r}.\n"
-                + diagnose(graph, values, bound, eps=eps, atol=atol, rtol=rtol))
+                + diagnose(graph, values, bound, eps=eps, atol=atol, rtol=rtol)
+                + custom_vjp_blame(graph, x, values, cotangents, bound, lambda grad, expected=numeric: bool(
+                    np.all(np.abs(grad - expected) <= atol + rtol * np.abs(expected)))))
     return analytic
 
 
@@ -117,7 +120,7 @@ def diagnose(graph: DataflowGraph, values: Mapping[str, np.ndarray], sizes: Mapp
         return "Every tasklet's partials agree with finite differences of its body at this point."
     found.sort(key=lambda f: -f[0])
     lines = [f"tasklet {name!r}{' (' + src + ')' if src else ''}: d {o}/d {conn} is {an!r} but finite "
-             f"differences of the tasklet alone give {num!r} (at {point})"
+             f"differences of the tasklet alone give {num!r} (at {point}){registered_rule_note(graph, name)}"
              for _, name, src, o, conn, an, num, point in found]
     return "Partial derivatives that disagree with finite differences:\n  " + "\n  ".join(lines)
 

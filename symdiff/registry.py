@@ -59,6 +59,14 @@ def rule_for(func: type) -> Partials | None:
     return _RULES.get(func)
 
 
+def user_rules_in(expr: sympy.Basic) -> list[str]:
+    """Names of the functions in ``expr`` whose derivative is a rule the user
+    registered (not a built-in one): what ``gradcheck`` points at when that
+    expression's partials disagree with finite differences."""
+    funcs = {app.func for app in sympy.sympify(expr).atoms(sympy.Function)}
+    return sorted(f.__name__ for f in funcs if f in _RULES and _RULES[f] is not _BUILTIN.get(f))
+
+
 def on_change(forget: Callable[[], None]) -> None:
     """Call ``forget`` whenever the rules change (derivative caches subscribe)."""
     _listeners.append(forget)
