@@ -2,15 +2,15 @@
 ``DataflowGraph``; ``map[lo:hi, ...]`` writes explicit index-level loops.
 
 Modules, one job each: ``traced_array`` (the array/view model), ``emit``
-(containers, reads, SSA writes), ``elementwise``, ``reductions``, ``linalg``,
+(containers, reads, SSA writes), ``elementwise``, ``numeric`` (rounding, fmod, logaddexp, isnan...), ``reductions``, ``linalg``,
 ``indexing`` (views and stores), ``indirect`` (index arrays: gathers, np.add.at), ``creation`` (np.zeros & co. while tracing),
 ``reshuffle`` (roll, flip, pad, tile... as index maps), ``stacking`` (the *stacks),
 ``contraction`` (the one product tasklet), ``einsum`` (and tensordot, inner, vdot, multi_dot), ``products``
-(kron, cross),
+(kron, cross), ``norms`` (np.linalg norms without decompositions),
 ``maps`` (sd.map), ``trace`` (entry point, results, cache), ``errors``.
 """
 from . import (creation, elementwise, indexing, indirect, linalg, reductions, reshuffle,  # noqa: F401 (register the ops)
-               einsum, grids, products, stacking)
+               einsum, grids, norms, numeric, products, stacking)
 from .errors import (MissingSpecError, ScalarConversionError, ShapeMismatchError, TracedBranchError, TraceError,
                      TraceIndexError, UnsupportedAttributeError, UnsupportedOperationError, UntracedWriteError)
 from .maps import map  # noqa: A004
