@@ -40,6 +40,43 @@ class SlangSource(str):
         return highlight_html(self)
 
 
+_MODULE_HEADER = "// symdiff: program "
+_KERNEL_HEADER = "// kernel "
+HELPERS_FOLLOW = "// ---- helper functions the kernels above call (the module defines them first) ----"
+HELPERS_LEFT_OUT = "// (helper functions left out: slang_source(helpers=True) shows them)"
+
+
+def kernels_first(source: str, helpers: bool = True) -> str:
+    """The module as a reader wants it: each module's header line and its
+    kernels first, then (``helpers``) the maths and index helpers every module
+    starts with, written once however many modules (loop bodies) there are.
+    Only the view changes: the module compiled keeps its order, helpers
+    before the kernels that call them.  The kernels of the README's program
+    started at line 337 of 751, after the helpers."""
+    kernels: list[str] = []
+    blocks: list[str] = []
+    block: list[str] | None = None      # the helpers of the module being read, until its first kernel
+    for line in source.splitlines():
+        if line.startswith(_MODULE_HEADER):
+            kernels += [line, ""]
+            block = []
+            continue
+        if block is not None and line.startswith(_KERNEL_HEADER):
+            _keep(blocks, block)
+            block = None
+        (kernels if block is None else block).append(line)
+    _keep(blocks, block or [])          # a module without kernels
+    tail = ([HELPERS_FOLLOW, *blocks] if blocks else []) if helpers else [HELPERS_LEFT_OUT]
+    return "\n\n".join(["\n".join(kernels).strip("\n"), *tail]) + "\n"
+
+
+def _keep(blocks: list[str], lines: list[str]) -> None:
+    """Add a module's helpers unless an identical block is there already."""
+    text = "\n".join(lines).strip("\n")
+    if text and text not in blocks:
+        blocks.append(text)
+
+
 def tasklet_lines(source: str) -> dict[str, list[str]]:
     """``{tasklet: [Slang line, ...]}``: the lines generated for each tasklet,
     found by the ``// tasklet NAME (file:line)`` comments the code generator

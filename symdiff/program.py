@@ -22,7 +22,7 @@ from symdiff.ir.tracer.trace import array_annotations, array_parameters, clear_c
 from symdiff.lowering import disk_cache
 from symdiff.lowering.devices import requested as requested_device
 from symdiff.lowering.runtime import host_argument
-from symdiff.lowering.source_view import kernel_headers, tasklet_lines
+from symdiff.lowering.source_view import SlangSource, kernel_headers, kernels_first, tasklet_lines
 
 from . import loop_runtime, loops
 from .derivatives import tasklet_partials
@@ -163,8 +163,12 @@ class DifferentiableProgram:
         return self._backward_graph(specs, self._resolve_wrt(self._forward_graph(specs), wrt))
 
     def slang_source(self, wrt: Sequence[str] | str | None = None, device: str | None = None,
-                     forward_only: bool = False) -> str:
-        """The generated Slang module for the forward + backward program."""
+                     forward_only: bool = False, helpers: bool = True) -> str:
+        """The generated Slang for the forward + backward program, kernels
+        first: the maths and index helpers every module defines before its
+        kernels come after them (``helpers=False`` leaves them out), so the
+        program's own code is what a reader meets first.  The text compiled is
+        the module in its own order (``export_slang`` writes a standalone one)."""
         graph = self.graph if forward_only else self.backward_graph(wrt)
         exe = self._executable(graph, device)
         if exe.device == "numpy":
@@ -173,7 +177,7 @@ class DifferentiableProgram:
         if exe.source is None:
             raise ProgramError(f"{self.name}'s shapes use size symbols, which are bound (and the Slang "
                                "generated) at the first call: call the program once, then ask again")
-        return exe.source
+        return SlangSource(kernels_first(exe.source, helpers))
 
     def export_slang(self, wrt: Sequence[str] | str | None = None, path: str | None = None,
                      target: str = "vulkan", forward_only: bool = False,

@@ -7,6 +7,7 @@ import pytest
 
 import symdiff as sd
 from symdiff.lowering import SlangSource, highlight_html
+from symdiff.lowering.source_view import HELPERS_FOLLOW, kernels_first
 
 def _text_of(html: str) -> str:
     """The characters a reader sees: tags dropped, entities decoded."""
@@ -52,3 +53,36 @@ def test_html_escapes_markup(engine):
 def test_unknown_engine_is_refused():
     with pytest.raises(ValueError, match="engine"):
         highlight_html("int a;", "vim")
+
+
+def test_kernels_come_first_and_helpers_after(source):
+    """A reader meets the program's kernels first, then the helpers; every
+    line of the module is still there, and ``helpers=False`` leaves them out."""
+    lines = source.splitlines()
+    assert lines[0].startswith("// symdiff: program")
+    first_kernel = next(k for k, line in enumerate(lines) if line.startswith("// kernel "))
+    helpers = lines.index(HELPERS_FOLLOW)
+    assert first_kernel < 5 < helpers
+    assert all(not line.startswith("// kernel ") for line in lines[helpers:])
+    assert any("floordiv" in line for line in lines[helpers:])
+
+
+def test_kernels_first_keeps_every_line_and_drops_repeated_helpers():
+    module = "// symdiff: program 'p', 1 kernel(s)\nint helper() { return 1; }\n\n// kernel k0: x\nvoid k0() {}\n"
+    joined = module + "\n// ---- loop0 body ----\n" + module.replace("k0", "k1")
+    view = kernels_first(joined)
+    assert view.count("int helper()") == 1
+    assert view.index("void k1()") < view.index(HELPERS_FOLLOW) < view.index("int helper()")
+    shown = [line for line in view.splitlines() if line and line != HELPERS_FOLLOW]
+    assert sorted(filter(None, joined.splitlines())) == sorted(shown + ["int helper() { return 1; }"])
+    assert "int helper()" not in kernels_first(joined, helpers=False)
+
+
+def test_slang_source_without_helpers_is_shorter(source):
+    @sd.differentiable_program
+    def loss(x: sd.f32[8, 3], w: sd.f32[3, 2]):
+        return np.sum(np.tanh(x @ w) ** 2)
+
+    short = loss.slang_source(device="cpu", helpers=False)
+    assert "floordiv(int a" not in short and "[shader(\"compute\")]" in short
+    assert len(short) < len(source)
