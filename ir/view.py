@@ -55,6 +55,9 @@ class _Grouping:
     labels: dict[str, str]
 
 
+REPR_ROWS = 20  # kernels or tasklets listed by repr() before '... N more'
+
+
 class GraphView:
     """A ``DataflowGraph`` as an interactive HTML view (see the module docstring).
 
@@ -87,6 +90,24 @@ class GraphView:
         if "all" in self.scenes():
             bundle["image/svg+xml"] = self.to_svg()
         return bundle
+
+    def __repr__(self) -> str:
+        """What a plain REPL shows instead of the view: a text summary (what
+        each kernel or tasklet holds) and how to see the view itself."""
+        g = self.graph
+        tasklets = g.tasklets()
+        backward = sum(1 for t in tasklets if t.backward)
+        kernels = f", {len(self.kernels)} kernel(s)" if self.kernels else ""
+        head = (f"<GraphView of {g.name!r}: {len(g.containers)} containers, {len(tasklets)} tasklets "
+                f"({backward} backward){kernels}>")
+        rows = ([f"  kernel {k}: {', '.join(members)}" for k, members in self.kernels.items()] if self.kernels
+                else [f"  {'backward ' if t.backward else ''}tasklet {t.name}"
+                      f"{' (' + t.source + ')' if t.source else ''}" for t in tasklets])
+        if len(rows) > REPR_ROWS:
+            rows = rows[:REPR_ROWS] + [f"  ... {len(rows) - REPR_ROWS} more"]
+        hint = ("The interactive view displays in Jupyter. Here: .save('graph.html') writes it as a page to "
+                "open in a browser, .to_svg() gives a static drawing, print(view.graph) the graph as text.")
+        return "\n".join([head, *rows, hint])
 
     def to_svg(self) -> str:
         """The static drawing of every node (for papers and docs)."""
