@@ -26,7 +26,8 @@ allocates.  A DLPack producer in host memory (numpy, torch CPU tensors, JAX CPU
 arrays) is read in place by that upload, with no staging copy before it.  When
 the producer's memory cannot be uploaded as it is (another device, a
 non-contiguous layout, a dtype the program stores differently), ``asarray``
-stages a host copy first and says so with a ``CopyWarning``.
+stages a host copy first and says so with a ``CopyWarning``, numpy arrays
+included.
 """
 from __future__ import annotations
 
@@ -159,11 +160,12 @@ def host_array(value: Any) -> np.ndarray:
 
 def staged(value: Any, host: np.ndarray, storage: type) -> np.ndarray:
     """``host`` (``host_array(value)``) as the C-contiguous ``storage`` array an
-    upload reads; warns when that needs a copy of a DLPack producer's memory
-    (numpy arrays keep numpy's usual silent conversions)."""
+    upload reads; warns when that needs a copy of an array's memory (numpy's
+    too: a transposed or float64-to-float32 argument kept on the device is the
+    copy a hot loop means to avoid).  Python lists and numbers, converted by
+    nature, do not warn."""
     upload = np.ascontiguousarray(host, dtype=storage)
-    if upload.size and not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__") \
-            and not np.may_share_memory(upload, host):
+    if upload.size and hasattr(value, "__dlpack__") and not np.may_share_memory(upload, host):
         reason = (f"dtype {host.dtype} is stored as {np.dtype(storage)}" if host.dtype != upload.dtype
                   else "its layout is not C-contiguous")
         warnings.warn(CopyWarning(f"{type(value).__name__} of shape {host.shape} is copied on the host before "
