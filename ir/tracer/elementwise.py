@@ -30,6 +30,9 @@ _NUMPY_DTYPES = {"float32": "float32", "float64": "float64", "int32": "int32", "
 def dtype_name(dtype) -> str:
     """A numpy dtype-like as one of the IR dtypes (int64 narrows to int32)."""
     name = np.dtype(dtype).name
+    if np.dtype(dtype).kind == "c":
+        raise UnsupportedOperationError("dtype", f"{name}: complex numbers are not supported by symdiff; carry "
+                                        "the real and imaginary parts as two float arrays")
     if name not in _NUMPY_DTYPES:
         raise UnsupportedOperationError("dtype", f"{name} is not supported (float32, float64, int32, bool)")
     return _NUMPY_DTYPES[name]

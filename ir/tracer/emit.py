@@ -46,6 +46,9 @@ def scalar_expr(value) -> sympy.Expr:
         if not np.isfinite(value) or (value == 0 and np.signbit(value)):
             return ieee_float(value)   # sympy would fold x + nan to nan, and has no inf or -0.0 literal
         return sympy.Float(value)
+    if isinstance(value, complex):
+        raise UnsupportedOperationError("constant", f"complex number {value!r}: complex numbers are not supported "
+                                        "by symdiff; carry the real and imaginary parts as two float arrays")
     raise UnsupportedOperationError("constant", f"cannot use {type(value).__name__} {value!r} in a traced program")
 
 

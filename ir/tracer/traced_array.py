@@ -9,13 +9,17 @@ all views of one container see in-place updates in program order, as in numpy.
 """
 from __future__ import annotations
 
+import linecache
+import os
+import sys
+
 import numpy as np
 import sympy
 
 from ..graph import DTYPES, index_symbol
 from .context import Trace
 from .dispatch import FUNCTIONS, handler
-from .errors import ScalarConversionError, TracedBranchError, UnsupportedAttributeError, UntracedWriteError
+from .errors import _SKIP_PREFIXES, ScalarConversionError, TracedBranchError, UnsupportedAttributeError, UntracedWriteError
 
 _PLACEHOLDERS: list[sympy.Symbol] = []
 
@@ -78,6 +82,10 @@ class Operators:
     __hash__ = object.__hash__
 
     def __bool__(self):
+        if _user_statement().startswith("while"):
+            raise TracedBranchError("bool()", "a Python while loop on a traced value cannot be traced (its trip "
+                                    "count is data-dependent); write it as sd.while_loop(lambda s: <condition "
+                                    "on s>, lambda s: <next s>, state, max_iters=N)")
         raise TracedBranchError("bool()", "Python control flow (if/while/and/or/not) on a traced value "
                                 "cannot be traced; select elementwise with np.where(cond, a, b)")
 
@@ -254,6 +262,14 @@ class TracedArray(Operators):
         hint = (" (a traced array has no Python value while tracing: return the array and convert the result)"
                 if name in _VALUE_METHODS else "; use the numpy functions the tracer supports (docs/guide.md)")
         raise UnsupportedAttributeError(f".{name}", f"traced arrays have no attribute {name!r}{hint}")
+
+
+def _user_statement() -> str:
+    """The source line of the user's code running now, stripped ('' when unknown)."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_SKIP_PREFIXES):
+        frame = frame.f_back
+    return linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip() if frame is not None else ""
 
 
 # methods whose result would be the array's values, which do not exist while tracing

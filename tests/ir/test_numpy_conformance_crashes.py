@@ -33,3 +33,18 @@ def test_bad_axis_lists_are_refused_at_the_users_line():
     refused(lambda xp, x: xp.expand_dims(x, [0, 0]), *arrays((3,)), match="repeated axis")
     refused(lambda xp, x: xp.moveaxis(x, [0, 1], [0]), *arrays((3, 4)), match="same number of axes")
     refused(lambda xp, x: xp.sum(x, axis=[5]), *arrays((3, 4)), match="out of range")
+
+
+def test_a_python_while_on_a_traced_value_shows_the_while_loop_form():
+    def loop(xp, x):
+        while np.sum(x) > 0.001:
+            x = x * 0.5
+        return x
+    message = refused(loop, *arrays((3,)), match="sd.while_loop")
+    assert "max_iters" in message
+    refused(lambda xp, x: x if np.sum(x) > 0 else -x, *arrays((3,)), match="np.where")
+
+
+def test_complex_numbers_are_refused_as_such():
+    refused(lambda xp, x: x * (1 + 2j), *arrays((3,)), match="complex numbers are not supported")
+    refused(lambda xp, x: x.astype(np.complex128), *arrays((3,)), match="complex numbers are not supported")
