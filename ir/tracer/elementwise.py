@@ -96,7 +96,7 @@ def apply(op: str, fn: Callable, operands: list, dtype: str, converts: list[Call
         return MapValue(trace, expr, dtype, reads)
     arrays = {f"x{k}": x for k, x in enumerate(operands) if isinstance(x, TracedArray)}
     if trace.strict_broadcasting:
-        check_ranks(op, [a.sym_shape for a in arrays.values()])
+        check_ranks(op, [a.sym_shape for a in arrays.values()], [a.container for a in arrays.values()])
     shape = broadcast_shapes(op, *(a.sym_shape for a in arrays.values()))
 
     def body(_, symbols):

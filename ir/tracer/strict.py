@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .errors import ShapeMismatchError
+from .errors import ShapeMismatchError, user_names
 
 
 class ImplicitBroadcastError(ShapeMismatchError):
@@ -27,21 +27,25 @@ def _shape(shape) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _explicit(shape, ndim: int) -> str:
+def _explicit(name: str, shape, ndim: int) -> str:
     """The ``None`` index that lifts an operand of ``shape`` to ``ndim`` axes."""
-    return "x[" + ", ".join(["None"] * (ndim - len(shape)) + [":"] * len(shape)) + "]"
+    return name + "[" + ", ".join(["None"] * (ndim - len(shape)) + [":"] * len(shape)) + "]"
 
 
-def check_ranks(op: str, shapes: Sequence[tuple]) -> None:
+def check_ranks(op: str, shapes: Sequence[tuple], containers: Sequence[str] = ()) -> None:
     """Raise ``ImplicitBroadcastError`` when the non-scalar ``shapes`` of one
-    elementwise op's array operands differ in rank."""
+    elementwise op's array operands differ in rank.  ``containers`` (one per
+    shape) let the message write the fix with the user's name for the
+    operand (``b[None, :]``); an operand without one is called ``x``."""
     arrays = [tuple(s) for s in shapes if len(s) > 0]
     if len({len(s) for s in arrays}) <= 1:
         return
     out = max(arrays, key=len)
     low = min(arrays, key=len)
+    container = dict(zip((tuple(s) for s in shapes), containers)).get(low)
+    name = user_names().get(container, "x") if container else "x"
     raise ImplicitBroadcastError(
         op, f"shapes {' and '.join(_shape(s) for s in arrays)} would broadcast implicitly (ranks "
             f"{' and '.join(str(len(s)) for s in arrays)}) and strict_broadcasting is on; write the broadcast "
-            f"for the operand of shape {_shape(low)}: {_explicit(low, len(out))} (shape "
-            f"{_shape((1,) * (len(out) - len(low)) + low)}) or np.broadcast_to(x, {_shape(out)})")
+            f"for {'the operand' if name == 'x' else name} of shape {_shape(low)}: {_explicit(name, low, len(out))} "
+            f"(shape {_shape((1,) * (len(out) - len(low)) + low)}) or np.broadcast_to({name}, {_shape(out)})")

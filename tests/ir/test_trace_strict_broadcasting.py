@@ -23,7 +23,7 @@ def test_implicit_rank_promotion_is_refused_naming_line_op_shapes_and_fix():
     msg = str(err.value)
     assert f"test_trace_strict_broadcasting.py:{_line_of(implicit, 'a * b')}" in msg
     assert "multiply" in msg and "(4, 3)" in msg and "(3,)" in msg
-    assert "x[None, :]" in msg and "np.broadcast_to(x, (4, 3))" in msg
+    assert "b[None, :]" in msg and "np.broadcast_to(b, (4, 3))" in msg   # the argument by its name
 
 
 def test_default_is_numpy_broadcasting():

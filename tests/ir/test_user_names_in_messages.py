@@ -10,16 +10,18 @@ import sympy
 
 from symdiff import ir
 from symdiff.ir.specs import f32
+from symdiff.ir.tracer import ImplicitBroadcastError
 from symdiff.ir.tracer.errors import (TraceIndexError, UnsupportedOperationError, in_user_names, user_expr)
 
 INTERNAL = re.compile(r"\b_m\d|floor|Mod\(|zeros|multiply|#0")
+NO_OP_NAMES = re.compile(r"\b_m\d|#0")     # where "multiply" is the numpy function the message names
 
 
-def _message(fn, *specs, error=Exception) -> str:
+def _message(fn, *specs, error=Exception, internal=INTERNAL, **options) -> str:
     with pytest.raises(error) as info:
-        ir.trace(fn, *specs)
+        ir.trace(fn, *specs, **options)
     message = str(info.value)
-    assert not INTERNAL.search(message), message
+    assert not internal.search(message), message
     return message
 
 
@@ -80,3 +82,18 @@ def test_index_expressions_print_in_pythons_spelling():
     assert user_expr(m + 1, {}) == "_m0 + 1"   # no user name: left as it is
     assert in_user_names("access zeros[_m0 - 1] on 'zeros#2': outside axis 0 of 'zeros'",
                          {"_m0": "i", "zeros": "out"}) == "access out[i - 1]: outside axis 0 of 'out'"
+
+
+def test_strict_broadcasting_writes_the_fix_with_the_operands_name():
+    def scale(x, bias):
+        return x * bias
+
+    message = _message(scale, f32[4, 3], f32[3], error=ImplicitBroadcastError, strict_broadcasting=True,
+                       internal=NO_OP_NAMES)
+    assert "for bias of shape (3,): bias[None, :] (shape (1, 3)) or np.broadcast_to(bias, (4, 3))" in message
+
+
+def test_strict_broadcasting_without_a_name_says_the_operand():
+    message = _message(lambda x, b: x * (b + 1), f32[4, 3], f32[3], error=ImplicitBroadcastError,
+                       strict_broadcasting=True, internal=NO_OP_NAMES)
+    assert "for the operand of shape (3,): x[None, :]" in message, message
