@@ -20,8 +20,10 @@ from tests.fuzz.models import (MAX_ELEMENTS, OPS_RANGE, ModelProgram, generate, 
                                op_count)
 from tests.fuzz.runner import FAILURES, minimize, report_failure, run_batch  # noqa: E402
 
-# Fixed seeds per device, each program compiled once: well under 90 s on two cores.
-BUDGET = {"numpy": range(0, 6), "cpu": range(6, 9), "vulkan": range(9, 12), "vulkan+gpu-form": range(12, 15)}
+# Fixed seeds per device, each program compiled once: well under 90 s on two cores.  Seeds 15, 21
+# and 26 gave NaN gradients on lavapipe before 6794c62 (issue 29: max's tie test read a recomputed
+# operand); the rest are the first seeds whose JAX float64 reference is finite.
+BUDGET = {"numpy": (5, 6, 7, 8), "cpu": (13, 15), "vulkan": (20, 21), "vulkan+gpu-form": (26, 28)}
 SHAPE_SEEDS = range(0, 300)   # generation only: cheap
 
 
