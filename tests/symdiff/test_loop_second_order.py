@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import symdiff as sd
-from test_fori_loop import NEWTON_C, NEWTON_X0, _rk4, newton_program, newton_with_jax
+from test_fori_loop import NEWTON_C, NEWTON_X0, _rk4, newton_program, newton_with_jax, skip_on_lavapipe
 
 jax.config.update("jax_enable_x64", True)
 
@@ -33,8 +33,7 @@ TY, TP = np.array([0.3, -0.7]), np.array([0.2, 0.1])
 
 
 def _float64_device(device):
-    if device == "vulkan":
-        pytest.skip("float64 sin is wrong on lavapipe (see test_fori_loop's RK4 test)")
+    skip_on_lavapipe(device, "float64 sin is wrong on lavapipe (see test_fori_loop's RK4 test)")
     return device
 
 
