@@ -32,6 +32,13 @@ gathers and scatters).  What is proved here, and nothing more:
   giving the condition for an element to be written (the tracer copies the
   others when a plain write updates part of an array).
 
+* **one element a point** (:func:`one_each`, :func:`covers_once`): distinct
+  points of given ranges write distinct elements (and, for ``covers_once``,
+  every element once): unit shifts, or an index affine in several symbols
+  proved by ``injective_over``.  The kernel planner asks these of every write.
+* **gathers and scatters** (:func:`uses_connectors`): an index that reads a
+  value of the tasklet; nothing else here holds for it.
+
 Anything the analysis cannot read (``floor``, ``Mod``, a connector in the
 index, a coefficient whose sign is unknown) is *not proved*, never assumed:
 every answer errs on the side of "may collide".
@@ -43,9 +50,13 @@ an integer quotient, and must be evaluated as one (a float ``floor`` of
 from __future__ import annotations
 
 import functools
-from typing import Iterable, Mapping, Sequence
+import math
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import sympy
+
+if TYPE_CHECKING:
+    from .graph import Tasklet
 
 Shift = tuple  # (symbol or None, offset)
 
@@ -490,3 +501,45 @@ def exact_integer_division(expr: sympy.Expr) -> sympy.Expr:
             return FLOOR_DIVIDE(num, den)
         return sympy.floor(arg)
     return sympy.sympify(expr).replace(sympy.floor, rewrite)
+
+
+# -- over a tasklet's ranges: what the kernel planner asks ----------------------------------------
+def extent(rng) -> int:
+    return max(0, int(rng[2]) - int(rng[1]))
+
+
+def one_each(index, points, shape) -> bool:
+    """Distinct points of ``points`` (``(symbol, begin, end)`` ranges) write
+    distinct elements of a container of ``shape``: unit shifts
+    (``index_analysis.injective``), or an index affine in several symbols
+    (an elementwise pass run over a first stage's chunks, ``c * L + r``:
+    ``reduce_fusion.chunk_producers``) proved by ``injective_over``."""
+    symbols = [s for s, _, _ in points]
+    return injective(index, symbols) or (_several(index, symbols) and injective_over(index, points, shape))
+
+
+def covers_once(index, points, shape) -> bool:
+    """Every element of a container of ``shape`` is written exactly once by
+    ``points``, each using every symbol: ``index_analysis.injective`` and
+    ``covers``, or for an index affine in several symbols (``one_each``),
+    distinct elements within bounds, as many as the points."""
+    symbols = [s for s, _, _ in points]
+    if injective(index, symbols) and covers(index, points, shape):
+        return True
+    ranges = {s: (b, e) for s, b, e in points}
+    return (_several(index, symbols) and len(index) == len(shape)
+            and math.prod(extent(r) for r in points) == math.prod(int(n) for n in shape)
+            and injective_over(index, points, shape)
+            and all(holds_on_ranges(sympy.Le(0, e), ranges) and holds_on_ranges(sympy.Lt(e, n), ranges)
+                    for e, n in zip(index, shape)))
+
+
+def _several(index, symbols) -> bool:
+    """Some component uses more than one of ``symbols``."""
+    return any(len(sympy.sympify(e).free_symbols & set(symbols)) > 1 for e in index)
+
+
+def uses_connectors(index, tasklet: Tasklet) -> bool:
+    """Whether an index depends on values read by the tasklet (gather/scatter)."""
+    conns = set(tasklet.inputs.values())
+    return any(sympy.sympify(e).free_symbols & conns for e in index)

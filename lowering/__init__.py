@@ -7,7 +7,7 @@
 from .cache import SlangGenerationError
 from .devices import DeviceUnavailable, available_devices
 from .memory import clear_caches, held_bytes, limit as cache_limit, set_limit as set_cache_limit
-from .plan import LoweringError
+from .plan_types import LoweringError
 from .runtime import ArgumentError, DeviceArray, Executable, UnsupportedOnDevice, asarray, compile, planned_buffers
 from .source_view import SlangSource, highlight_html
 

@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from .codegen import KernelEntry, Module
-from .plan import Plan
+from .plan_types import Plan
 
 STORAGE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "bool": np.int32}  # bool: 4-byte words
 

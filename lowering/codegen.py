@@ -18,11 +18,12 @@ from typing import Callable
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
+from symdiff.ir.index_analysis import extent, uses_connectors
 
 from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
 from . import targets
 from .matmul import Tiling, tiling
-from .plan import Kernel, LoweringError, Plan, Step, extent, uses_connectors
+from .plan_types import Kernel, LoweringError, Plan, Step
 from .printer import SLANG_TYPES, SlangPrinter, is_index_valued, prelude, print_flat_index
 from .rowfusion import LoopGroup, RowKernel, reduces
 from .shared_code import SHARED_BY, KernelCode, kernel_code, lift, share

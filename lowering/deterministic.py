@@ -19,10 +19,11 @@ from __future__ import annotations
 import sympy
 
 from symdiff.ir.graph import ACCUMULATION_IDENTITY, FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, index_symbol
-from symdiff.ir.index_analysis import injective, solve_shifts
+from symdiff.ir.index_analysis import injective, solve_shifts, uses_connectors
 from symdiff.ir.rewrite import drop_outputs, needed_reads
 
-from .plan import LoweringError, Plan, parallel_symbols, split_multi_output_tasklets, uses_connectors
+from .plan_types import LoweringError, Plan, parallel_symbols
+from .rewrites import split_multi_output_tasklets
 
 
 def colliding_writes(graph: DataflowGraph, t: Tasklet) -> list[Memlet]:

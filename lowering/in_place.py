@@ -49,11 +49,12 @@ import numpy as np
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet
-from symdiff.ir.index_analysis import Unanalysable, symbols_in, written_elements
+from symdiff.ir.index_analysis import Unanalysable, symbols_in, uses_connectors, written_elements
 
 from . import targets
 from .matmul import tiling
-from .plan import Kernel, Plan, Step, _same_point, uses_connectors
+from .plan_types import Kernel, Plan, Step, same_point
+from .workgroups import layout
 
 # Domains with more points than this are not enumerated: their accesses count
 # as touching every element (safe: such a pair is kept in order or keeps its copy).
@@ -123,7 +124,7 @@ class _Elements:
         """Both touch, at each thread point, that point's own element (same index, injective)."""
         writer = x if x.write else y
         _, injective = self.of(writer.step, writer.memlet, True)
-        return injective and _same_point(x.step, x.memlet, y.step, y.memlet)
+        return injective and same_point(x.step, x.memlet, y.step, y.memlet)
 
 
 def _held(conjunctions: list[tuple], symbols: list, axes: list[np.ndarray], count: int) -> np.ndarray | None:
@@ -278,7 +279,6 @@ def _one_thread_a_point(g: DataflowGraph, kernel: Kernel, target: "targets.Targe
         return False
     if not any(step.loop for step in kernel.steps):
         return True
-    from .workgroups import layout  # built on the plan's types
     return target is not None and tiling(g, kernel, target) is None and layout(g, kernel, target, False) is None
 
 

@@ -15,9 +15,8 @@ import functools
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
-from symdiff.ir.index_analysis import covers, injective, replaced
+from symdiff.ir.index_analysis import covers, injective, replaced, uses_connectors
 
-from .plan import uses_connectors
 
 # Accumulations whose derivatives test an operand for equality with the stored result
 # (the tie mask ``x == max``, a product's zero factors ``x == 0``).

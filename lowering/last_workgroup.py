@@ -32,7 +32,7 @@ from __future__ import annotations
 from symdiff.ir.graph import DataflowGraph
 
 from . import targets
-from .plan import Kernel
+from .plan_types import Kernel
 from .rowfusion import RowKernel
 from .workgroups import ALONG_THE_LOOP, layout
 

@@ -44,16 +44,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
 from . import targets
-
-if TYPE_CHECKING:
-    from .plan import Kernel, Step
+from .plan_types import Kernel, Step
 
 # Outputs per thread along (outer, inner) axis: see the module docstring.
 VECTOR_TILE = (8, 4)

@@ -45,11 +45,12 @@ import math
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
-from symdiff.ir.index_analysis import (affine_coefficients, flat_position, holds_on_ranges, injective,
-                                       injective_over, replaced, solve_shifts)
+from symdiff.ir.index_analysis import (affine_coefficients, extent, flat_position, holds_on_ranges, injective,
+                                       injective_over, replaced, solve_shifts, uses_connectors)
 
 from .inlining import cheap, exact_reads, inline, producer as elementwise_producer, producer_point, varies
-from .plan import extent, first_stage, parallel_symbols, uses_connectors
+from .plan_types import parallel_symbols
+from .rewrites import first_stage
 
 
 def fold_producers(graph: DataflowGraph, recompute_transcendentals: bool = False) -> None:

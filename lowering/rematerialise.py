@@ -40,10 +40,12 @@ from sympy.core.operations import LatticeOp
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.sizes import substitute_sizes
+from symdiff.ir.index_analysis import uses_connectors
 
 from .inlining import RECOMPUTE_OPS, arithmetic, cheap, exact_reads, inline, producer, streamed
 from .matmul import matmul_shape, matvec_shape
-from .plan import Plan, split_tasklet, uses_connectors
+from .plan_types import Plan
+from .rewrites import split_tasklet
 
 # Most operations a reader's body may reach by recomputing producers in it.  A chain of
 # gathers recomputed into gathers grows as the product of their reads: ludcmp's reverse

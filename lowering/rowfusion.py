@@ -49,11 +49,12 @@ from dataclasses import dataclass, field
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet
-from symdiff.ir.index_analysis import injective
+from symdiff.ir.index_analysis import covers_once, extent, injective, uses_connectors
 
 from . import targets
 from .matmul import matmul_shape
-from .plan import Kernel, Read, Step, covers_once, extent, first_stage, uses_connectors
+from .plan_types import Kernel, Read, Step
+from .rewrites import first_stage
 
 # Longest row of a plan made for no particular target: a thread's (module docstring).
 MAX_ROW = targets.ROW_OF_A_THREAD

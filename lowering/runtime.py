@@ -36,7 +36,8 @@ from .bounds_check import FLAG, FLAG_WORDS, raise_violation
 from .buffer_plan import STORAGE, BufferPlan, buffer_bytes, plan_buffers
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
 from .deterministic import check_atomic_free, owner_computes
-from .plan import LoweringError, Plan, plan
+from .plan import plan
+from .plan_types import LoweringError, Plan
 from .printer import is_exact_in_double
 from .slang import spy
 from .source_view import SlangSource

@@ -29,10 +29,10 @@ import networkx
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
+from symdiff.ir.index_analysis import uses_connectors
 
 from .inlining import fresh_connector
 from .matmul import matmul_shape, matvec_shape
-from .plan import uses_connectors
 
 
 # Most values one merged tasklet sums: on the CPU device each keeps 8 double accumulators

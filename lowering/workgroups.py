@@ -38,9 +38,10 @@ from dataclasses import dataclass
 import sympy
 
 from symdiff.ir.graph import DataflowGraph
+from symdiff.ir.index_analysis import extent
 
 from . import targets
-from .plan import Kernel, Step, extent
+from .plan_types import Kernel, Step
 from .rowfusion import RowKernel
 from .threads import GROUP_SIZE
 

@@ -15,7 +15,8 @@ import pytest
 
 import symdiff as sd
 from corpus import Case, assert_matches_jax, build_program
-from symdiff.lowering.plan import LoweringError, check_order, plan
+from symdiff.lowering.plan import check_order, plan
+from symdiff.lowering.plan_types import LoweringError
 
 
 def _outer_add(xp, a, u, v):

@@ -4,7 +4,8 @@ import numpy as np
 import sympy
 
 from symdiff import ir
-from symdiff.lowering.plan import SPLIT_REDUCTION_MIN, plan
+from symdiff.lowering.plan import plan
+from symdiff.lowering.rewrites import SPLIT_REDUCTION_MIN
 from lowering_graphs import CORPUS, G, chain, histogram, i, j, partial_update, reduction
 from symdiff.backward import add_backward_pass
 

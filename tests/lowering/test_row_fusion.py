@@ -99,7 +99,7 @@ def test_a_column_read_stops_a_row_kernel(device):
         ("z", (i, j)))
     b.t("flip", [(i, 0, n), (j, 0, n)], 2 * b.s("z", "z"), {"z": ("z", (j, i))}, ("out", (i, j)))
     p = plan(b.g, {})
-    assert [type(k) for k in p.kernels] == [RowKernel, lowering.plan.Kernel]
+    assert [type(k) for k in p.kernels] == [RowKernel, lowering.plan_types.Kernel]
     x = rng(5).standard_normal((n, n)).astype(np.float32)
     np.testing.assert_allclose(lowering.compile(b.g, device=device)({"x": x})["out"],
                                ir.run(b.g, {"x": x})["out"], rtol=1e-6)

@@ -27,7 +27,9 @@ import symdiff as sd
 from symdiff.ir.graph import DataflowGraph
 from symdiff.lowering import devices, targets
 from symdiff.lowering.codegen import buffer_name, generate
-from symdiff.lowering.plan import LoweringError, Plan, plan, uses_connectors
+from symdiff.ir.index_analysis import uses_connectors
+from symdiff.lowering.plan import plan
+from symdiff.lowering.plan_types import LoweringError, Plan
 from lowering_graphs import G, chain, histogram, i, strided_sum
 from test_cpu_program_entry import fills_between_kernels
 
