@@ -30,7 +30,7 @@ FLOOR32 = 2e-5      # relative to the quantity's magnitude (max |ref|, at least 
 # lavapipe's float32 asin/acos/log1p/expm1/sinh/asinh... are 1e-4-accurate (the Vulkan spec allows it;
 # /work/findings/bugs.md "lavapipe ... transcendentals"): a wider floor there, still far below a wrong gradient
 FLOOR32_DEVICE = {"vulkan": 1e-3}
-RTOL64 = 1e-6       # numpy device (float64) against JAX float64
+RTOL64 = 1e-9       # numpy device (float64) against JAX float64: rounding is ~1e-16, so more is a wrong formula
 # "vulkan+gpu-form": lavapipe running the code a hardware GPU gets (workgroup
 # reductions, recomputed transcendentals: lowering.targets), which lavapipe's own
 # target does not choose for speed; so campaigns here check the GPU kernels' logic.
