@@ -15,7 +15,7 @@ import re
 import threading
 import time
 
-from . import compiler_cache, devices, disk_cache, targets
+from . import backends, compiler_cache, devices, disk_cache, targets
 from .printer import prelude
 from .slang import spy
 
@@ -63,7 +63,7 @@ def optimization(device_kind: str, source: str, work: int) -> str:
     -O0 in 0.69 s and ran 3.85 ms a call, at -O3 0.74 s and 0.17 ms (layer
     norm 256x128: 0.46 s and 3.6 ms, 0.58 s and 0.37 ms).  Only the CPU
     device: lavapipe compiles SPIR-V itself."""
-    if device_kind != "cpu":
+    if not backends.of(device_kind).native_binaries:
         return "maximal"
     helpers = prelude(targets.CPU)
     own = len(source) - (len(helpers) if helpers in source else 0)
@@ -157,7 +157,7 @@ def _binaries_cached(device_kind: str) -> contextlib.AbstractContextManager:
     """On the CPU device, g++ goes through ``compiler_cache``'s wrapper: it adds
     the target's flags (``targets.compiler_args``) and, unless the disk cache is
     off, keeps the libraries on disk."""
-    if device_kind != "cpu":
+    if not backends.of(device_kind).native_binaries:
         return contextlib.nullcontext()
     store = devices.cache_dir() / "cpu-binaries" if devices.disk_cache_enabled() else None
     return compiler_cache.active(store, targets.compiler_args(targets.CPU))

@@ -39,7 +39,7 @@ import numpy as np
 
 from symdiff.ir.graph import DTYPES
 
-from . import devices
+from . import backends, devices
 from .slang import spy
 
 CPU = (1, 0)  # (kDLCPU, device id): where every export lives
@@ -114,7 +114,8 @@ def _probe(device: spy.Device) -> bool:
 def in_host_memory(kind: str) -> bool:
     """Whether arrays of device kind ``kind`` live in host memory, so that
     their DLPack export is a view (``host_addressable``)."""
-    return kind != "numpy" and host_addressable(devices.get_device(kind))
+    backend = backends.of(kind)
+    return not backend.interprets and host_addressable(backend.device())
 
 
 def host_view(array: Any) -> np.ndarray | None:

@@ -31,7 +31,7 @@ import numpy as np
 from symdiff import ir
 from symdiff.ir.graph import DTYPES, DataflowGraph
 
-from . import cache, devices, disk_cache, dlpack, memory, targets
+from . import backends, cache, devices, disk_cache, dlpack, memory
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation
 from .buffer_plan import STORAGE, BufferPlan, buffer_bytes, plan_buffers
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
@@ -44,10 +44,6 @@ from .source_view import SlangSource
 from .threads import cpu_workers
 
 
-def _usage() -> "spy.BufferUsage":
-    """Every buffer's usage flags (a function: slangpy is imported on first use, ``lowering.slang``)."""
-    return (spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access
-            | spy.BufferUsage.copy_source | spy.BufferUsage.copy_destination)
 
 
 
@@ -78,8 +74,8 @@ def host_argument(name: str, value, dtype: str) -> np.ndarray:
     return host.astype(DTYPES[dtype], copy=False)
 
 
-def _new_buffer(device: spy.Device, dtype: str, count: int, data: np.ndarray | None = None) -> spy.Buffer:
-    buffer = device.create_buffer(size=buffer_bytes(dtype, count), usage=_usage())
+def _new_buffer(backend: backends.Backend, dtype: str, count: int, data: np.ndarray | None = None) -> spy.Buffer:
+    buffer = backend.new_buffer(buffer_bytes(dtype, count))
     if data is not None and data.size:
         dlpack.upload(buffer, np.ascontiguousarray(data, dtype=STORAGE[dtype]))
     return buffer
@@ -167,8 +163,9 @@ def asarray(array, device: str | None = None, dtype: str | None = None) -> Devic
     device, a non-contiguous layout, a dtype conversion) a
     ``lowering.dlpack.CopyWarning`` says so."""
     kind = devices.resolve(device)
-    if kind == "numpy":
-        raise ValueError("the numpy device keeps arrays in host memory: pass numpy arrays instead")
+    backend = backends.of(kind)
+    if backend.interprets:
+        raise ValueError(f"the {kind} device keeps arrays in host memory: pass numpy arrays instead")
     if isinstance(array, DeviceArray) and array.device == kind and (dtype is None or dtype == array.dtype):
         return array
     host = dlpack.host_array(array)  # a DLPack producer's host memory, read in place by the upload
@@ -176,7 +173,7 @@ def asarray(array, device: str | None = None, dtype: str | None = None) -> Devic
     if name == "int32":
         host = host_argument("array", host, "int32")  # int64 indices: range-checked, never wrapped
     host = dlpack.staged(array, host, STORAGE[name])
-    buffer = _new_buffer(devices.get_device(kind), name, host.size, host)
+    buffer = _new_buffer(backend, name, host.size, host)
     return DeviceArray(buffer, host.shape, name, kind)
 
 
@@ -254,6 +251,7 @@ class Executable:
         self.source_graph = source or graph  # the caller's graph, before rewrites: errors are told in its terms
         self.deterministic = deterministic
         self.device = device
+        self.backend = backends.of(device)
         self.sizes = dict(sizes or {})
         self._instances: dict[tuple, _Instance] = {}
         self._bound: dict[tuple, dict[str, int]] = {}  # argument shapes and sizes -> bound sizes
@@ -265,7 +263,7 @@ class Executable:
         # One call at a time: instances (their buffers) are reused by every call.
         self._lock = threading.RLock()
         self._results_in_host_memory = dlpack.in_host_memory(device)
-        if device != "numpy" and not (graph.size_symbols() - {ir.size_symbol(k) for k in self.sizes}):
+        if not self.backend.interprets and not (graph.size_symbols() - {ir.size_symbol(k) for k in self.sizes}):
             self._instance(dict(self.sizes))
 
     @property
@@ -302,7 +300,7 @@ class Executable:
         if inst is None:
             start = time.perf_counter()
             before = cache.stats["compiles"]
-            target = devices.target(self.device)  # lavapipe: its own maths helpers
+            target = self.backend.target()  # lavapipe: its own maths helpers
             def lower() -> tuple[Plan, Module]:
                 p = plan(self.graph, sizes, target)
                 if self.deterministic:
@@ -311,7 +309,7 @@ class Executable:
             # another process may have planned this graph already (lowering.disk_cache)
             p, module = disk_cache.cached("lowered", (disk_cache.graph_key(self.graph), repr(sorted(sizes.items())),
                                                       repr(target), repr(self.deterministic)), lower)
-            dev = devices.get_device(self.device)
+            dev = self.backend.device()
             entries = module.entry_points(target.sequential)
             work = None if self.repeated else sum(max(k.work, k.threads) for k in module.kernels)
             level = cache.level_for(self.device, module.source, work)
@@ -320,14 +318,14 @@ class Executable:
             shapes = {a: g.containers[g.node(a).container].shape for a in p.stored}
             latest = {r: p.buffer_of(g.latest(r)) for r in g.results}  # its buffer's version
             bplan, launches = plan_buffers(p, module, target.sequential)
-            slots = [dev.create_buffer(size=n, usage=_usage()) for n in bplan.slot_bytes]
-            buffers = {a: dev.create_buffer(size=n, usage=_usage()) for a, n in bplan.own_bytes.items()}
+            slots = [self.backend.new_buffer(n) for n in bplan.slot_bytes]
+            buffers = {a: self.backend.new_buffer(n) for a, n in bplan.own_bytes.items()}
             buffers.update({a: slots[s] for a, s in bplan.slot_of.items()})
             enc = dev.create_command_encoder()
             for buffer in {id(b): b for b in buffers.values()}.values():
                 enc.clear_buffer(buffer)  # versions nobody writes read as zeros
             if module.checks:  # the kernels guard data-dependent indices (lowering.bounds_check)
-                buffers[FLAG] = _new_buffer(dev, "int32", FLAG_WORDS)
+                buffers[FLAG] = _new_buffer(self.backend, "int32", FLAG_WORDS)
             dev.submit_command_buffer(enc.finish())
             self._stats["buffers_allocated"] += len(slots) + len(bplan.own_bytes) + (FLAG in buffers)
             self._stats["compiles"] += cache.stats["compiles"] - before
@@ -391,8 +389,8 @@ class Executable:
             return
         start = time.perf_counter()
         before = cache.stats["compiles"]
-        entries = inst.module.entry_points(devices.target(self.device).sequential)
-        faster = cache.kernels(self.device, devices.get_device(self.device), inst.module.source, entries, at="maximal")
+        entries = inst.module.entry_points(self.backend.target().sequential)
+        faster = cache.kernels(self.device, self.backend.device(), inst.module.source, entries, at="maximal")
         entry_of = {id(k): e for e, k in inst.kernels.items()}
         inst.kernels = faster
         inst.dispatches = {name: replace(d, kernel=faster[entry_of[id(d.kernel)]]) for name, d in inst.dispatches.items()}
@@ -405,9 +403,9 @@ class Executable:
     def _call(self, inputs: Mapping[str, np.ndarray | DeviceArray], sizes: Mapping[str, int] | None,
               return_device_arrays: bool, check_bounds: bool) -> dict[str, np.ndarray | DeviceArray]:
         self._stats["calls"] += 1
-        if self.device == "numpy":
+        if self.backend.interprets:
             if return_device_arrays:
-                raise ValueError("the numpy device has no device arrays")
+                raise ValueError(f"the {self.device} device has no device arrays")
             host = {k: host_argument(k, v, self.graph.containers[k].dtype) if k in self.graph.containers
                     else np.asarray(v) for k, v in inputs.items()}
             bound = {**self.sizes, **(sizes or {})}
@@ -420,10 +418,10 @@ class Executable:
         if missing:
             raise ir.GraphError(f"missing arguments {missing} (graph {self.graph.name!r} takes {self.graph.arguments})")
         inst = self._instance(self._bind_sizes(inputs, sizes))
-        dev = devices.get_device(self.device)
+        dev = self.backend.device()
         g = inst.plan.graph
-        to_clear = self._replace_handed(inst, dev)
-        bindings, moved = self._bind_arguments(inst, inputs, dev, dlpack.upload)
+        to_clear = self._replace_handed(inst)
+        bindings, moved = self._bind_arguments(inst, inputs, dlpack.upload)
         enc = dev.create_command_encoder()
         for buffer in to_clear:
             enc.clear_buffer(buffer)
@@ -435,7 +433,7 @@ class Executable:
                 if access in inst.buffers:
                     results[r] = self._hand_over(inst, access, dtype)
                     continue
-                copy = _new_buffer(dev, dtype, math.prod(inst.shapes[access]))  # an argument returned as is
+                copy = _new_buffer(self.backend, dtype, math.prod(inst.shapes[access]))  # an argument returned as is
                 enc.copy_buffer(copy, 0, bindings[access], 0, copy.size)
                 results[r] = DeviceArray(copy, inst.shapes[access], dtype, self.device)
         read = [] if return_device_arrays else list(inst.latest.items())
@@ -509,13 +507,13 @@ class Executable:
         return DeviceArray.pooled_in(self._spares.setdefault(buffer.size, []), buffer, inst.shapes[access], dtype,
                                      self.device)
 
-    def _replace_handed(self, inst: _Instance, dev: spy.Device) -> list[spy.Buffer]:
+    def _replace_handed(self, inst: _Instance) -> list[spy.Buffer]:
         """Bind a spare buffer (one a caller has dropped, else a new one) to
         every version handed over by an earlier call; returns those this call
         must clear first (versions that not every call fills or overwrites)."""
         to_clear = []
         for access in inst.handed:
-            spare = self._spare(dev, inst.buffers[access].size)
+            spare = self._spare(inst.buffers[access].size)
             if access not in inst.plan.overwritten and access not in inst.plan.fills:
                 to_clear.append(spare)
             inst.buffers[access] = spare
@@ -536,7 +534,7 @@ class Executable:
                     buffers: dict[str, spy.Buffer], handed: set[str]) -> dict[str, _Dispatch]:
         """Each kernel's launch, its buffers bound once, but for arguments and
         the ``handed`` result versions, which are bound per call."""
-        if targets.of(self.device).sequential:  # one entry point runs the whole program there
+        if self.backend.target().sequential:  # one entry point runs the whole program there
             launches = {PROGRAM: (kernels[PROGRAM], [1, 1, 1], module.buffers, {})}
         else:
             launches = {e.name: (kernels[f"{e.function}_main"], e.thread_count, e.buffers, e.constants)
@@ -553,7 +551,7 @@ class Executable:
         with the worker threads its kernels may use (``lowering.threads``),
         elsewhere one per kernel.  bench.profile times kernels alone by cutting
         that list."""
-        if not targets.of(self.device).sequential:
+        if not self.backend.target().sequential:
             return [(inst.dispatches[run[0].name], {}) for run in inst.launches]
         workers = cpu_workers()  # read per call: $SYMDIFF_CPU_THREADS may change between calls
         return [(inst.dispatches[PROGRAM], {"first": run[0].index, "last": run[-1].index + 1, "workers": workers})
@@ -563,20 +561,20 @@ class Executable:
         """Whether ``record`` runs this executable's calls for ``sizes``: not on the numpy
         device, and not where the kernels check data-dependent indices and ``check_bounds``
         wants the check read after each call (``record`` reads nothing)."""
-        if self.device == "numpy":
+        if self.backend.interprets:
             return False
         with self._lock:
             return not (check_bounds and self._instance({**self.sizes, **(sizes or {})}).module.checks)
 
-    def _spare(self, dev: spy.Device, size: int) -> spy.Buffer:
+    def _spare(self, size: int) -> spy.Buffer:
         """A buffer of ``size`` bytes from this executable's spares, or a new one."""
         spares = self._spares.setdefault(size, [])
         if spares:
             return spares.pop()
         self._stats["buffers_allocated"] += 1
-        return dev.create_buffer(size=size, usage=_usage())
+        return self.backend.new_buffer(size)
 
-    def _bind_arguments(self, inst: _Instance, inputs: Mapping[str, np.ndarray | DeviceArray], dev: spy.Device,
+    def _bind_arguments(self, inst: _Instance, inputs: Mapping[str, np.ndarray | DeviceArray],
                         upload: Callable[[spy.Buffer, np.ndarray], object]) -> tuple[dict[str, spy.Buffer], int]:
         """The buffers of one call's launches (the instance's own, and each stored
         argument's) and the bytes uploaded: a ``DeviceArray`` argument binds its own
@@ -599,7 +597,7 @@ class Executable:
                 continue
             host = np.ascontiguousarray(host_argument(name, value, dtype), dtype=STORAGE[dtype])
             if access not in inst.buffers:
-                inst.buffers[access] = _new_buffer(dev, dtype, host.size)
+                inst.buffers[access] = _new_buffer(self.backend, dtype, host.size)
                 self._stats["buffers_allocated"] += 1
             bindings[access] = inst.buffers[access]
             if host.size:
@@ -634,16 +632,15 @@ class Executable:
             self._stats["calls"] += 1
             inst = self._instance({**self.sizes, **(sizes or {})})
             g = inst.plan.graph
-            dev = devices.get_device(self.device)
             bindings, _ = self._bind_arguments(
-                inst, inputs, dev, lambda buffer, host: enc.upload_buffer_data(buffer, 0, host.reshape(-1)))
+                inst, inputs, lambda buffer, host: enc.upload_buffer_data(buffer, 0, host.reshape(-1)))
             results = {}
             for r, access in inst.latest.items():
                 if access not in inst.buffers:  # an argument returned as is
                     results[r] = inputs[g.node(access).container]
                     continue
                 size = inst.buffers[access].size
-                buffer = self._spare(dev, size)
+                buffer = self._spare(size)
                 spares = self._spares[size]
                 if access not in inst.plan.overwritten and access not in inst.plan.fills:
                     enc.clear_buffer(buffer)
@@ -691,7 +688,7 @@ class Executable:
             if key not in inst.bound:
                 if len(inst.bound) >= RECORDED_BINDINGS:
                     inst.bound.clear()
-                root = devices.get_device(self.device).create_root_shader_object(d.kernel.program)
+                root = self.backend.device().create_root_shader_object(d.kernel.program)
                 entry = spy.ShaderCursor(root).find_entry_point(0)
                 for name, value in {**uniforms, **d.params, **per_call}.items():
                     entry[name] = value
@@ -718,10 +715,10 @@ def planned_buffers(graph: DataflowGraph, device: str | None, sizes: Mapping[str
     """The buffers a call binding ``sizes`` would allocate on ``device``
     (``lowering.buffer_plan``), planned without compiling or allocating:
     what ``symdiff.memory_budget`` weighs its choices by."""
-    kind = devices.resolve(device)
-    if kind == "numpy":
-        raise ValueError("the numpy device runs the IR interpreter: it plans no buffers")
-    target = devices.target(kind)
+    backend = backends.of(devices.resolve(device))
+    if backend.interprets:
+        raise ValueError(f"the {backend.name} device runs the IR interpreter: it plans no buffers")
+    target = backend.target()
     p = plan(graph, dict(sizes), target)
     return plan_buffers(p, generate(p, target), target.sequential)[0]
 
@@ -751,7 +748,7 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     graph.validate()  # a hand-built graph may break the IR's rules (e.g. colliding plain writes): refuse it here
     requested = devices.requested(device)
     kind = devices.resolve(device)
-    if kind != "numpy" and not devices.target(kind).float64_transcendentals:
+    if not backends.of(kind).computes_float64_transcendentals():
         bad = unsafe_double_tasklets(graph)
         if bad and requested == "auto":
             kind = "cpu"
@@ -759,6 +756,6 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
             raise UnsupportedOnDevice(
                 "lavapipe (software Vulkan) computes double-precision exp/sin/log/pow/tanh wrongly; "
                 f"tasklets {', '.join(bad)} use them on float64 data. Use device='cpu', or float32.")
-    if deterministic and kind != "numpy":  # the interpreter's scatters are deterministic already
+    if deterministic and not backends.of(kind).interprets:  # the interpreter's scatters are deterministic already
         return Executable(owner_computes(graph), kind, sizes, deterministic, source=graph, repeated=repeated)
     return Executable(graph, kind, sizes, deterministic, repeated=repeated)

@@ -39,7 +39,7 @@ import numpy as np
 
 from symdiff import ir
 from symdiff import lowering
-from symdiff.lowering import devices, dlpack, runtime
+from symdiff.lowering import backends, dlpack, runtime
 from symdiff.lowering.buffer_plan import STORAGE, buffer_bytes
 
 from . import backward, forward
@@ -193,7 +193,8 @@ class _Calls:
                  pool: dict[int, list], dtypes: Sequence[str]):
         self.check_bounds, self.on_device = check_bounds, on_device
         self.kind = device
-        self.device = devices.get_device(device) if device else None
+        self.backend = backends.of(device) if device else None
+        self.device = self.backend.device() if device else None
         self.pool, self.dtypes = pool, dtypes
         self.enc, self.recorded = None, 0
         self._fixed: dict[int, lowering.DeviceArray] = {}  # state element -> its fixed buffer (fixed)
@@ -222,7 +223,7 @@ class _Calls:
         nbytes = buffer_bytes(dtype, math.prod(shape))
         if into is None:
             free = self.pool.setdefault(nbytes, [])
-            buffer = free.pop() if free else self.device.create_buffer(size=nbytes, usage=runtime._usage())
+            buffer = free.pop() if free else self.backend.new_buffer(nbytes)
             into = lowering.DeviceArray.pooled_in(free, buffer, shape, dtype, self.kind)
         if isinstance(value, lowering.DeviceArray):
             self._encoder().copy_buffer(into.buffer, 0, value.buffer, 0, nbytes)
@@ -271,7 +272,7 @@ class _LoopRunner:
         self.cond_sizes = size_names(loop.cond) if loop.cond else frozenset()
         self.floats = [k for k, d in enumerate(loop.dtypes) if d in ir.FLOAT_DTYPES]
         # the state stays on the device between iterations (not for a body holding loops itself)
-        self.on_device = device != "numpy" and isinstance(self.body, lowering.Executable)
+        self.on_device = not backends.of(device).interprets and isinstance(self.body, lowering.Executable)
         self._vjp = None
         self.state_memory: int | None = None  # bytes for stored states (LoopProgram sets it under a memory_budget)
         self.last: Schedule | None = None     # the latest reversed run's schedule (explain)

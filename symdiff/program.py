@@ -171,7 +171,7 @@ class DifferentiableProgram:
         the module in its own order (``export_slang`` writes a standalone one)."""
         graph = self.graph if forward_only else self.backward_graph(wrt)
         exe = self._executable(graph, device)
-        if exe.device == "numpy":
+        if lowering.backends.of(exe.device).interprets:
             raise ProgramError("device 'numpy' runs the IR interpreter and generates no Slang; "
                                "pass device='cpu' or 'vulkan'")
         if exe.source is None:
@@ -240,7 +240,7 @@ class DifferentiableProgram:
         exe = self._executable(graph, device)
         # a program with sd.fori_loop runs as several executables: no one kernel plan to show
         kernels = exe.kernels() if hasattr(exe, "kernels") else {}
-        source = getattr(exe, "source", None) if exe.device != "numpy" else None
+        source = None if lowering.backends.of(exe.device).interprets else getattr(exe, "source", None)
         slang = tasklet_lines(source) if source is not None else {}
         details: dict[str, list[tuple[str, str]]] = {}
         for t in graph.tasklets():
@@ -335,7 +335,7 @@ class DifferentiableProgram:
         if budget is None:
             return self._backward_graph(specs, wrt, accumulate), None
         kind = lowering.devices.resolve(requested_device(device or self.device))
-        if kind == "numpy":
+        if lowering.backends.of(kind).interprets:
             raise ProgramError("memory_budget plans the buffers of the Slang devices; the numpy device "
                                "interprets the graph without them: pass device='cpu' (or a GPU device)")
         sizes = ir.bind_sizes(forward, inputs)
