@@ -221,7 +221,7 @@ def _jax32_error(j32: np.ndarray, ref: np.ndarray) -> float:
     and float64 did not, JAX gives no unit for the bound, and the floor stands: the
     tolerance is never infinite, so symdiff must match float64 there too."""
     finite = np.isfinite(j32) & np.isfinite(ref)
-    return _max_abs((j32 - ref)[finite])
+    return _max_abs(j32[finite] - ref[finite])
 
 
 def compare(got: dict, ref64: dict, ref32: dict | None, floor32: float = FLOOR32) -> tuple[bool, dict]:
