@@ -7,10 +7,11 @@ Modules, one job each: ``traced_array`` (the array/view model), ``emit``
 ``reshuffle`` (roll, flip, pad, tile... as index maps), ``stacking`` (the *stacks),
 ``contraction`` (the one product tasklet), ``einsum`` (and tensordot, inner, vdot, multi_dot), ``products``
 (kron, cross), ``norms`` (np.linalg norms without decompositions),
-``maps`` (sd.map), ``trace`` (entry point, results, cache), ``errors``.
+``masks`` (x[mask] as where), ``nanreductions``, ``statistics`` (average, cov, corrcoef), ``argextrema``
+(argmax/argmin), ``maps`` (sd.map), ``trace`` (entry point, results, cache), ``errors``.
 """
 from . import (creation, elementwise, indexing, indirect, linalg, reductions, reshuffle,  # noqa: F401 (register the ops)
-               einsum, grids, norms, numeric, products, stacking)
+               einsum, grids, norms, numeric, products, stacking, argextrema, nanreductions, statistics)
 from .errors import (MissingSpecError, ScalarConversionError, ShapeMismatchError, TracedBranchError, TraceError,
                      TraceIndexError, UnsupportedAttributeError, UnsupportedOperationError, UntracedWriteError)
 from .maps import map  # noqa: A004

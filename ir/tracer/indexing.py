@@ -14,6 +14,8 @@ from .emit import (as_arith, as_bool, broadcast_index, broadcast_shapes, domain_
 from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError
 from .indirect import getitem_indirect, is_index_array
 from .maps import MapValue, as_map_operand, map_read, map_write
+from .masks import HINT as MASK_HINT
+from .masks import is_mask, select, store
 from .reductions import normalize_axes, ordered_axes
 from .traced_array import TracedArray, placeholders
 
@@ -57,9 +59,11 @@ def _int_index(op: str, i, extent: sympy.Expr, axis: int) -> sympy.Expr:
 def _slice(op: str, s: slice, extent: sympy.Expr):
     """``(start, step, length)`` of a basic slice; symbolic extents are not clamped."""
     if any(isinstance(b, (TracedArray, MapValue)) for b in (s.start, s.stop, s.step)):
-        raise UnsupportedOperationError(op, "slice bounds must be Python ints or size symbols; a "
-                                        "data-dependent range (a bound read from an array) is not traceable: "
-                                        "use an index array (np.take / np.add.at) or np.where with a mask")
+        raise UnsupportedOperationError(op, "slice bounds must be Python ints or size symbols; x[lo:hi] with a "
+                                        "bound read from an array has a data-dependent shape, which cannot be "
+                                        "traced; keep the full shape and mask it: i = np.arange(n); "
+                                        "np.where((i >= lo) & (i < hi), x, 0), or reduce with "
+                                        "np.sum(x, where=(i >= lo) & (i < hi))")
     step = 1 if s.step is None else s.step
     if not isinstance(step, (int, np.integer)) or step == 0:
         raise UnsupportedOperationError(op, f"slice step {s.step!r}: steps must be non-zero integers")
@@ -82,9 +86,24 @@ def _slice(op: str, s: slice, extent: sympy.Expr):
     return start, step, sympy.expand(length)
 
 
+def _mask_key(op: str, key):
+    """The boolean mask of ``x[mask]`` / ``x[mask, ...]`` (None for other keys);
+    a mask combined with other indices is refused with the where form."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    masks = [k for k, item in enumerate(items) if is_mask(item)]
+    if not masks:
+        return None
+    if masks != [0] or any(item is not Ellipsis for item in items[1:]):
+        raise UnsupportedOperationError(op, "a boolean mask combined with other indices; " + MASK_HINT)
+    return items[0]
+
+
 @implements("getitem")
 def getitem(arr: TracedArray, key):
     op = "getitem"
+    mask = _mask_key(op, key)
+    if mask is not None:
+        return select(op, arr, mask)
     items = _expand_key(op, key, arr.ndim)
     if any(isinstance(item, MapValue) for item in items):
         if any(item is None or isinstance(item, slice) for item in items):
@@ -122,6 +141,10 @@ def _scalar_key(op: str, arr: TracedArray, items) -> tuple:
 @implements("setitem")
 def setitem(arr: TracedArray, key, value) -> None:
     op = "setitem"
+    mask = _mask_key(op, key)
+    if mask is not None:
+        store(arr, mask, value)
+        return
     items = _expand_key(op, key, arr.ndim)
     if any(is_index_array(item) for item in items):
         raise UnsupportedOperationError(op, "storing through an index array is not traceable (repeated indices "

@@ -19,6 +19,8 @@ from .elementwise import result_dtype
 from .emit import broadcast_index, domain_symbols, read, scalar_expr, write
 from .errors import MissingSpecError, TraceError, UnsupportedOperationError, return_location
 from .maps import MapValue
+from .masks import HINT as MASK_HINT
+from .masks import Selection
 from .traced_array import TracedArray
 
 _cache: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
@@ -170,6 +172,8 @@ def _result(tr: context.Trace, name: str, v, where: str | None) -> None:
         detail = "the program returned None (is a `return` statement missing?)"
     elif isinstance(v, dict):
         detail = "a dict cannot be returned; return a tuple of arrays (or several values: `return a, b`)"
+    elif isinstance(v, Selection):
+        raise UnsupportedOperationError("return", f"returning x[mask]: {MASK_HINT}", where)
     else:
         detail = (f"a {type(v).__name__} cannot be returned (numpy arrays made before tracing are not traced)")
     raise UnsupportedOperationError("return", f"{detail}; a traced program returns traced arrays, numbers, "

@@ -223,18 +223,17 @@ class TracedArray(Operators):
     def __ixor__(self, o): return self._inplace(np.bitwise_xor, o)
 
     # -- methods ------------------------------------------------------------------------
-    def sum(self, axis=None, dtype=None, keepdims=False):
-        return np.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    # numpy's array methods take the functions' keywords (where=, initial=) too
+    def sum(self, axis=None, dtype=None, out=None, **kw): return np.sum(self, axis, dtype, out, **kw)
+    def mean(self, axis=None, dtype=None, out=None, **kw): return np.mean(self, axis, dtype, out, **kw)
+    def any(self, axis=None, out=None, **kw): return np.any(self, axis, out, **kw)
+    def all(self, axis=None, out=None, **kw): return np.all(self, axis, out, **kw)
+    def max(self, axis=None, out=None, **kw): return np.max(self, axis, out, **kw)
+    def min(self, axis=None, out=None, **kw): return np.min(self, axis, out, **kw)
+    def prod(self, axis=None, dtype=None, out=None, **kw): return np.prod(self, axis, dtype, out, **kw)
 
-    def mean(self, axis=None, dtype=None, keepdims=False):
-        return np.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
-
-    def any(self, axis=None, keepdims=False): return np.any(self, axis=axis, keepdims=keepdims)
-    def all(self, axis=None, keepdims=False): return np.all(self, axis=axis, keepdims=keepdims)
-    def max(self, axis=None, keepdims=False): return np.max(self, axis=axis, keepdims=keepdims)
-    def min(self, axis=None, keepdims=False): return np.min(self, axis=axis, keepdims=keepdims)
-    def prod(self, axis=None, dtype=None, keepdims=False):
-        return np.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def argmax(self, axis=None, out=None, *, keepdims=False): return np.argmax(self, axis, out, keepdims=keepdims)
+    def argmin(self, axis=None, out=None, *, keepdims=False): return np.argmin(self, axis, out, keepdims=keepdims)
 
     def dot(self, other): return np.dot(self, other)
     def transpose(self, *axes): return np.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
@@ -247,11 +246,8 @@ class TracedArray(Operators):
     def copy(self): return np.copy(self)
     def astype(self, dtype): return FUNCTIONS["astype"](self, dtype)
 
-    def var(self, axis=None, dtype=None, ddof=0, keepdims=False):
-        return np.var(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-
-    def std(self, axis=None, dtype=None, ddof=0, keepdims=False):
-        return np.std(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    def var(self, axis=None, dtype=None, out=None, ddof=0, **kw): return np.var(self, axis, dtype, out, ddof, **kw)
+    def std(self, axis=None, dtype=None, out=None, ddof=0, **kw): return np.std(self, axis, dtype, out, ddof, **kw)
 
     def __getattr__(self, name: str):
         """Only reached for attributes the class lacks: numpy's other array

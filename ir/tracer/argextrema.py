@@ -1,0 +1,66 @@
+"""argmax / argmin as two tasklets: the max (min) reduction, then a min
+reduction over the positions whose element equals it.
+
+The second tasklet reads the same container the first reduced, so the
+equality compares the very values the maximum came from (no recomputation in
+another precision).  A NaN counts as equal (numpy returns the first NaN, and
+the maximum is NaN then); of equal elements the smallest index wins, numpy's
+first-index rule.  The result is int32: it has no gradient and serves as an
+index (``x[np.argmax(s)]``, ``np.take_along_axis``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from .dispatch import implements
+from .emit import domain_symbols, new_array, read, write
+from .errors import UnsupportedOperationError
+from .numeric import isnan
+from .reductions import normalize_axes, reduce
+from .traced_array import TracedArray
+from ..scalar_functions import compare
+
+
+def arg_extremum(op: str, a, axis, keepdims: bool, accumulate: str) -> TracedArray:
+    """The first position of the max (``accumulate="max"``) or min along ``axis``
+    (None: of the flattened array, as numpy)."""
+    if not isinstance(a, TracedArray):
+        raise UnsupportedOperationError(f"numpy.{op}", "needs a traced array (not a value inside an sd.map body)")
+    if a.size == 0:
+        raise UnsupportedOperationError(f"numpy.{op}", "attempt to get argmax of an empty sequence (numpy "
+                                        "raises here too)")
+    shape = a.sym_shape
+    flat = axis is None
+    if flat:
+        a, axis = np.reshape(a, -1), 0
+    (axis,) = normalize_axes(f"numpy.{op}", axis, a.ndim)
+    best = reduce(op.removeprefix("arg"), a, axis, True, accumulate)
+    syms = domain_symbols(a.ndim)
+    out_shape = tuple(d for k, d in enumerate(a.sym_shape) if k != axis)
+    out = new_array(a.trace, out_shape, "int32", op)
+    reads = {}
+    x = read(a, syms, "x", reads)
+    m = read(best, tuple(0 if k == axis else s for k, s in enumerate(syms)), "m", reads)
+    hit = sympy.Or(compare(sympy.Eq, x, m), isnan(x)) if a.dtype_name.startswith("float") else \
+        compare(sympy.Eq, x, m)
+    body = sympy.Piecewise((syms[axis], hit), (a.sym_shape[axis], True))
+    write(op, out, tuple(s for k, s in enumerate(syms) if k != axis),
+          tuple((s, 0, d) for s, d in zip(syms, a.sym_shape)), body, reads, "min")
+    if not keepdims:
+        return out
+    return np.reshape(out, (1,) * len(shape) if flat else tuple(1 if k == axis else d for k, d in enumerate(shape)))
+
+
+@implements(np.argmax)
+def argmax(a, axis=None, out=None, *, keepdims=False):
+    if out is not None:
+        raise UnsupportedOperationError("numpy.argmax", "out= is not supported when tracing")
+    return arg_extremum("argmax", a, axis, keepdims, "max")
+
+
+@implements(np.argmin)
+def argmin(a, axis=None, out=None, *, keepdims=False):
+    if out is not None:
+        raise UnsupportedOperationError("numpy.argmin", "out= is not supported when tracing")
+    return arg_extremum("argmin", a, axis, keepdims, "min")
