@@ -86,6 +86,10 @@ def full_like(trace: Trace, a, fill_value, dtype=None, order="K", subok=True, sh
 
 
 def arange(trace: Trace, start, stop=None, step=None, dtype=None, **_) -> TracedArray:
+    if any(isinstance(v, TracedArray) for v in (start, stop, step)):
+        raise UnsupportedOperationError("numpy.arange", "a traced start, stop or step makes the length "
+                                        "data-dependent; give the count as a Python int and scale: "
+                                        "lo + np.arange(n) * h (or np.linspace(lo, hi, n)) with traced lo, h, hi")
     if stop is None:
         start, stop = 0, start
     step = 1 if step is None else step
@@ -99,9 +103,16 @@ def arange(trace: Trace, start, stop=None, step=None, dtype=None, **_) -> Traced
     return out
 
 
-def linspace(trace: Trace, start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0) -> TracedArray:
-    if retstep or axis != 0:
-        raise UnsupportedOperationError("numpy.linspace", "retstep= and axis= are not supported")
+def linspace(trace: Trace, start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+    """Constant bounds: one tasklet.  Traced or array bounds (differentiable in
+    both): ``start + i * step`` composed of traced ops, broadcasting the bounds
+    and inserting the sample axis at ``axis``, as numpy."""
+    if isinstance(num, TracedArray) or not isinstance(num, (int, np.integer)) or num < 0:
+        raise UnsupportedOperationError("numpy.linspace", f"num must be a non-negative Python int (got "
+                                        f"{type(num).__name__}): the number of samples fixes the result's shape")
+    if isinstance(start, TracedArray) or isinstance(stop, TracedArray) or np.ndim(start) or np.ndim(stop) \
+            or retstep or axis != 0:
+        return _linspace_arrays(trace, start, stop, int(num), endpoint, retstep, dtype, axis)
     start, stop = scalar_expr(start), scalar_expr(stop)
     div = num - 1 if endpoint else num
     (i,) = domain_symbols(1)
@@ -109,6 +120,25 @@ def linspace(trace: Trace, start, stop, num=50, endpoint=True, retstep=False, dt
     value = start + (stop - start) * i / div if div > 0 else start
     write("linspace", out, (i,), ((i, 0, num),), sympy.sympify(value), {})
     return out
+
+
+def _linspace_arrays(trace: Trace, start, stop, num: int, endpoint: bool, retstep: bool, dtype, axis: int):
+    from .elementwise import constant_operand
+    start, stop = (constant_operand(trace, v) for v in (start, stop))
+    div = num - 1 if endpoint else num
+    extra = np.broadcast_shapes(np.shape(start), np.shape(stop))
+    delta = stop - start
+    step = delta / div if div > 0 else delta * np.nan
+    samples = np.reshape(astype(arange(trace, num), trace.float_dtype), (num,) + (1,) * len(extra))
+    y = samples * (step if div > 0 else delta * 0.0) + start
+    y = np.broadcast_to(y, (num,) + extra).copy()   # a fresh array: the endpoint is stored into it
+    if endpoint and num > 1:
+        y[-1] = stop
+    if axis != 0:
+        y = np.moveaxis(y, 0, axis)
+    if dtype is not None:
+        y = astype(y, dtype)
+    return (y, step) if retstep else y
 
 
 def eye(trace: Trace, N, M=None, k=0, dtype=float, order="C", **_) -> TracedArray:

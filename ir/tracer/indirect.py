@@ -62,19 +62,39 @@ def take(a, indices, axis=None, out=None, mode=None):
 
 
 def getitem_indirect(arr: TracedArray, items: list):
-    """``arr[..., idx, ...]`` with one index array among slices and None: basic
-    indexing for the rest, then a gather along the array's axis, placed where
-    numpy places advanced-index dimensions."""
+    """``arr[...]`` with index arrays among slices, ints and None (one item
+    per dimension, plus Nones), as numpy's advanced indexing: the index arrays
+    (and ints, which count as 0-d index arrays then) broadcast together, and
+    their dimensions replace the indexed ones where those are adjacent, else
+    go first.  Basic indexing (the slices and Nones) is a view; the gather is
+    one tasklet reading every index array through its own connector."""
     op = "getitem"
-    arrays = [k for k, item in enumerate(items) if is_index_array(item)]
-    if len(arrays) > 1 or any(not (item is None or isinstance(item, slice)) for k, item in enumerate(items)
-                              if k not in arrays):
-        raise UnsupportedOperationError(op, "an index array can be combined with slices and None only, "
-                                        "one index array per subscript (use np.take twice)")
-    at = arrays[0]
-    idx = _index_array(op, items[at], arr.trace)
-    basic = arr[tuple(slice(None) if k == at else item for k, item in enumerate(items))]
-    return gather(op, basic, idx, at)
+    from .indexing import _int_index  # noqa: PLC0415 (indexing imports this module)
+    advanced = [k for k, item in enumerate(items) if item is not None and not isinstance(item, slice)]
+    adjacent = advanced == list(range(advanced[0], advanced[-1] + 1))
+    basic = arr[tuple(slice(None) if k in advanced else item for k, item in enumerate(items))]
+    arrays = {k: _index_array(op, items[k], arr.trace) for k in advanced if is_index_array(items[k])}
+    bshape = broadcast_shapes(op, *(a.sym_shape for a in arrays.values()))
+    rest = [k for k in range(len(items)) if k not in advanced]      # basic's dims that stay, in order
+    at = sum(1 for k in rest if k < advanced[0]) if adjacent else 0
+    shape = tuple(basic.sym_shape[k] for k in rest)
+    shape = shape[:at] + bshape + shape[at:]
+    out = new_array(arr.trace, shape, arr.dtype_name, "gather")
+    syms = domain_symbols(len(shape))
+    bsyms = syms[at:at + len(bshape)]
+    rest_syms = dict(zip(rest, syms[:at] + syms[at + len(bshape):]))
+    reads: dict = {}
+    position = []
+    for k in range(len(items)):
+        if k in arrays:
+            position.append(read(arrays[k], broadcast_index(arrays[k].sym_shape, bshape, bsyms), f"idx{k}", reads))
+        elif k in advanced:
+            position.append(_int_index(op, items[k], basic.sym_shape[k], k))
+        else:
+            position.append(rest_syms[k])
+    value = read(basic, tuple(position), "x", reads)
+    write(op, out, syms, tuple((s, 0, d) for s, d in zip(syms, shape)), value, reads)
+    return out
 
 
 @implements("add.at")
