@@ -48,6 +48,14 @@ def empty(trace: Trace, shape, dtype=None, order="C", **_) -> TracedArray:
     return new_array(trace, _shape(shape), _dtype(dtype, trace.float_dtype), "empty")
 
 
+def ndarray(trace: Trace, shape, dtype=float, buffer=None, offset=0, strides=None, order=None) -> TracedArray:
+    """``np.ndarray(shape, dtype)`` (NPBench's vadv): uninitialised, like np.empty."""
+    if buffer is not None or strides is not None:
+        raise UnsupportedOperationError("numpy.ndarray", "buffer= and strides= are not traceable; use "
+                                        "np.empty(shape, dtype)")
+    return empty(trace, shape, None if dtype is float else dtype)
+
+
 def full(trace: Trace, shape, fill_value, dtype=None, order="C", **_) -> TracedArray:
     if dtype is None:
         dtype = fill_value.dtype if isinstance(fill_value, TracedArray) else \
@@ -223,6 +231,7 @@ _TRACED: dict[str, Callable] = {
     "eye": eye, "identity": identity, "array": array, "asarray": asarray,
     "zeros_like": zeros_like, "empty_like": empty_like, "ones_like": ones_like, "full_like": full_like,
     "indices": lambda trace, *args, **kwargs: _grids().indices(trace, *args, **kwargs),
+    "ndarray": ndarray,
 }
 _ORIGINALS: dict[str, Callable] = {name: getattr(np, name) for name in _TRACED}
 _LIBRARY_PREFIXES = ("numpy", "sympy", "symdiff.ir.", "networkx")
@@ -235,6 +244,8 @@ def _from_library(frame) -> bool:
 
 def _dispatcher(name: str) -> Callable:
     original, traced = _ORIGINALS[name], _TRACED[name]
+    if name == "ndarray":
+        return _ndarray_dispatcher(original, traced)
 
     @functools.wraps(original)
     def dispatch(*args, **kwargs):
@@ -243,6 +254,35 @@ def _dispatcher(name: str) -> Callable:
             return original(*args, **kwargs)
         return traced(trace, *args, **kwargs)
     return dispatch
+
+
+class _NdarrayType(type):
+    """The type of ``np.ndarray``'s stand-in while tracing: the class itself to
+    ``isinstance``, ``issubclass`` and attribute lookups (``np.ndarray.shape``),
+    a creation function to a call from the user's program."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, cls._original)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return issubclass(sub, cls._original)
+
+    def __getattr__(cls, name: str):
+        return getattr(cls._original, name)
+
+    def __getitem__(cls, item):
+        return cls._original[item]
+
+    def __call__(cls, *args, **kwargs):
+        trace = context.active()
+        if trace is None or _from_library(sys._getframe(1)):
+            return cls._original(*args, **kwargs)
+        return cls._traced(trace, *args, **kwargs)
+
+
+def _ndarray_dispatcher(original: type, traced: Callable) -> type:
+    return _NdarrayType("ndarray", (), {"_original": original, "_traced": staticmethod(traced),
+                                        "__doc__": original.__doc__, "__module__": "numpy"})
 
 
 _DISPATCHERS: dict[str, Callable] = {name: _dispatcher(name) for name in _TRACED}

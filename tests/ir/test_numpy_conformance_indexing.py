@@ -58,3 +58,34 @@ def test_traced_scalars_where_numpy_takes_numbers(name):
 def test_traced_counts_refused_with_the_fixed_count_form():
     assert "np.arange(n) * h" in refused(lambda xp, a, b: xp.arange(a), S, T, match="data-dependent")
     refused(lambda xp, a, b: xp.linspace(a, b, b), S, T, match="num must be a non-negative Python int")
+
+
+def _vadv_like(xp, w, d):
+    """NPBench vadv's pattern: np.ndarray / np.empty filled slice by slice (JAX: .at[].set)."""
+    I, J, K = d.shape
+    traced = xp is np
+    ccol = np.ndarray((I, J, K), dtype=d.dtype) if traced else xp.zeros((I, J, K))
+    dcol = np.empty((I, J, K)) if traced else xp.zeros((I, J, K))
+    for k in range(K):
+        c = w[:, :, k] * 0.5 + 1.0
+        prev = dcol[:, :, k - 1] if k else 0.0
+        if traced:
+            ccol[:, :, k] = c
+            dcol[:, :, k] = d[:, :, k] * ccol[:, :, k] + prev
+        else:
+            ccol = ccol.at[:, :, k].set(c)
+            dcol = dcol.at[:, :, k].set(d[:, :, k] * ccol[:, :, k] + prev)
+    return dcol
+
+
+def test_ndarray_and_empty_filled_by_slices():
+    d = arrays((3, 4, 5), seed=23)[0]
+    check(_vadv_like, d, d[::-1] * 0.5)
+
+
+def test_ndarray_stays_the_class_while_tracing():
+    def body(xp, x):
+        assert not isinstance(x, np.ndarray) and issubclass(np.ndarray, object)
+        return x * float(np.ndarray.__name__ == "ndarray")
+    check(body, X)
+    refused(lambda xp, x: np.ndarray((2,), buffer=b"12345678") + x[0, 0], X, match="buffer=")
