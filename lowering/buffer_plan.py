@@ -64,16 +64,17 @@ class BufferPlan:
 def launches_of(kernels: Sequence[KernelEntry], sequential: bool) -> list[list[KernelEntry]]:
     """Kernels grouped as the runtime dispatches them: one each on a parallel
     target; runs of consecutive indices on a sequential one (one entry point
-    runs a run); kernels without threads are never dispatched."""
+    runs a run); a product the host computes (``lowering.host_products``) is a
+    launch of its own; kernels without threads are never dispatched."""
     if not sequential:
-        return [[e] for e in kernels if e.threads]
+        return [[e] for e in kernels if e.threads or e.host]
     runs: list[list[KernelEntry]] = []
     for entry in kernels:
-        if runs and runs[-1][-1].index + 1 == entry.index:
+        if runs and runs[-1][-1].index + 1 == entry.index and not (entry.host or runs[-1][-1].host):
             runs[-1].append(entry)
         else:
             runs.append([entry])
-    return [run for run in runs if any(e.threads for e in run)]
+    return [run for run in runs if any(e.threads or e.host for e in run)]
 
 
 def assign(launches: Sequence[Sequence[KernelEntry]], nbytes: dict[str, int], shareable: set[str],

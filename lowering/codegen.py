@@ -22,8 +22,9 @@ from symdiff.ir.index_analysis import extent, uses_connectors
 
 from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
 from . import targets
+from .host_products import HostProduct, host_product
 from .matmul import Tiling, tiling
-from .plan_types import Kernel, LoweringError, Plan, Step
+from .plan_types import HostKernel, Kernel, LoweringError, Plan, Step
 from .printer import SLANG_TYPES, SlangPrinter, is_index_valued, prelude, print_flat_index
 from .rowfusion import LoopGroup, RowKernel, reduces
 from .shared_code import SHARED_BY, KernelCode, kernel_code, lift, share
@@ -76,6 +77,7 @@ class KernelEntry:
     # that of an earlier kernel of the same code (lowering.shared_code)
     function: str = ""
     constants: dict[str, int] = field(default_factory=dict)  # the function's lifted literals: this kernel's values
+    host: HostProduct | None = None  # computed by the host between launches instead (lowering.host_products)
 
     def __post_init__(self) -> None:
         self.function = self.function or self.name
@@ -992,6 +994,31 @@ def _comment(kernel: Kernel, w: "_KernelWriter", kind: str) -> str:
             + f"\n//   {described}{then}")
 
 
+def _host_entry(plan: Plan, kernel: HostKernel, target: targets.Target) -> KernelEntry:
+    """The launch of a product the host computes: no Slang, its operands' buffers
+    bound at its place in the call (so their lifetimes span it), and whether it
+    adds into its output (another writer shares the version) or overwrites it."""
+    (step,) = kernel.steps
+    (write,) = step.writes
+    product = host_product(plan.graph, step.tasklet, target).placed(plan.buffer_of, write.mode != "store")
+    accesses = (product.out.access, product.a.access, product.b.access)
+    return KernelEntry(identifier(kernel.name), 0, 0, {buffer_name(a): a for a in accesses}, host=product)
+
+
+def _host_comment(kernel: HostKernel, product: HostProduct) -> str:
+    """What stands in the module for a product the host computes."""
+    (step,) = kernel.steps
+    t = step.tasklet
+    def element(o) -> str:
+        return f"{buffer_name(o.access)}[{', '.join(o.axes)}]"
+    extents = ", ".join(f"{s} < {e - b}" for s, b, e in product.ranges)
+    return (f"// kernel {identifier(kernel.name)}: computed on the host, numpy.matmul (BLAS) between launches "
+            f"(lowering.host_products)\n//   {t.name}" + (f" ({t.source})" if t.source else "")
+            + f": {element(product.out)} {'+' if product.accumulate else ''}= sum over {product.k} of "
+            f"{element(product.a)} * {element(product.b)}" + (f" * {product.coeff:g}" if product.coeff != 1 else "")
+            + f", {extents}")
+
+
 def _kernel_text(name: str, comment: str, params: list[str], body: str, entry: bool = True,
                  constants: list[str] = ()) -> str:
     """A kernel as a function of the thread id, plus (``entry``) its own entry
@@ -1110,6 +1137,11 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
     written: dict[str, tuple[int, str, dict[str, str], str]] = {}  # kernel -> (place in parts, comment, buffers, body)
     names, codes = [], []
     for kernel in plan.kernels:
+        if isinstance(kernel, HostKernel):
+            entry = _host_entry(plan, kernel, target)
+            parts.append(_host_comment(kernel, entry.host))
+            entries.append(entry)
+            continue
         if kernel.finish is not None:  # a function the last workgroup of ``kernel`` calls
             finish = _KernelWriter(plan, kernel.finish, atomics, device, guards, shared)
             text = finish.write()

@@ -201,6 +201,16 @@ def _host_memory(buffer: spy.Buffer, nbytes: int) -> np.ndarray | None:
     return np.asarray(_HostMemory(buffer, buffer.device_address, (nbytes,), np.dtype(np.uint8)))
 
 
+def memory_view(buffer: spy.Buffer, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """``buffer``'s memory as a writable numpy array of ``shape`` and ``dtype``
+    (``lowering.host_products`` computes in it in place).  Only for a device
+    whose buffers are host memory (``host_addressable``), once its work on the
+    buffer is done."""
+    if not host_addressable(buffer.device):
+        raise ValueError("the buffer is not host memory: the host cannot compute in it")
+    return np.asarray(_HostMemory(buffer, buffer.device_address, tuple(shape), dtype))
+
+
 def upload(buffer: spy.Buffer, host: np.ndarray) -> None:
     """Copy ``host`` into ``buffer``: every upload of ``runtime`` goes through here.
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from symdiff.ir.graph import DataflowGraph
@@ -110,7 +110,8 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
     """The module and manifest of ``graph`` for ``target`` (``"cpu"``,
     ``"vulkan"`` or ``"cuda"``: the kind decides atomics, loops and maths
     helpers, as in ``lowering.compile``) with its size symbols bound by ``sizes``."""
-    tgt = targets.of(target)
+    # the module runs in the user's own code: every product a Slang kernel, none on symdiff's host
+    tgt = replace(targets.of(target), host_blas=False)
     p = plan(graph, dict(sizes or {}), tgt)
     module = generate(p, tgt)
     g = p.graph

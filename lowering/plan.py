@@ -36,7 +36,8 @@ from . import targets
 from .in_place import share_versions
 from .last_workgroup import finish_in_last_workgroup
 from .matmul import MIN_TILED_OUTPUTS, matmul_shape
-from .plan_types import Kernel, LoweringError, Plan, Read, Step, Write, parallel_symbols, same_point
+from .host_products import host_product
+from .plan_types import HostKernel, Kernel, LoweringError, Plan, Read, Step, Write, parallel_symbols, same_point
 from .reduce_fusion import chunk_producers, fold_producers
 from .rematerialise import (cheap_on_gpu, expansions_in, free_buffered, merge_duplicates, recompute_cheap,
                             recompute_expansions, rematerialise, split_free_copies)
@@ -77,7 +78,11 @@ def _tiled(graph: DataflowGraph, t: Tasklet, box: tuple[int, ...]) -> bool:
     return math.prod(box) >= MIN_TILED_OUTPUTS and matmul_shape(graph, t) is not None
 
 
-def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int], t: Tasklet) -> None:
+def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int], t: Tasklet,
+           target: "targets.Target | None") -> None:
+    """Put ``t`` in the first kernel it may join (same box, what it reads finished
+    before or passed at its thread point), else in a kernel of its own; a product
+    the host runs (``host_products``) is a kernel of its own that nothing joins."""
     par = parallel_symbols(graph, t)
     parallel = tuple(rng for rng in t.domain if rng[0] in par)
     loop = tuple(rng for rng in t.domain if rng[0] not in par)
@@ -88,9 +93,10 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
     # A kernel before one writing a version ``t`` reads can neither have that version finished
     # nor pass it in a register: the search starts there (all kernels each time was quadratic).
     first = max((kernel_of[w] for ws in writers_of.values() for w in ws), default=0)
-    for k in range(first, len(kernels)):
+    on_host = host_product(graph, t, target) is not None
+    for k in range(first if not on_host else len(kernels), len(kernels)):
         kernel = kernels[k]
-        if kernel.box != box:
+        if kernel.box != box or isinstance(kernel, HostKernel):
             continue
         step = Step(t, parallel, loop)
         ok = True
@@ -112,7 +118,7 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
             kernel_of[t.name] = k
             return
     step = Step(t, parallel, loop, [Read(m.connector, a, m) for a, m in reads])
-    kernels.append(Kernel(f"k{len(kernels)}_{t.name}", box, [step]))
+    kernels.append((HostKernel if on_host else Kernel)(f"k{len(kernels)}_{t.name}", box, [step]))
     kernel_of[t.name] = len(kernels) - 1
 
 
@@ -293,7 +299,7 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
     kernels: list[Kernel] = []
     kernel_of: dict[str, int] = {}
     for name in placement_order(g):
-        _place(g, kernels, kernel_of, g.node(name))
+        _place(g, kernels, kernel_of, g.node(name), target)
     kernels = sink_one_point_kernels(g, kernels)
     kernels = fuse_rows(g, kernels, None if target is None else target.max_row)
     if target is not None and target.single_pass_reductions and target.workgroup_reductions:

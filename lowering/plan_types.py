@@ -80,6 +80,12 @@ class Kernel:
 
 
 @dataclass
+class HostKernel(Kernel):
+    """A product the host computes between the launches of a call instead of a
+    Slang kernel (``lowering.host_products``): one step, never fused with others."""
+
+
+@dataclass
 class Plan:
     graph: DataflowGraph  # the concrete (bound, rewritten) graph
     kernels: list[Kernel]

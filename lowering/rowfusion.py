@@ -53,7 +53,7 @@ from symdiff.ir.index_analysis import covers_once, extent, injective, uses_conne
 
 from . import targets
 from .matmul import matmul_shape
-from .plan_types import Kernel, Read, Step
+from .plan_types import HostKernel, Kernel, Read, Step
 from .rewrites import first_stage
 
 # Longest row of a plan made for no particular target: a thread's (module docstring).
@@ -299,6 +299,9 @@ def fuse_rows(graph: DataflowGraph, kernels: list[Kernel], max_row: int | None =
     limit = {k.box: max(max_row, math.prod(extent(r) for r in s.loop))
              for k in kernels for s in k.steps if first_stage(graph, s.tasklet)}
     for kernel in kernels:
+        if isinstance(kernel, HostKernel):  # the host's BLAS runs it alone (lowering.host_products)
+            out.append(kernel)
+            continue
         if not _join(graph, out, runs, kernel):
             out.append(kernel)
             lengths = [n for n in _outer_lengths(kernel) if kernel.box[:n] in rows]

@@ -36,6 +36,7 @@ from .bounds_check import FLAG, FLAG_WORDS, raise_violation
 from .buffer_plan import STORAGE, BufferPlan, buffer_bytes, plan_buffers
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
 from .deterministic import check_atomic_free, owner_computes
+from .host_products import HostProduct
 from .plan import plan
 from .plan_types import LoweringError, Plan
 from .printer import is_exact_in_double
@@ -425,7 +426,7 @@ class Executable:
         enc = dev.create_command_encoder()
         for buffer in to_clear:
             enc.clear_buffer(buffer)
-        dispatches = self._record(enc, inst, bindings)
+        dispatches, enc = self._record(enc, inst, bindings)
         results: dict[str, DeviceArray | np.ndarray] = {}
         if return_device_arrays:
             for r, access in inst.latest.items():
@@ -552,9 +553,10 @@ class Executable:
         elsewhere one per kernel.  bench.profile times kernels alone by cutting
         that list."""
         if not self.backend.target().sequential:
-            return [(inst.dispatches[run[0].name], {}) for run in inst.launches]
+            return [(run[0].host or inst.dispatches[run[0].name], {}) for run in inst.launches]
         workers = cpu_workers()  # read per call: $SYMDIFF_CPU_THREADS may change between calls
-        return [(inst.dispatches[PROGRAM], {"first": run[0].index, "last": run[-1].index + 1, "workers": workers})
+        return [(run[0].host, {}) if run[0].host else
+                (inst.dispatches[PROGRAM], {"first": run[0].index, "last": run[-1].index + 1, "workers": workers})
                 for run in inst.launches]
 
     def recordable(self, sizes: Mapping[str, int] | None = None, check_bounds: bool = True) -> bool:
@@ -564,7 +566,8 @@ class Executable:
         if self.backend.interprets:
             return False
         with self._lock:
-            return not (check_bounds and self._instance({**self.sizes, **(sizes or {})}).module.checks)
+            module = self._instance({**self.sizes, **(sizes or {})}).module
+            return not (check_bounds and module.checks) and not any(e.host for e in module.kernels)
 
     def _spare(self, size: int) -> spy.Buffer:
         """A buffer of ``size`` bytes from this executable's spares, or a new one."""
@@ -647,11 +650,15 @@ class Executable:
                 bindings[access] = buffer
                 dtype = g.containers[r].dtype
                 results[r] = DeviceArray.pooled_in(spares, buffer, inst.shapes[access], dtype, self.device)
-            self._stats["dispatches"] = self._record(enc, inst, bindings)
+            self._stats["dispatches"], _ = self._record(enc, inst, bindings)  # recordable(): no host step
             return results
 
-    def _record(self, enc: spy.CommandEncoder, inst: _Instance, bindings: dict[str, spy.Buffer]) -> int:
-        """Record the fills and kernel dispatches of one call; returns the count.
+    def _record(self, enc: spy.CommandEncoder, inst: _Instance,
+                bindings: dict[str, spy.Buffer]) -> tuple[int, spy.CommandEncoder]:
+        """Record the fills and kernel dispatches of one call; returns their count
+        and the encoder the caller goes on with.  A product the host computes
+        (``lowering.host_products``) submits what is recorded so far, waits, runs
+        on the buffers' memory and starts a new encoder.
         A zero fill comes before every launch, or, for a version sharing its
         buffer (``lowering.buffer_plan``), just before the launch that first
         binds it, once the slot's earlier tenants are done: a filled version is
@@ -683,6 +690,9 @@ class Executable:
         for position, (d, uniforms) in enumerate(launches):
             for access in late.get(position, ()):
                 enc.clear_buffer(bindings[access])
+            if isinstance(d, HostProduct):
+                enc = self._on_host(enc, d, bindings)
+                continue
             per_call = {n: bindings[a] for n, a in d.per_call.items()}
             key = (position, *uniforms.values(), *(id(b) for b in per_call.values()))
             if key not in inst.bound:
@@ -697,7 +707,20 @@ class Executable:
             compute.bind_pipeline(d.kernel.pipeline, inst.bound[key][0])
             compute.dispatch(d.thread_count)
             compute.end()
-        return len(launches)
+        return len(launches), enc
+
+    def _on_host(self, enc: spy.CommandEncoder, product: HostProduct,
+                 bindings: dict[str, spy.Buffer]) -> spy.CommandEncoder:
+        """Run ``product`` after what ``enc`` holds, on its buffers' host memory;
+        a new encoder for what follows."""
+        dev = self.backend.device()
+        dev.wait_for_submit(dev.submit_command_buffer(enc.finish()))
+
+        def view(operand) -> np.ndarray:
+            dtype = np.dtype(DTYPES[product.dtype])
+            return dlpack.memory_view(bindings[operand.access], operand.shape, dtype)
+        product.run(view)
+        return dev.create_command_encoder()
 
 
 def _forget(instance: "weakref.ref[_Instance]", buffer_id: int) -> None:

@@ -103,6 +103,10 @@ class Target:
     # 0.22 s with ``[loop]``; a matmul kernel's loop over its 8x4 tile of
     # outputs 2.0 s, 0.34 with it).
     keep_loops: bool = False
+    # Buffers are host memory the generated code and numpy share: large matrix
+    # products run as numpy.matmul (the host's BLAS) on them between the Slang
+    # launches of a call (lowering.host_products).
+    host_blas: bool = False
 
     @property
     def max_row(self) -> int:
@@ -124,7 +128,7 @@ ROW_OF_A_THREAD = 256
 ROW_OF_A_WORKGROUP = 16384
 
 CPU = Target("cpu", sequential=True, float_atomic_add=False, polynomial_math=True, worker_threads=True,
-             native_instructions=True)
+             native_instructions=True, host_blas=True)
 VULKAN = Target("vulkan", sequential=False, float_atomic_add=True, polynomial_math=False,
                 folds_float_identities=True, workgroup_reductions=True, recompute_transcendentals=True,
                 wave_operations=True, single_pass_reductions=True)

@@ -17,6 +17,17 @@ from test_programs import assert_agrees
 
 b_ = index_symbol("b")
 
+
+@pytest.fixture(autouse=True)
+def generated_products(monkeypatch):
+    """These tests are about the generated product kernels (which ``export_slang``
+    writes for every target): the CPU device's large products would otherwise run
+    on the host's BLAS (lowering.host_products, tests/lowering/test_host_products.py)."""
+    from dataclasses import replace
+    from symdiff.lowering import devices
+    own = devices.target
+    monkeypatch.setattr(devices, "target", lambda kind: replace(own(kind), host_blas=False))
+
 # (a index, b index, c index) over (i, j, k): c[i, j] += a * b and the backward pass's transposes
 LAYOUTS = {
     "nn": ((i, k), (k, j), (i, j)),
