@@ -43,6 +43,7 @@ from symdiff.ir.tracer.trace import _trace
 from symdiff.ir.tracer.traced_array import TracedArray
 
 from . import checkpoint_schedule
+from .loop_closures import Closures
 
 _HERE = os.path.dirname(os.path.abspath(__file__))  # errors name the user's line, not ours
 
@@ -252,18 +253,67 @@ class _Traceable:
 
 
 def _trace_part(name: str, fn: Callable, user_fn: Callable, names: list[str], specs: tuple[ArraySpec, ...],
-                outer: ir.DataflowGraph, where: str | None) -> ir.DataflowGraph:
-    """Trace ``fn`` on its own; an outer traced array used inside is an error naming the line."""
+                outer: ir.DataflowGraph, where: str | None, closures: Closures) -> ir.DataflowGraph:
+    """Trace ``fn`` on its own; outer arrays it reads go to ``closures``."""
     nodes = outer.nx.number_of_nodes()
     try:
-        graph = _trace(_Traceable(name, fn, user_fn), names, specs)
+        graph = _trace(_Traceable(name, fn, user_fn), names, specs, capture=closures)
     except KeyError as exc:
-        raise TraceError("fori_loop", f"the loop body uses an array from outside the loop ({exc}); pass it in "
-                         "the state (and return it unchanged)", where) from None
+        raise TraceError("fori_loop", f"the loop body uses an array from outside the loop in a way that cannot be "
+                         f"captured ({exc}); pass it in the state (and return it unchanged)", where) from None
     if outer.nx.number_of_nodes() != nodes:
-        raise TraceError("fori_loop", "the loop body uses an array from outside the loop; pass it in the state "
-                         "(and return it unchanged)", where)
+        raise TraceError("fori_loop", "the loop body uses an array from outside the loop in a way that cannot be "
+                         "captured; pass it in the state (and return it unchanged)", where)
     return graph
+
+
+def _spec(leaf: TracedArray) -> ArraySpec:
+    return ArraySpec(leaf.dtype_name)[leaf.sym_shape] if leaf.sym_shape else ArraySpec(leaf.dtype_name)
+
+
+def _trace_parts(name: str, body: Callable, user_body: Callable, cond: Callable | None, leaves: list[TracedArray],
+                 single: bool, extra: list[TracedArray], closures: Closures, outer: ir.DataflowGraph,
+                 where: str | None) -> tuple[ir.DataflowGraph, ir.DataflowGraph | None]:
+    """The body's and condition's graphs, whose state is ``leaves`` plus the
+    closure arrays ``extra`` (passed through the body unchanged)."""
+    n = len(leaves)
+    specs = tuple(_spec(leaf) for leaf in leaves + extra)
+    state_names = [f"s{k}" for k in range(len(specs))]
+
+    def body_fn(i, *s):
+        if extra:
+            closures.bind(s[n:])
+        new = body(i, s[0] if single else tuple(s[:n]))
+        new_leaves = [new] if single else (list(new) if isinstance(new, (tuple, list)) else [new])
+        if len(new_leaves) != n:
+            raise TraceError("fori_loop", f"the body returns {len(new_leaves)} state element(s) for "
+                             f"{n} going in; it must return the state's structure", where)
+        for k, (a, b) in enumerate(zip(leaves, new_leaves)):
+            shape = getattr(b, "sym_shape", None)
+            dtype = getattr(b, "dtype_name", None)
+            if shape is not None and (tuple(shape) != tuple(a.sym_shape) or dtype != a.dtype_name):
+                raise TraceError("fori_loop", f"state element {k} goes in as {a.dtype_name}{list(a.sym_shape)} "
+                                 f"and comes out as {dtype}{list(shape)}; the body must keep shapes and dtypes",
+                                 where)
+        return tuple(new_leaves) + tuple(s[n:])
+
+    body_graph = _trace_part(f"{name}_body", body_fn, user_body, ["i", *state_names],
+                             (ArraySpec("int32"), *specs), outer, where, closures)
+    if cond is None:
+        return body_graph, None
+
+    def cond_fn(*s):
+        if extra:
+            closures.bind(s[n:])
+        return cond(s[0] if single else tuple(s[:n]))
+
+    cond_graph = _trace_part(f"{name}_cond", cond_fn, cond, state_names, specs, outer, where, closures)
+    (result,) = cond_graph.meta["result_names"]
+    c = cond_graph.containers[result]
+    if c.dtype != "bool" or c.shape != ():
+        raise TraceError("while_loop", f"cond returns {c.dtype}{list(c.shape)}; it must return one bool "
+                         "(a scalar comparison such as `np.max(abs(r)) > tol`)", where)
+    return body_graph, cond_graph
 
 
 def _traced_loop(lo: int, hi: int | None, body: Callable, user_body: Callable, cond: Callable | None,
@@ -275,39 +325,14 @@ def _traced_loop(lo: int, hi: int | None, body: Callable, user_body: Callable, c
     leaves, single = _leaves(state, where)
     outer = tr.graph
     name = f"loop{len(outer.meta.get('loops', ()))}"  # per program: the same program gives the same Slang
-    specs = tuple(ArraySpec(leaf.dtype_name)[leaf.sym_shape] if leaf.sym_shape else ArraySpec(leaf.dtype_name)
-                  for leaf in leaves)
-    state_names = [f"s{k}" for k in range(len(leaves))]
-
-    def body_fn(i, *s):
-        new = body(i, s[0] if single else tuple(s))
-        new_leaves = [new] if single else (list(new) if isinstance(new, (tuple, list)) else [new])
-        if len(new_leaves) != len(leaves):
-            raise TraceError("fori_loop", f"the body returns {len(new_leaves)} state element(s) for "
-                             f"{len(leaves)} going in; it must return the state's structure", where)
-        for k, (a, b) in enumerate(zip(leaves, new_leaves)):
-            shape = getattr(b, "sym_shape", None)
-            dtype = getattr(b, "dtype_name", None)
-            if shape is not None and (tuple(shape) != tuple(a.sym_shape) or dtype != a.dtype_name):
-                raise TraceError("fori_loop", f"state element {k} goes in as {a.dtype_name}{list(a.sym_shape)} "
-                                 f"and comes out as {dtype}{list(shape)}; the body must keep shapes and dtypes",
-                                 where)
-        return tuple(new_leaves)
-
-    body_graph = _trace_part(f"{name}_body", body_fn, user_body, ["i", *state_names],
-                             (ArraySpec("int32"), *specs), outer, where)
-    cond_graph = None
-    if cond is not None:
-        def cond_fn(*s):
-            return cond(s[0] if single else tuple(s))
-        cond_graph = _trace_part(f"{name}_cond", cond_fn, cond, state_names, specs, outer, where)
-        (result,) = cond_graph.meta["result_names"]
-        c = cond_graph.containers[result]
-        if c.dtype != "bool" or c.shape != ():
-            raise TraceError("while_loop", f"cond returns {c.dtype}{list(c.shape)}; it must return one bool "
-                             "(a scalar comparison such as `np.max(abs(r)) > tol`)", where)
+    closures = Closures(where)
+    body_graph, cond_graph = _trace_parts(name, body, user_body, cond, leaves, single, [], closures, outer, where)
+    extra = list(closures.arrays.values())
+    if extra:   # the body reads outer arrays: trace again with them as state (loop_closures)
+        body_graph, cond_graph = _trace_parts(name, body, user_body, cond, leaves, single, extra, closures, outer,
+                                              where)
     inputs, outputs, new_state = [], [], []
-    for k, leaf in enumerate(leaves):
+    for k, leaf in enumerate(leaves + extra):
         copied = leaf.copy()  # a container of its own, written once: the loop's input
         for writer, _ in outer.writers(outer.latest(copied.container)):
             outer.node(writer).source = where  # the user's fori_loop line, not this module's
@@ -318,9 +343,9 @@ def _traced_loop(lo: int, hi: int | None, body: Callable, user_body: Callable, c
         outputs.append(out)
         new_state.append(TracedArray(tr, out, leaf.sym_shape, leaf.dtype_name))
     loop = Loop(name, lo, hi, body_graph, cond_graph, max_iters, tuple(inputs), tuple(outputs),
-                tuple(leaf.dtype_name for leaf in leaves), *checkpointing, where)
+                tuple(leaf.dtype_name for leaf in leaves + extra), *checkpointing, where)
     outer.meta["loops"] = [*outer.meta.get("loops", ()), loop]
-    return new_state[0] if single else tuple(new_state)
+    return new_state[0] if single else tuple(new_state[:len(leaves)])
 
 
 def loops_of(graph: ir.DataflowGraph) -> list[Loop]:

@@ -26,6 +26,9 @@ class Trace:
         self.map_ranges: list[Range] = []     # domains of the sd.map loops currently iterating
         self._counter = itertools.count()
         self.hidden_error: TraceError | None = None  # see Operators._conversion_error
+        # an array of an enclosing trace used here (a loop body's closure) -> an array of this trace;
+        # None: such a use is an error (see traced_array.localized and symdiff.loops)
+        self.capture = None
 
     def fresh(self, base: str) -> str:
         """A name unique within this trace (connectors, map symbols)."""

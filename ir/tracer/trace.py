@@ -108,10 +108,14 @@ def trace(fn: Callable, *specs: ArraySpec, strict_broadcasting: bool = False,
 
 
 def _trace(fn: Callable, names: list[str], specs: tuple[ArraySpec, ...],
-           strict_broadcasting: bool = False) -> DataflowGraph:
+           strict_broadcasting: bool = False, capture: Callable | None = None) -> DataflowGraph:
+    """``capture``: see ``context.Trace.capture`` (a loop body's closures); it
+    is called with the new trace as its first argument."""
     float_dtype = "float64" if any(s.dtype == "float64" for s in specs) else "float32"
     graph = DataflowGraph(fn.__name__)
     tr = context.Trace(graph, float_dtype, strict_broadcasting)
+    if capture is not None:
+        tr.capture = lambda outer: capture(tr, outer)
     args = []
     for name, spec in zip(names, specs):
         graph.add_container(name, spec.shape, spec.dtype, role="argument")

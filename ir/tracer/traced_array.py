@@ -17,6 +17,7 @@ import numpy as np
 import sympy
 
 from ..graph import DTYPES, index_symbol
+from . import context
 from .context import Trace
 from .dispatch import FUNCTIONS, handler
 from .errors import _SKIP_PREFIXES, ScalarConversionError, TracedBranchError, UnsupportedAttributeError, UntracedWriteError
@@ -44,6 +45,7 @@ class Operators:
     __array_priority__ = 1000
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs, kwargs = localized(inputs, kwargs)
         if method != "__call__":
             return handler(f"{ufunc.__name__}.{method}")(*inputs, **kwargs)
         return handler(ufunc)(*inputs, **kwargs)
@@ -163,6 +165,7 @@ class TracedArray(Operators):
 
     # -- numpy protocol ---------------------------------------------------------------
     def __array_function__(self, func, types, args, kwargs):
+        args, kwargs = localized(args, kwargs)
         return handler(func)(*args, **kwargs)
 
     @property
@@ -200,12 +203,17 @@ class TracedArray(Operators):
         return np.transpose(self)
 
     def __getitem__(self, key):
+        (self, key), _ = localized((self, key), {})
         return FUNCTIONS["getitem"](self, key)
 
     def __setitem__(self, key, value) -> None:
+        _refuse_outer_write(self)
+        (key, value), _ = localized((key, value), {})
         FUNCTIONS["setitem"](self, key, value)
 
     def _inplace(self, ufunc, other):
+        _refuse_outer_write(self)
+        (other,), _ = localized((other,), {})
         return FUNCTIONS["inplace"](self, ufunc, other)
 
     def __iadd__(self, o): return self._inplace(np.add, o)
@@ -244,7 +252,7 @@ class TracedArray(Operators):
     def squeeze(self, axis=None): return np.squeeze(self, axis)
     def clip(self, a_min=None, a_max=None): return np.clip(self, a_min, a_max)
     def copy(self): return np.copy(self)
-    def astype(self, dtype): return FUNCTIONS["astype"](self, dtype)
+    def astype(self, dtype): return FUNCTIONS["astype"](localized((self,), {})[0][0], dtype)
 
     def var(self, axis=None, dtype=None, out=None, ddof=0, **kw): return np.var(self, axis, dtype, out, ddof, **kw)
     def std(self, axis=None, dtype=None, out=None, ddof=0, **kw): return np.std(self, axis, dtype, out, ddof, **kw)
@@ -258,6 +266,32 @@ class TracedArray(Operators):
         hint = (" (a traced array has no Python value while tracing: return the array and convert the result)"
                 if name in _VALUE_METHODS else "; use the numpy functions the tracer supports (docs/guide.md)")
         raise UnsupportedAttributeError(f".{name}", f"traced arrays have no attribute {name!r}{hint}")
+
+
+def _localize(value, tr: Trace):
+    if isinstance(value, TracedArray) and value.trace is not tr:
+        return tr.capture(value)
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_localize(v, tr) for v in value)
+    return value
+
+
+def localized(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``args`` and ``kwargs`` with every traced array of an enclosing trace (a
+    loop body's closure over the program's arrays) replaced by this trace's
+    stand-in for it (``Trace.capture``; symdiff.loops makes it an input of the
+    loop).  Unchanged when the running trace captures nothing."""
+    tr = context.active()
+    if tr is None or tr.capture is None:
+        return args, kwargs
+    return tuple(_localize(a, tr) for a in args), {k: _localize(v, tr) for k, v in kwargs.items()}
+
+
+def _refuse_outer_write(arr: "TracedArray") -> None:
+    tr = context.active()
+    if tr is not None and tr.capture is not None and arr.trace is not tr:
+        raise UntracedWriteError("store", "a loop body writes into an array from outside the loop; carry that "
+                                 "array in the loop state (and return its new value) instead")
 
 
 def _user_statement() -> str:
