@@ -39,8 +39,7 @@ def chain(n: int, distinct: bool) -> DataflowGraph:
 
 
 def clear_caches() -> None:
-    for fn in (derivatives._partials, derivatives.may_be_nonfinite, derivatives._cse,
-               _use_stored):
+    for fn in (derivatives._partials, derivatives.may_be_nonfinite, _use_stored):
         fn.cache_clear()
 
 

@@ -21,11 +21,13 @@ import sympy
 
 from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, connector_symbol, index_symbol
 from symdiff.ir.index_analysis import injective
+from symdiff.ir.library import is_library
 from symdiff.ir.scalar_functions import compare
 
 from .activity import Activity, Pair, analyse, latest_versions
 from .custom_vjp import active_calls, tagged_tasklets, trace_backward
-from .derivatives import guarded_product, shared_subexpressions, tasklet_partials
+from .library_rules import trace_vjp
+from .derivatives import guarded_product, tasklet_partials
 from .errors import DifferentiationError
 from .push import PushLayout, check_modes, push_layouts
 from .transpose import gather_stencils
@@ -52,7 +54,7 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
       ``exp(x)``'s output; ``"recompute"``: recomputes from the forward inputs;
       ``"none"``), ``meta["write_modes"]`` (``{connector: "plain"|"sum"}``:
       plain where the index map is injective and the gradient has a single
-      contributor) and ``meta["cse"]`` (shared subexpressions of its body).
+      contributor).
 
     ``stencil_gathers``: turn shifted scatter-adds into gathers
     (``symdiff.transpose``); off only to measure what that saves.
@@ -63,8 +65,7 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
     (``symdiff.push``).
 
     Both meta dicts are merged across calls, so a second (higher-order) pass
-    keeps the first pass's seeds; ``graph.meta["backward_passes"]`` lists
-    every call's inputs, outputs, seeds and gradients.
+    keeps the first pass's seeds.
     """
     inputs = list(dict.fromkeys(inputs))
     outputs = list(dict.fromkeys(outputs))
@@ -98,9 +99,6 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
 
     graph.meta.setdefault("seeds", {}).update(seeds)
     graph.meta.setdefault("gradients", {}).update(gradients)
-    graph.meta.setdefault("backward_passes", []).append(
-        {"inputs": inputs, "outputs": outputs, "seeds": seeds, "gradients": gradients,
-         "accumulate": dict(accumulate or {})})
     return gradients
 
 
@@ -240,9 +238,11 @@ class _ReversePass:
 
     def build(self) -> None:
         custom = tagged_tasklets(self.graph)  # differentiated by the user's backward (symdiff.custom_vjp)
-        order = [n for n in reversed(self.graph.topological_order()) if n in self.activity.pairs and n not in custom]
+        active = [n for n in reversed(self.graph.topological_order()) if n in self.activity.pairs and n not in custom]
+        library = [n for n in active if is_library(self.graph.node(n))]  # their registered rules (library_rules)
+        order = [n for n in active if not is_library(self.graph.node(n))]
         readers = {}
-        for tasklet in order:
+        for tasklet in order + library:
             for p in self.activity.pairs[tasklet]:
                 readers.setdefault((p.read_access, p.read.connector, tasklet), p.read_access)
         calls = active_calls(self.graph, self.activity)
@@ -269,6 +269,8 @@ class _ReversePass:
             self._backward_tasklet(tasklet, self.activity.pairs[tasklet])
         for record, _ in calls:
             trace_backward(self.graph, record, self.grad, self._mode)
+        for name in library:
+            trace_vjp(self.graph, self.graph.node(name), self.grad, self._mode)
 
     def _mode(self, access: str, index: tuple, domain: Sequence[sympy.Symbol]) -> str | None:
         return None if self.contributors[access] == 1 and injective(index, domain) else "sum"
@@ -344,8 +346,7 @@ class _ReversePass:
         recomputed = any(sym in values for sym in t.inputs.values())
         add_forward_reads(g, tasklet, body.reads, list(exprs.values()),
                           [index for _, index in body.reads.values()] + [w[1] for w in writes.values()])
-        replacements, reduced = shared_subexpressions(tuple(exprs.items()))
         g.add_tasklet(f"grad_{tasklet}", t.domain, exprs, body.reads, writes, condition=t.condition,
                       source=t.source, backward=True, forward_tasklet=tasklet,
                       forward_values="stored" if stored else ("recompute" if recomputed else "none"),
-                      write_modes=modes, cse={"replacements": replacements, "body": reduced})
+                      write_modes=modes)

@@ -140,22 +140,6 @@ def guarded_product(g: sympy.Symbol, partial: sympy.Expr) -> sympy.Expr:
     return sympy.Piecewise((0, sympy.Eq(g, 0)), (g * partial, True))
 
 
-def shared_subexpressions(body: tuple[tuple[str, sympy.Expr], ...]) -> tuple[list, dict[str, sympy.Expr]]:
-    """``(replacements, reduced_body)`` from ``sympy.cse`` over all outputs of
-    one backward body, so a printer can emit each shared term once."""
-    template, back = float_template(tuple(e for _, e in body))
-    replacements, reduced = _cse(template)
-    if back:
-        replacements = [(s, r.xreplace(back)) for s, r in replacements]
-        reduced = [r.xreplace(back) for r in reduced]
-    return replacements, {k: r for (k, _), r in zip(body, reduced)}
-
-
-@functools.lru_cache(maxsize=None)
-def _cse(exprs: tuple[sympy.Expr, ...]) -> tuple[list, list]:
-    return sympy.cse(list(exprs), symbols=sympy.numbered_symbols("cse"))
-
-
 def _forget() -> None:
     _partials.cache_clear()
 

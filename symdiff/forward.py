@@ -26,13 +26,15 @@ import networkx as nx
 import sympy
 
 from symdiff.ir.graph import AccessNode, DataflowGraph, connector_symbol, index_symbol
+from symdiff.ir.library import is_library
 from symdiff.ir.scalar_functions import compare
 
 from .activity import Activity, Pair, analyse, latest_versions
 from .backward import (_Body, _check_request, _expensive, _Names, _use_stored, accumulation_helpers,
                        add_forward_reads)
 from .custom_vjp import META_KEY as CUSTOM_VJPS
-from .derivatives import guarded_product, shared_subexpressions, tasklet_partials
+from .library_rules import trace_jvp
+from .derivatives import guarded_product, tasklet_partials
 from .errors import DifferentiationError
 
 
@@ -53,12 +55,11 @@ def add_tangent_pass(graph: DataflowGraph, inputs: Sequence[str], outputs: Seque
     * ``tan_<container>_<version>``: transient tangent of an intermediate
       version; ``jvp_<tasklet>`` the tangent tasklet of a forward tasklet,
       with ``meta["tangent_of"]`` naming it, ``meta["forward_values"]``
-      (``"stored"``, ``"recompute"`` or ``"none"``, as in the reverse pass)
-      and ``meta["cse"]``; ``count_``/``zeros_``/``nonzero_`` helpers of a
+      (``"stored"``, ``"recompute"`` or ``"none"``, as in the reverse pass);
+      ``count_``/``zeros_``/``nonzero_`` helpers of a
       max/min/prod reduction (``backward.accumulation_helpers``).
 
-    The meta dicts are merged across calls; ``graph.meta["tangent_passes"]``
-    lists every call's inputs, outputs, tangent inputs and tangents.
+    The meta dicts are merged across calls.
     """
     inputs = list(dict.fromkeys(inputs))
     outputs = list(dict.fromkeys(outputs))
@@ -91,8 +92,6 @@ def add_tangent_pass(graph: DataflowGraph, inputs: Sequence[str], outputs: Seque
 
     graph.meta.setdefault("tangent_inputs", {}).update(tangent_inputs)
     graph.meta.setdefault("tangents", {}).update(tangents)
-    graph.meta.setdefault("tangent_passes", []).append(
-        {"inputs": inputs, "outputs": outputs, "tangent_inputs": tangent_inputs, "tangents": tangents})
     return tangents
 
 
@@ -155,7 +154,10 @@ class _TangentPass:
             g.add_container(name, c.shape, c.dtype, "transient", tangent_of=access)
             self.tangent[access] = name
         for tasklet in g.topological_order():
-            if tasklet in self.activity.pairs:
+            if tasklet in self.activity.pairs and is_library(g.node(tasklet)):  # its registered rule
+                trace_jvp(g, g.node(tasklet), {a: self.tangent[a] for a in self.activity.versions
+                                               if a in self.tangent})
+            elif tasklet in self.activity.pairs:
                 self._tangent_tasklet(tasklet, self.activity.pairs[tasklet])
         for access, result in self.outputs.items():
             if self.tangent[access] != result:  # an output that is an input itself: copy its tangent
@@ -226,8 +228,6 @@ class _TangentPass:
                           [index for _, index in body.reads.values()] + [w[1] for w in writes.values()])
         values = set().union(*(e.free_symbols for e in exprs.values()))
         recomputed = any(sym in values for sym in t.inputs.values())
-        replacements, reduced = shared_subexpressions(tuple(exprs.items()))
         g.add_tasklet(f"jvp_{tasklet}", t.domain, exprs, body.reads, writes, condition=t.condition,
                       source=t.source, tangent_of=tasklet,
-                      forward_values="stored" if stored else ("recompute" if recomputed else "none"),
-                      cse={"replacements": replacements, "body": reduced})
+                      forward_values="stored" if stored else ("recompute" if recomputed else "none"))

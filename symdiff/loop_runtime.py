@@ -124,7 +124,7 @@ def _tangent_body(body: ir.DataflowGraph, floats: list[int], count: int) -> ir.D
     tangents = add_tangent_pass(graph, list(names), [results[k] for k in floats], names)
     graph.meta["result_names"] = results + [tangents[results[k]] for k in floats]
     graph.meta["arg_names"] = [*body.meta.get("arg_names", body.arguments), *names.values()]
-    for key in ("tangent_inputs", "tangents", "tangent_passes"):
+    for key in ("tangent_inputs", "tangents"):
         graph.meta.pop(key, None)
     return graph
 

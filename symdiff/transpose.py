@@ -27,7 +27,6 @@ from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, conne
 from symdiff.ir.index_analysis import holds_on_ranges, solve_shifts, unit_shift
 from symdiff.ir.rewrite import drop_outputs
 
-from .derivatives import shared_subexpressions
 
 
 def shift_solution(index: Sequence[sympy.Expr], domain: Sequence[tuple],
@@ -152,9 +151,7 @@ def _gather(graph: DataflowGraph, access: str, targets: tuple, candidates: list)
         total += term if valid is sympy.true else _guarded(term, valid)
     sole = len(candidates) == len(graph.writers(access))
     for name in dict.fromkeys(t.name for t, _, _ in candidates):
-        rest = drop_outputs(graph, name, {m.connector for u, m, _ in candidates if u.name == name})
-        if rest is not None:
-            rest.meta["cse"] = _cse(rest.body)
+        drop_outputs(graph, name, {m.connector for u, m, _ in candidates if u.name == name})
     first = candidates[0][0]
     forward = list(dict.fromkeys(t.meta.get("forward_tasklet") for t, _, _ in candidates))
     values = {t.meta.get("forward_values", "none") for t, _, _ in candidates}
@@ -163,11 +160,5 @@ def _gather(graph: DataflowGraph, access: str, targets: tuple, candidates: list)
         f"gather_{container.name}", tuple((o, 0, n) for o, n in zip(targets, container.shape)),
         {"d": total}, reads.reads, {"d": (access, targets, None if sole else "sum")},
         source=first.source, backward=True, strategy="gather", forward_tasklet=forward[0],
-        forward_tasklets=forward, forward_values=forward_values, write_modes={"d": "plain" if sole else "sum"},
-        cse=_cse({"d": total}))
+        forward_tasklets=forward, forward_values=forward_values, write_modes={"d": "plain" if sole else "sum"})
     return gather.name
-
-
-def _cse(body: dict) -> dict:
-    """A backward tasklet's ``meta["cse"]`` (see ``add_backward_pass``)."""
-    return dict(zip(("replacements", "body"), shared_subexpressions(tuple(body.items()))))

@@ -3,8 +3,7 @@ import numpy as np
 import pytest
 import sympy
 
-from symdiff.derivatives import (derivative, guarded_product, may_be_nonfinite, shared_subexpressions,
-                                 tasklet_partials)
+from symdiff.derivatives import derivative, guarded_product, may_be_nonfinite, tasklet_partials
 from symdiff.errors import DifferentiationError
 from symdiff.registry import register_derivative, unregister_derivative
 from symdiff_graphs import Builder, a, b, i, rng_inputs, vjp
@@ -46,13 +45,6 @@ def test_guard_makes_zero_cotangent_exact_for_nonfinite_partials():
         out = fn(np.array([0.0, 0.0, 1.0]), np.array([-1.0, 0.0, 4.0]))
     np.testing.assert_array_equal(out, [0.0, 0.0, 0.25])
     assert guarded_product(g, 2 * a) == 2 * a * g  # polynomial partials stay unguarded
-
-
-def test_common_subexpressions_are_shared_across_partials():
-    replacements, reduced = shared_subexpressions(
-        (("d_a", sympy.exp(a * b) * b), ("d_b", sympy.exp(a * b) * a)))
-    assert any(r == sympy.exp(a * b) for _, r in replacements)
-    assert set(reduced) == {"d_a", "d_b"}
 
 
 def test_unknown_function_names_the_registry():
