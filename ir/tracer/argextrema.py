@@ -15,7 +15,7 @@ import sympy
 
 from .dispatch import implements
 from .emit import domain_symbols, new_array, read, write
-from .errors import UnsupportedOperationError
+from .errors import TraceIndexError, UnsupportedOperationError
 from .numeric import isnan
 from .reductions import normalize_axes, reduce
 from .traced_array import TracedArray
@@ -30,12 +30,16 @@ def arg_extremum(op: str, a, axis, keepdims: bool, accumulate: str) -> TracedArr
     if a.size == 0:
         raise UnsupportedOperationError(f"numpy.{op}", "attempt to get argmax of an empty sequence (numpy "
                                         "raises here too)")
+    if axis is not None and not isinstance(axis, (int, np.integer)) or isinstance(axis, (bool, np.bool_)):
+        raise TraceIndexError(f"numpy.{op}", f"axis {axis!r} must be an int or None (numpy takes one axis here)")
+    if a.dtype_name == "int32":   # the Slang lowering has no int identity for max/min accumulations yet;
+        a = a.astype(a.trace.float_dtype)   # both reductions read this one copy (exact below 2**24 / 2**53)
     shape = a.sym_shape
     flat = axis is None
     if flat:
         a, axis = np.reshape(a, -1), 0
     (axis,) = normalize_axes(f"numpy.{op}", axis, a.ndim)
-    best = reduce(op.removeprefix("arg"), a, axis, True, accumulate)
+    best = reduce(op.removeprefix("nan").removeprefix("arg"), a, axis, True, accumulate)
     syms = domain_symbols(a.ndim)
     out_shape = tuple(d for k, d in enumerate(a.sym_shape) if k != axis)
     # the positions' minimum accumulates in a float container: the Slang lowering has no int identity
@@ -60,6 +64,28 @@ def argmax(a, axis=None, out=None, *, keepdims=False):
     if out is not None:
         raise UnsupportedOperationError("numpy.argmax", "out= is not supported when tracing")
     return arg_extremum("argmax", a, axis, keepdims, "max")
+
+
+def _nan_arg(op: str, a, axis, keepdims: bool, accumulate: str) -> TracedArray:
+    """nanargmax / nanargmin: NaNs never win (they become -inf / +inf first).
+    numpy raises for an all-NaN slice; here that slice gives the first index."""
+    if isinstance(a, TracedArray) and a.dtype_name.startswith("float"):
+        a = np.where(np.isnan(a), -np.inf if accumulate == "max" else np.inf, a)
+    return arg_extremum(op, a, axis, keepdims, accumulate)
+
+
+@implements(np.nanargmax)
+def nanargmax(a, axis=None, out=None, *, keepdims=False):
+    if out is not None:
+        raise UnsupportedOperationError("numpy.nanargmax", "out= is not supported when tracing")
+    return _nan_arg("nanargmax", a, axis, keepdims, "max")
+
+
+@implements(np.nanargmin)
+def nanargmin(a, axis=None, out=None, *, keepdims=False):
+    if out is not None:
+        raise UnsupportedOperationError("numpy.nanargmin", "out= is not supported when tracing")
+    return _nan_arg("nanargmin", a, axis, keepdims, "min")
 
 
 @implements(np.argmin)

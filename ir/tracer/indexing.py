@@ -90,6 +90,8 @@ def _mask_key(op: str, key):
     """The boolean mask of ``x[mask]`` / ``x[mask, ...]`` (None for other keys);
     a mask combined with other indices is refused with the where form."""
     items = list(key) if isinstance(key, tuple) else [key]
+    items = [np.array(item) if isinstance(item, list) and item and all(isinstance(v, (bool, np.bool_)) for v in item)
+             else item for item in items]   # x[[True, False, True]]
     masks = [k for k, item in enumerate(items) if is_mask(item)]
     if not masks:
         return None

@@ -53,6 +53,7 @@ CASES = {
     "row_mask_keepdims": (lambda xp, x, y: xp.mean(x[y[:, 0] < 1], axis=0, keepdims=True),
                           lambda xp, x, y: xp.mean(x, axis=0, where=(y[:, 0] < 1)[:, None], keepdims=True)),
     "numpy_mask": (lambda xp, x, y: xp.sum(x[ROWS] ** 2), lambda xp, x, y: xp.sum(x ** 2, where=ROWS[:, None])),
+    "list_mask": (lambda xp, x, y: xp.mean(x[[True, False, True]]), lambda xp, x, y: xp.mean(x, where=ROWS[:, None])),
     "product_of_selections": (lambda xp, x, y: (lambda m: xp.max(x[m] * y[m], initial=-9.0))(y > 0),
                               lambda xp, x, y: xp.max(x * y, where=y > 0, initial=-9.0)),
     "selection_and_scalar": (lambda xp, x, y: xp.sum(2.0 * x[x > y] - 1.0) + xp.prod(x[x > y]),

@@ -72,6 +72,10 @@ CASES = {
     "argmin_keepdims_take": (lambda xp, d: xp.take_along_axis(d, xp.argmin(d, axis=-2, keepdims=True), -2), D),
     "argmax_of_computed": (lambda xp, x, y: xp.take_along_axis(y, xp.argmax(x * y, axis=0)[None], 0), X, Y),
     "argmax_method": (lambda xp, x: x[0][x[1].argmax()] + x[2][x[2].argmin()], X),
+    "argmax_of_ints_and_bools": (lambda xp, x: x[0][xp.argmax((x[1] * 3).astype(np.int32))]
+                                 + x[1][xp.argmin(x[2] > 0)], X),
+    "nanargmax_nanargmin": (lambda xp, x: xp.take_along_axis(x, xp.nanargmax(x, axis=1, keepdims=True), 1)
+                            + xp.take_along_axis(x, xp.nanargmin(x, axis=1, keepdims=True), 1), XN),
 }
 
 
@@ -108,3 +112,4 @@ def test_selection_refusals():
     refused(lambda xp, x: xp.max(x, where=x > 0), X, match="needs initial=")
     refused(lambda xp, x: xp.average(x, weights=x[0]), X, match="give axis=")
     refused(lambda xp, x: xp.argmax(x[:0]), X, match="empty sequence")
+    refused(lambda xp, x: xp.argmax(x, axis=(0, 1)), X, match="must be an int or None")
