@@ -30,6 +30,7 @@ import numpy as np
 import sympy
 
 from .graph import DataflowGraph, Memlet, Tasklet
+from .library.node import LibraryNode
 from .sizes import substitute_sizes
 
 BLOCK_POINTS = int(os.environ.get("SYMDIFF_BLOCK_POINTS", 1 << 18))
@@ -72,7 +73,7 @@ def _pointwise(memlet: Memlet, t: Tasklet) -> bool:
 
 def plan_runs(graph: DataflowGraph, sizes: Mapping[str, int], keep: bool) -> list[str | Run]:
     """The interpreter's steps in a topological order: access node ids (allocated when first
-    met) and runs.  With ``keep`` no version is local (every value is returned)."""
+    met), library node ids (``ir.library``: run alone, after every run before them) and runs.  With ``keep`` no version is local (every value is returned)."""
     steps: list[str | Run] = []
     current: Run | None = None
     domain = None
@@ -86,6 +87,10 @@ def plan_runs(graph: DataflowGraph, sizes: Mapping[str, int], keep: bool) -> lis
 
     for node_id in graph.topological_order():
         node = graph.node(node_id)
+        if isinstance(node, LibraryNode):  # one whole-array step: it needs its inputs complete
+            close()
+            steps.append(node_id)
+            continue
         if not isinstance(node, Tasklet):
             steps.append(node_id)
             continue

@@ -17,6 +17,8 @@ import sympy
 from .blocks import Run, plan_runs
 from .graph import (ACCUMULATION_IDENTITY, DTYPES, FLOAT_DTYPES, DataflowGraph, GraphError, IndexOutOfRange,
                     Memlet, Tasklet)
+from .library.node import LibraryNode
+from .library.run import run_node
 from .index_analysis import FLOOR_DIVIDE, exact_integer_division, unit_shifts
 from .sizes import bind_sizes, substitute_sizes
 from .scalar_functions import logical_not
@@ -309,6 +311,16 @@ def run(graph: DataflowGraph, inputs: Mapping[str, np.ndarray], sizes: Mapping[s
     steps = plan_runs(graph, bound, keep)
     local = set().union(*(s.local for s in steps if isinstance(s, Run)))
     for step in steps:
+        if not isinstance(step, Run) and isinstance(graph.node(step), LibraryNode):
+            node = graph.node(step)  # a whole-array operation through numpy (ir.library)
+            reads = {a for a, _ in graph.reads(step)}
+            run_node(graph, node, values, {a: _float_dtype(graph.containers[graph.node(a).container].dtype,
+                                                           float_dtype) for a, _ in graph.writes(step)})
+            for access in reads:
+                readers_left[access] -= 1
+                if not (readers_left[access] or keep or access in needed) and access in values:
+                    del values[access]
+            continue
         if not isinstance(step, Run):
             if step not in values and step not in local:
                 allocate(step)

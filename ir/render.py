@@ -24,6 +24,7 @@ import networkx as nx
 
 from . import layout as _layout
 from .graph import AccessNode, Container, Memlet, Tasklet
+from .library.node import LibraryNode
 from .layout import Box
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ STYLE = {
     "container": ("#f9fafb", "#4b5563"),
     "gradient": ("#fef9c3", "#a16207"),
     "mixed": ("#ede9fe", "#6d28d9"),       # a group with forward and backward tasklets
+    "library": ("#dcfce7", "#15803d"),     # a library node (np.linalg.solve): green
 }
 LEGEND = [("tasklet", "forward tasklet"), ("backward", "backward tasklet"),
           ("container", "container #version"), ("gradient", "gradient container")]
@@ -88,6 +90,8 @@ def node_lines(graph: "DataflowGraph", node_id: str) -> list[str]:
     if isinstance(node, AccessNode):
         c = graph.containers[node.container]
         return [_shorten(f"{c.name} #{node.version}"), _shorten(_shape(c))]
+    if isinstance(node, LibraryNode):  # one box: the operation, its arguments and results
+        return [_shorten(f"{node.op}"), _shorten(library_signature(graph, node))]
     body = [f"{conn} = {expr}" for conn, expr in node.body.items()]
     if len(body) > BODY_LINES:
         body = body[:BODY_LINES - 1] + [f"(+{len(body) - BODY_LINES + 1} more outputs)"]
@@ -103,6 +107,11 @@ def node_title(graph: "DataflowGraph", node_id: str) -> str:
         return "\n".join([f"{c.name} version {node.version}", f"{c.role} {_shape(c)}"]
                          + (["gradient"] if is_gradient(c) else [])
                          + ([f"written with {acc}"] if acc else []))
+    if isinstance(node, LibraryNode):
+        params = ", ".join(f"{k}={v!r}" for k, v in node.params.items())
+        return "\n".join([f"{'backward ' if node.backward else ''}library node {node.name}: {node.op}"
+                          + (f"({params})" if params else ""), library_signature(graph, node)]
+                         + ([f"from {node.source}"] if node.source else []))
     lines = [f"{'backward ' if node.backward else ''}tasklet {node.name}", f"domain {domain_text(node)}"]
     if _has_condition(node):
         lines.append(f"if {node.condition}")
@@ -110,6 +119,14 @@ def node_title(graph: "DataflowGraph", node_id: str) -> str:
         lines.append(f"from {node.source}")
     lines += [f"{conn} = {expr}" for conn, expr in node.body.items()] + choices(node)
     return "\n".join(lines)
+
+
+def library_signature(graph: "DataflowGraph", node: LibraryNode) -> str:
+    """``(A, b) -> (x,)``: the containers a library node reads and writes."""
+    from .library.node import ordered_edges
+    reads, writes = ordered_edges(graph, node)
+    name = lambda a: graph.node(a).container  # noqa: E731
+    return f"({', '.join(map(name, reads))}) -> ({', '.join(map(name, writes))})"
 
 
 def memlet_text(memlet: Memlet, write: bool) -> str:
@@ -122,6 +139,8 @@ def memlet_text(memlet: Memlet, write: bool) -> str:
 
 def node_style(graph: "DataflowGraph", node_id: str) -> str:
     node = graph.node(node_id)
+    if isinstance(node, LibraryNode):
+        return "backward" if node.backward else "library"
     if isinstance(node, Tasklet):
         return "backward" if node.backward else "tasklet"
     return "gradient" if is_gradient(graph.containers[node.container]) else "container"
@@ -180,7 +199,7 @@ def graph_links(graph: "DataflowGraph", mapping: Mapping[str, str] | None = None
         a, b = (mapping.get(u, u), mapping.get(v, v)) if mapping else (u, v)
         if a == b:
             continue
-        write = isinstance(graph.node(u), Tasklet)
+        write = not isinstance(graph.node(u), AccessNode)
         tasklet = graph.node(u if write else v)
         text = f"{tasklet.name}: {memlet_text(data['memlet'], write)}"
         link = pairs.get((a, b))

@@ -22,6 +22,14 @@ def summary(graph: "DataflowGraph") -> str:
         lines.append(f"  {c.role:<9} {c.name}: {c.dtype}{shape}")
     for node_id in graph.topological_order():
         t = graph.node(node_id)
+        if hasattr(t, "op"):  # a library node (ir.library): one line, the operation on whole containers
+            from .library.node import ordered_edges
+            reads, writes = ordered_edges(graph, t)
+            params = "".join(f", {k}={v!r}" for k, v in t.params.items())
+            where = f"  # {t.source}" if t.source else ""
+            lines.append(f"  {'backward ' if t.backward else ''}library {t.name}: {', '.join(writes)} = "
+                         f"{t.op}({', '.join(reads)}{params}){where}")
+            continue
         if not hasattr(t, "body"):
             continue
         tag = "backward " if t.backward else ""

@@ -16,6 +16,7 @@ import sympy
 
 from .graph import ACCUMULATIONS, AccessNode, Container, GraphError, Memlet, Tasklet, as_expr
 from .index_analysis import affine_coefficients, injective_over
+from .library.node import LibraryNode
 
 if TYPE_CHECKING:
     from .graph import DataflowGraph
@@ -46,7 +47,7 @@ def _check_node(graph: "DataflowGraph", node_id: str) -> None:
             raise GraphError(f"access node {node_id!r}: unknown container {node.container!r}")
         if node.id != node_id:
             raise GraphError(f"access node {node_id!r}: id does not match its container/version {node.id!r}")
-    elif isinstance(node, Tasklet):
+    elif isinstance(node, (Tasklet, LibraryNode)):
         if node.id != node_id:
             raise GraphError(f"tasklet {node.name!r}: stored under a different node id {node_id!r}")
     else:
@@ -56,9 +57,9 @@ def _check_node(graph: "DataflowGraph", node_id: str) -> None:
 def _check_edge(graph: "DataflowGraph", u: str, v: str, data: dict) -> None:
     src, dst = graph.node(u), graph.node(v)
     memlet = data.get("memlet")
-    if isinstance(src, AccessNode) and isinstance(dst, Tasklet):
+    if isinstance(src, AccessNode) and isinstance(dst, (Tasklet, LibraryNode)):
         access, tasklet = src, dst
-    elif isinstance(src, Tasklet) and isinstance(dst, AccessNode):
+    elif isinstance(src, (Tasklet, LibraryNode)) and isinstance(dst, AccessNode):
         access, tasklet = dst, src
     else:
         raise GraphError(f"edge {u!r} -> {v!r}: edges must go access -> tasklet (read) or "
@@ -344,5 +345,8 @@ def validate(graph: "DataflowGraph") -> None:
         node = graph.node(node_id)
         if isinstance(node, Tasklet):
             _TaskletChecker(graph, node, size_names).check()
+        elif isinstance(node, LibraryNode):
+            from .library.check import check_library_node
+            check_library_node(graph, node)
         else:
             _check_versions(graph, node_id)

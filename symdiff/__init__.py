@@ -15,6 +15,8 @@ from .custom_vjp import CustomVJPError, custom_vjp
 from .errors import DifferentiationError
 from .forward import add_tangent_pass
 from .gradcheck import GradientCheckError
+from . import linalg
+from .library import library_node
 from .loops import LoopError, fori_loop, while_loop
 from .interop import to_jax, to_torch
 from .memory_budget import MemoryBudgetError, MemoryPlan
@@ -26,4 +28,4 @@ __all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f
            "unregister_derivative", "asarray", "DeviceArray", "available_devices", "ProgramError",
            "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError",
            "custom_vjp", "CustomVJPError", "ImplicitBroadcastError", "to_torch", "to_jax", "clear_caches", "cache_limit", "set_cache_limit",
-           "fori_loop", "while_loop", "LoopError"]
+           "fori_loop", "while_loop", "LoopError", "library_node", "linalg"]

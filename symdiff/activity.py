@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from symdiff.ir.graph import FLOAT_DTYPES, AccessNode, DataflowGraph, Memlet
+from symdiff.ir.library import is_library
 
 from .derivatives import tasklet_partials
 
@@ -46,6 +47,10 @@ def latest_versions(graph: DataflowGraph) -> dict[str, str]:
 
 def _dependent_pairs(graph: DataflowGraph, tasklet: str) -> Iterable[Pair]:
     t = graph.node(tasklet)
+    if is_library(t):  # a whole-array op: every float result depends on every float argument
+        from .library_rules import library_pairs
+        yield from (Pair(*p) for p in library_pairs(graph, t))
+        return
     if t.runs_nothing:  # no point runs: nothing flows through it (hand-built graphs; the tracer emits none)
         return
     float_writes = [(wa, wm) for wa, wm in graph.writes(tasklet)

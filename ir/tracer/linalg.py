@@ -60,3 +60,8 @@ def dot(a, b, out=None):
 @implements(np.outer)
 def outer(a, b, out=None):
     return np.multiply(np.reshape(a, (-1, 1)), np.reshape(b, (1, -1)))  # equal ranks: strict broadcasting
+
+
+# np.linalg's decompositions and solves are library nodes (ir.library.linalg); importing it registers
+# their handlers.  Last: it imports this package's modules.
+from ..library import linalg as _library_linalg  # noqa: E402,F401

@@ -1,8 +1,8 @@
 """np.linalg.norm, vector_norm and matrix_norm in the forms that need no
 decomposition: vector orders (any p, 0, inf, -inf) and the matrix orders
-'fro', 1, -1, inf, -inf, each composed of traced reductions.  The spectral
-and nuclear norms (ord 2, -2, 'nuc' of a matrix) need singular values and are
-refused with that reason."""
+'fro', 1, -1, inf, -inf, each composed of traced reductions; the spectral
+and nuclear norms (ord 2, -2, 'nuc' of a matrix) take the singular values of
+the ``linalg.svd`` library node (``ir.library.linalg.api.matrix_2norm``)."""
 from __future__ import annotations
 
 import math
@@ -42,8 +42,11 @@ def _matrix(x: TracedArray, ord, axes: tuple[int, int], keepdims: bool) -> Trace
         pick = np.max if ord > 0 else np.min
         out = pick(sums, axis=over, keepdims=True)
         return out if keepdims else reshape(out, tuple(d for k, d in enumerate(x.sym_shape) if k not in axes))
-    raise UnsupportedOperationError("numpy.linalg.norm", f"ord={ord!r} of a matrix needs its singular values (a "
-                                    "decomposition); supported: 'fro', 1, -1, inf, -inf")
+    if ord in (2, -2, "nuc"):  # singular values: a library node (ir.library.linalg)
+        from ..library.linalg.api import matrix_2norm
+        return matrix_2norm(x, ord, axes, keepdims)
+    raise UnsupportedOperationError("numpy.linalg.norm", f"ord={ord!r} is not a matrix norm order; supported: "
+                                    "'fro', 'nuc', 1, -1, 2, -2, inf, -inf")
 
 
 @implements(np.linalg.norm)
