@@ -195,6 +195,52 @@ def sum_reduction(xp, x):
     return xp.sum(x * x)
 
 
+# -- models (issue 33): the forms users train, written once for numpy, JAX and torch -------------
+
+def mlp_tanh(xp, x, w1, b1, w2, y):
+    """Two layers, tanh, squared error."""
+    p = xp.tanh(x @ w1 + b1) @ w2
+    return xp.mean((p - y) ** 2)
+
+
+def ffn_block(xp, x, g, b, w1, b1, w2, b2):
+    """A transformer's feed-forward block: layer norm, GELU (tanh form), residual."""
+    mu = xp.mean(x, axis=-1, keepdims=True)
+    var = xp.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    h = (x - mu) / xp.sqrt(var + 1e-5) * g + b
+    u = h @ w1 + b1
+    gelu = 0.5 * u * (1.0 + xp.tanh(0.7978845608 * (u + 0.044715 * u * u * u)))
+    out = x + gelu @ w2 + b2
+    return xp.mean(out * out)
+
+
+def attention(xp, x, wq, wk, wv, wo):
+    """Multi-head self-attention over a batch of sequences, 4 heads, softmax with max-subtraction."""
+    bsz, n, d = x.shape
+    heads, dh = 4, d // 4
+
+    def split(t):
+        return xp.swapaxes(xp.reshape(t, (bsz, n, heads, dh)), 1, 2)
+    q, k, v = split(x @ wq), split(x @ wk), split(x @ wv)
+    s = q @ xp.swapaxes(k, 2, 3) * (1.0 / dh ** 0.5)
+    s = s - xp.max(s, axis=-1, keepdims=True)
+    p = xp.exp(s)
+    p = p / xp.sum(p, axis=-1, keepdims=True)
+    o = xp.reshape(xp.swapaxes(p @ v, 1, 2), (bsz, n, d))
+    return xp.mean((o @ wo) ** 2)
+
+
+RNN_STEPS = 32
+
+
+def elman_rnn(xp, xs, h0, wx, wh, b):
+    """An Elman RNN unrolled over ``RNN_STEPS`` inputs: h = tanh(x W + h U + b)."""
+    h = h0
+    for t in range(RNN_STEPS):
+        h = xp.tanh(xs[t] @ wx + h @ wh + b)
+    return xp.mean(h * h)
+
+
 def _sizes(small: str, large: str, **shapes: tuple[tuple, tuple]) -> tuple[Size, Size]:
     """``name=(small_shape, large_shape)`` pairs, in argument order."""
     return (Size(small, {n: s for n, (s, _) in shapes.items()}),
@@ -241,4 +287,23 @@ WORKLOADS: list[Workload] = [
       for suffix, options in (("_atomic", {"stencil_gathers": False}), ("_gather", {}))],
     Workload("sum_reduction", sum_reduction, *_sizes("n=100k", "n=16M", x=((100_000,), (16_777_216,))),
              wrt=("x",)),
+    Workload("mlp_tanh", mlp_tanh,
+             *_sizes("256x64-64-10", "4096x512-512-10", x=((256, 64), (4096, 512)), w1=((64, 64), (512, 512)),
+                     b1=((64,), (512,)), w2=((64, 10), (512, 10)), y=((256, 10), (4096, 10))),
+             wrt=("w1", "b1", "w2"), init={"w1": fan_in, "w2": fan_in, "b1": normal(0.1)}),
+    Workload("ffn_block", ffn_block,
+             *_sizes("256x64-256", "2048x256-1024", x=((256, 64), (2048, 256)), g=((64,), (256,)),
+                     b=((64,), (256,)), w1=((64, 256), (256, 1024)), b1=((256,), (1024,)),
+                     w2=((256, 64), (1024, 256)), b2=((64,), (256,))),
+             wrt=("x", "g", "b", "w1", "b1", "w2", "b2"), init={"w1": fan_in, "w2": fan_in, "b1": normal(0.1),
+                                                               "b2": normal(0.1)}),
+    Workload("attention", attention,
+             *_sizes("2x32x64", "8x128x256", x=((2, 32, 64), (8, 128, 256)), wq=((64, 64), (256, 256)),
+                     wk=((64, 64), (256, 256)), wv=((64, 64), (256, 256)), wo=((64, 64), (256, 256))),
+             wrt=("x", "wq", "wk", "wv", "wo"), init={w: fan_in for w in ("wq", "wk", "wv", "wo")}),
+    Workload("elman_rnn", elman_rnn,
+             *_sizes("32 steps of 64", "32 steps of 256", xs=((RNN_STEPS, 16, 64), (RNN_STEPS, 64, 256)),
+                     h0=((16, 64), (64, 256)), wx=((64, 64), (256, 256)), wh=((64, 64), (256, 256)),
+                     b=((64,), (256,))),
+             wrt=("wx", "wh", "b"), init={"wx": fan_in, "wh": fan_in, "b": normal(0.1)}),
 ]

@@ -98,11 +98,13 @@ class HostProduct:
 
 
 def _blasable(m: np.ndarray) -> np.ndarray:
-    """``m`` itself where BLAS reads it in place (its last two axes C- or
-    F-contiguous), else a contiguous copy (numpy's matmul falls back to a slow
-    loop on other strides)."""
-    inner = m[(0,) * (m.ndim - 2)] if m.ndim > 2 and m.size else m
-    return m if inner.flags.c_contiguous or inner.flags.f_contiguous else np.ascontiguousarray(m)
+    """``m`` itself where its last two axes are row-major and contiguous, else a
+    row-major copy: numpy's matmul took 1.3 ms for a 256x256 @ 256x64 product
+    whose operands were both transposed views, 0.05 ms on row-major ones
+    (this machine), and the copy costs a pass over one operand."""
+    item = m.itemsize
+    row_major = m.ndim < 2 or (m.strides[-1] == item and m.strides[-2] == m.shape[-1] * item)
+    return m if row_major else np.ascontiguousarray(m)
 
 
 def host_product(graph: DataflowGraph, t: Tasklet, target: "targets.Target | None") -> HostProduct | None:
