@@ -900,22 +900,22 @@ def azimint_npbench(data, radius):
 
 def azimint_npbench_jax(jnp, data, radius):
     """The masked mean as numpy computes it: sum over the bin / count of the bin."""
-    npt = 4
-    rmax = jnp.max(radius)
-    res = jnp.zeros(npt, dtype=data.dtype)
-    for i in range(npt):
-        mask = jnp.logical_and(rmax * i / npt <= radius, radius < rmax * (i + 1) / npt)
-        res = res.at[i].set(jnp.sum(jnp.where(mask, data, 0.0)) / jnp.sum(mask.astype(data.dtype)))
-    return jnp.sum(res * res)
+    return _binned_means_jax(jnp, data, radius, least_count=0.0)
 
 
 def azimint_jax(jnp, data, radius):
+    return _binned_means_jax(jnp, data, radius, least_count=1.0)
+
+
+def _binned_means_jax(jnp, data, radius, least_count):
+    """Sum of squares of ``data``'s means over 4 radial bins, each count at least ``least_count``."""
     npt = 4
     rmax = jnp.max(radius)
     res = jnp.zeros(npt, dtype=data.dtype)
     for i in range(npt):
         mask = jnp.logical_and(rmax * i / npt <= radius, radius < rmax * (i + 1) / npt)
-        res = res.at[i].set(jnp.sum(jnp.where(mask, data, 0.0)) / jnp.maximum(jnp.sum(mask.astype(data.dtype)), 1.0))
+        count = jnp.maximum(jnp.sum(mask.astype(data.dtype)), least_count)
+        res = res.at[i].set(jnp.sum(jnp.where(mask, data, 0.0)) / count)
     return jnp.sum(res * res)
 
 
