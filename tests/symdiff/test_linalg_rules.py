@@ -86,3 +86,36 @@ def test_norms(order):
 @pytest.mark.parametrize("p", [None, 2, -2, "fro", 1])
 def test_cond(p):
     check(lambda xp, a: xp.linalg.cond(a, p), general(rng, 2, 3, 3))
+
+
+@pytest.mark.parametrize("name", ["solve", "cholesky", "eigvalsh", "det"])
+def test_size_64(name):
+    fns = {"solve": (lambda xp, a, b: xp.linalg.solve(a, b), (general(rng, 64, 64), rng.normal(size=(64, 3)))),
+           "cholesky": (lambda xp, a: xp.linalg.cholesky(a), (spd(rng, 64, 64),)),
+           "eigvalsh": (lambda xp, a: xp.linalg.eigvalsh(a), (spd(rng, 64, 64),)),
+           "det": (lambda xp, a: xp.linalg.slogdet(a)[1], (general(rng, 64, 64),))}
+    fn, args = fns[name]
+    check(fn, *args, rtol=1e-8, atol=1e-9)
+
+
+def test_lstsq_forms_match_numpy():
+    import symdiff as sd
+    f = sd.differentiable_program(lambda a, b: np.linalg.lstsq(a, b))
+    for shape in ((3, 5), (5, 3)):
+        a, b = rng.normal(size=shape), rng.normal(size=shape[0])
+        for got, want in zip(f(a, b, device="numpy"), np.linalg.lstsq(a, b)):
+            assert np.shape(got) == np.shape(want)
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_symbolic_sizes():
+    import symdiff as sd
+    n = sd.symbol("N")
+
+    @sd.differentiable_program
+    def f(a: sd.f64[n, n], b: sd.f64[n]):
+        return np.sum(np.linalg.solve(a, b) ** 2)
+    for size in (2, 5):
+        a, b = general(rng, size, size), rng.normal(size=size)
+        np.testing.assert_allclose(f(a, b, device="numpy"), np.sum(np.linalg.solve(a, b) ** 2), rtol=1e-12)
+        sd.gradcheck(f, a, b)
