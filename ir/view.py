@@ -37,6 +37,7 @@ import networkx as nx
 
 from . import render
 from .graph import AccessNode, Tasklet
+from .library.node import LibraryNode
 
 if TYPE_CHECKING:
     from .graph import DataflowGraph
@@ -166,6 +167,14 @@ class GraphView:
             rows += [("written by", t) for t in dict.fromkeys(g.nx.predecessors(node_id))]
             rows += [("read by", t) for t in dict.fromkeys(g.nx.successors(node_id))]
             title = f"{c.name} #{node.version}"
+        elif isinstance(node, LibraryNode):  # one whole-array operation (ir.library)
+            rows = [("kind", ("backward " if node.backward else "") + "library node"), ("operation", node.op),
+                    ("call", render.library_signature(g, node))]
+            rows += [("parameter", f"{k} = {v!r}") for k, v in node.params.items()]
+            if node.source:
+                code = self._code(node.source)
+                rows.append(("source", node.source + (f"   {code}" if code else "")))
+            title = f"library node {node.name}: {node.op}"
         else:
             rows = [("kind", "backward tasklet" if node.backward else "forward tasklet")]
             if node.source:

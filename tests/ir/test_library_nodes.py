@@ -161,3 +161,12 @@ def test_a_missing_rule_is_named():
     f = sd.differentiable_program(lambda x: np.sum(op(x)))
     with pytest.raises(sd.DifferentiationError, match="test.no_rules has no backward"):
         f.grad(np.ones(3), device="numpy")
+
+
+def test_the_interactive_view_details_a_library_node():
+    g = ir.trace(lambda a, b: np.linalg.solve(a, b), sd.f64[2, 2], sd.f64[2, 1])
+    (node,) = library_nodes(g)
+    details = g.view().node_details(node.name)
+    assert details["title"].endswith("linalg.solve")
+    assert ["call", "(a, b) -> (solve)"] in details["rows"]
+    assert "text/html" in g._repr_mimebundle_()
