@@ -168,5 +168,5 @@ def test_the_interactive_view_details_a_library_node():
     (node,) = library_nodes(g)
     details = g.view().node_details(node.name)
     assert details["title"].endswith("linalg.solve")
-    assert ["call", "(a, b) -> (solve)"] in details["rows"]
+    assert ["call", "(a, b) -> (out)"] in details["rows"]   # the result container is named out
     assert "text/html" in g._repr_mimebundle_()
