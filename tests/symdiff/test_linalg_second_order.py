@@ -53,3 +53,24 @@ def test_gradcheck_through_library_nodes():
     sd.gradcheck(lambda a: np.linalg.slogdet(a)[1], a)
     sd.gradcheck(lambda a: np.sum(np.linalg.eigvalsh(a + a.T) ** 2), spd(rng, 3, 3))
     sd.gradcheck(lambda a: np.linalg.norm(a, "nuc"), general(rng, 4, 3))
+
+
+def _mixed(xp, a):
+    return xp.sum(xp.linalg.inv(a) ** 2) + xp.linalg.slogdet(a)[1] + xp.sum(xp.linalg.cholesky(a @ a.T))
+
+
+def test_forward_over_reverse():
+    a, t = general(rng, 3, 3), rng.normal(size=(3, 3))
+    grad_program = sd.differentiable_program(lambda a: _mixed(np, a)).grad_program()
+    _, hvp = grad_program.jvp(a, tangents={"a": t}, device="numpy")
+    want = jax.jvp(jax.grad(lambda x: _mixed(jnp, x)), (a,), (t,))[1]
+    np.testing.assert_allclose(hvp, np.asarray(want), rtol=1e-9, atol=1e-12)
+
+
+def test_reverse_over_forward():
+    a, t = general(rng, 3, 3), rng.normal(size=(3, 3))
+    jvp_program = sd.differentiable_program(lambda a: _mixed(np, a)).jvp_program(tangent_of=["a"])
+    _, grads = jvp_program.vjp(a, t, cotangent=np.ones(()), device="numpy")
+    want = jax.grad(lambda x, tt: jax.jvp(lambda y: _mixed(jnp, y), (x,), (tt,))[1], argnums=(0, 1))(a, t)
+    np.testing.assert_allclose(grads["a"], np.asarray(want[0]), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(grads["t_a"], np.asarray(want[1]), rtol=1e-9, atol=1e-12)
