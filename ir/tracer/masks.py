@@ -60,6 +60,8 @@ def _as_traced_mask(op: str, source: TracedArray, mask) -> TracedArray:
 class Selection:
     """``source[mask]``, kept at ``source``'s shape (see the module docstring)."""
 
+    _handles_numpy_first = True   # traced arrays defer numpy calls with a selection among the operands to it
+
     def __init__(self, source: TracedArray, mask: TracedArray):
         self.source = source
         self.mask = mask

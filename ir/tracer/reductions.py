@@ -8,18 +8,15 @@ max/min, which numpy also requires there), so masked reductions cost nothing
 extra and differentiate like any Piecewise."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import sympy
 
 from .dispatch import implements
-from ..scalar_functions import ieee_float
-from .creation import constant
+from .creation import constant, full
 from .elementwise import dtype_name
 from .masks import accepts_selection
-from .emit import (as_arith, as_bool, broadcast_index, broadcast_shapes, domain_symbols, new_array, read, shape_str,
-                   tasklet_to_new, write)
+from .emit import (as_arith, as_bool, broadcast_index, broadcast_shapes, domain_symbols, new_array, read, same,
+                   shape_str, tasklet_to_new, write)
 from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError, warn_user
 from .traced_array import TracedArray
 
@@ -109,13 +106,20 @@ def _masked_reduce(op: str, a: TracedArray, axes: tuple[int, ...], keepdims: boo
     mean is the masked sum over the mask's count (nan where it counts none, as numpy)."""
     if a.dtype_name == "bool" and accumulate in ("max", "min"):   # any / all
         return reduce(op, (a & mask) if accumulate == "max" else (a | ~mask), axes, keepdims, accumulate)
-    if op == "mean":
+    if op == "mean":   # nan where the mask counts none; the division never sees 0, so its gradient is 0 there
         total = _masked_reduce("sum", a, axes, keepdims, "sum", dtype, mask)
         count = reduce("sum", np.broadcast_to(mask, a.shape), axes, keepdims, "sum")
-        return total / count
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    if accumulate in ("max", "min"):
+        # the masked-out elements hold the identity in an array of their own: the reverse pass's tie count
+        # compares the reduced values with the result, and must see the identity there, not the element
+        low, high = (-np.inf, np.inf) if a.dtype_name.startswith("float") else \
+            (int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max))
+        filled = np.where(mask, a, low if accumulate == "max" else high)
+        return reduce(op, filled, axes, keepdims, accumulate)
     out_dtype = dtype_name(dtype) if dtype is not None else \
         "int32" if a.dtype_name == "bool" and accumulate in ("sum", "prod") else a.dtype_name
-    identity = _IDENTITY.get(accumulate, ieee_float(-math.inf if accumulate == "max" else math.inf))
+    identity = _IDENTITY[accumulate]
     syms = domain_symbols(a.ndim)
     shape = tuple(1 if k in axes else d for k, d in enumerate(a.sym_shape) if keepdims or k not in axes)
     index = tuple(0 if k in axes else s for k, s in enumerate(syms) if keepdims or k not in axes)
@@ -131,6 +135,10 @@ def _masked_reduce(op: str, a: TracedArray, axes: tuple[int, ...], keepdims: boo
 def _extremum(op: str, a, axis, keepdims: bool, accumulate: str, initial, where) -> TracedArray:
     """max / min with numpy's ``initial=`` (a floor / ceiling taken with the
     result) and ``where=`` (which numpy allows only with an ``initial``)."""
+    axes = normalize_axes(f"numpy.{op}", axis, a.ndim) if isinstance(a, TracedArray) else ()
+    if initial is not None and any(same(a.sym_shape[k], 0) for k in axes):   # numpy: initial, not an error
+        shape = tuple(1 if k in axes else d for k, d in enumerate(a.sym_shape) if keepdims or k not in axes)
+        return full(a.trace, shape, initial, a.dtype_name)
     if where is not None and where is not True and initial is None:
         raise UnsupportedOperationError(f"numpy.{op}", f"where= needs initial= (numpy raises too: {op} has no "
                                         f"identity); e.g. np.{op}(x, where=mask, initial="
@@ -234,6 +242,12 @@ def all_(a, axis=None, out=None, keepdims=False, *, where=None, **kwargs):
 def _as_bool(a):
     """``a != 0`` unless ``a`` holds booleans already (NaN counts as true, as in numpy)."""
     return a if isinstance(a, TracedArray) and a.dtype_name == "bool" else a != 0
+
+
+@implements(np.count_nonzero)
+def count_nonzero(a, axis=None, *, keepdims=False):
+    """The number of true (non-zero) elements, an int32 sum."""
+    return reduce("count_nonzero", _as_bool(a), axis, keepdims, "sum")
 
 
 @implements(np.var)

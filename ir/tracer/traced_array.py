@@ -45,6 +45,8 @@ class Operators:
     __array_priority__ = 1000
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if _defers(inputs):
+            return NotImplemented
         inputs, kwargs = localized(inputs, kwargs)
         if method != "__call__":
             return handler(f"{ufunc.__name__}.{method}")(*inputs, **kwargs)
@@ -165,6 +167,8 @@ class TracedArray(Operators):
 
     # -- numpy protocol ---------------------------------------------------------------
     def __array_function__(self, func, types, args, kwargs):
+        if _defers(args):
+            return NotImplemented
         args, kwargs = localized(args, kwargs)
         return handler(func)(*args, **kwargs)
 
@@ -266,6 +270,14 @@ class TracedArray(Operators):
         hint = (" (a traced array has no Python value while tracing: return the array and convert the result)"
                 if name in _VALUE_METHODS else "; use the numpy functions the tracer supports (docs/guide.md)")
         raise UnsupportedAttributeError(f".{name}", f"traced arrays have no attribute {name!r}{hint}")
+
+
+def _defers(values) -> bool:
+    """An operand (or one in a list operand) that handles the operation itself:
+    ``x[mask]`` (ir.tracer.masks.Selection), which numpy asks next on NotImplemented."""
+    return any(getattr(v, "_handles_numpy_first", False) or
+               (isinstance(v, (list, tuple)) and any(getattr(w, "_handles_numpy_first", False) for w in v))
+               for v in values)
 
 
 def _localize(value, tr: Trace):

@@ -88,8 +88,10 @@ def test_mask_matches_jax_where_form(name):
     lambda xp, x: xp.sum(x[x[:, 0] > 0], axis=1),
     lambda xp, x: x[0, int(0):x[0, 0] > 0] if False else x[0:x[0, 0]],
     lambda xp, x: xp.sum(x[x > 0] * x[x < 1]),
+    lambda xp, x: xp.sum(x + x[x > 0]),
+    lambda xp, x: xp.concatenate([x[0], x[x > 0]]),
 ], ids=["return", "arith_return", "exp_return", "sort", "method", "index", "mask_with_int", "keep_axis",
-        "slice_bound", "two_masks"])
+        "slice_bound", "two_masks", "full_array_first", "in_a_list"])
 def test_data_dependent_shapes_refused_with_the_where_form(body):
     message = refused(body, X, match="data-dependent|different masks")
     assert "np.where" in message or "where=" in message

@@ -85,10 +85,21 @@ def test_selection_matches_jax(name):
     check(body, *inputs)
 
 
-def test_all_nan_slices_give_nan():
-    """Values only: the gradient through the NaN of an all-NaN slice is 0 in JAX (its select drops the
-    cotangent) and NaN here (the cotangent 1/0 meets a zero local derivative)."""
-    check(lambda xp, x: (xp.nanmax(x, axis=1), xp.nanmin(x, axis=1), xp.nanmean(x, axis=1)), XN_ROW, grad=False)
+def test_all_nan_slices_give_nan_and_a_zero_gradient():
+    """As in JAX: the NaN of an all-NaN (or all-masked) slice passes no gradient back."""
+    check(lambda xp, x: (xp.nanmax(x, axis=1), xp.nanmin(x, axis=1, keepdims=True), xp.nanmean(x, axis=1),
+                         xp.mean(x, axis=1, where=~xp.isnan(x))), XN_ROW)
+
+
+def test_integer_reductions_with_where_and_initial():
+    ints = np.array([[3, 1, 4], [1, 5, 9]], dtype=np.int32)
+    check(lambda xp, x: (xp.max(x, axis=1, where=x < 5, initial=0), xp.min(x, axis=0, where=x > 1, initial=7),
+                         xp.count_nonzero(x > 2, axis=1), xp.count_nonzero(x - 1)), ints, grad=False)
+
+
+def test_empty_reductions_with_initial():
+    check(lambda xp, x: xp.max(x[:, :0], axis=1, initial=1.5) + xp.min(x[:, :0], axis=-1, where=x[:, :0] > 0,
+                                                                        initial=-2.0) + xp.sum(x[:0]), X)
 
 
 INTS = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [5.0, -1.0, 5.0, -1.0]])
