@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..graph import DataflowGraph, GraphError
+from ..graph import DataflowGraph, GraphError, Memlet
 
 
 @dataclass
@@ -67,7 +67,6 @@ def add_library_node(graph: DataflowGraph, name: str, op: str, reads: Sequence[s
     """Add a library node reading the access nodes ``reads`` (one per
     argument, in order) and writing the access nodes ``writes`` (one per
     result, each a fresh version); returns the node."""
-    from ..graph import Memlet
     name = graph.unique_name(name)
     node = LibraryNode(name, op, tuple(f"in{k}" for k in range(len(reads))),
                        tuple(f"out{k}" for k in range(len(writes))), dict(params or {}), source, backward,
