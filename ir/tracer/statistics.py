@@ -9,7 +9,7 @@ from .dispatch import implements
 from .elementwise import constant_operand
 from .emit import shape_str
 from .errors import ShapeMismatchError, UnsupportedOperationError
-from .reductions import normalize_axes
+from .reductions import ordered_axes
 from .traced_array import TracedArray
 
 
@@ -21,17 +21,19 @@ def _array(op: str, x, trace) -> TracedArray:
 
 
 def _aligned_weights(op: str, a: TracedArray, w: TracedArray, axis) -> TracedArray:
-    """``w`` shaped to broadcast against ``a``: the same shape, or 1-d along one ``axis``."""
+    """``w`` shaped to broadcast against ``a``: the same shape, or one dimension
+    per reduced axis, in the order ``axis`` names them (numpy 2)."""
     if w.shape == a.shape:
         return w
     if axis is None:
         raise ShapeMismatchError(op, f"weights of shape {shape_str(w.sym_shape)} differ from the array's "
                                  f"{shape_str(a.sym_shape)}; give axis= for 1-d weights")
-    axes = normalize_axes(op, axis, a.ndim)
-    if len(axes) != 1 or w.ndim != 1 or w.sym_shape[0] != a.sym_shape[axes[0]]:
+    axes = ordered_axes(op, axis, a.ndim)
+    if w.ndim != len(axes) or any(w.sym_shape[k] != a.sym_shape[ax] for k, ax in enumerate(axes)):
         raise ShapeMismatchError(op, f"weights of shape {shape_str(w.sym_shape)} must have the array's shape "
-                                 f"{shape_str(a.sym_shape)} or be 1-d along the one axis")
-    return np.reshape(w, tuple(-1 if k == axes[0] else 1 for k in range(a.ndim)))
+                                 f"{shape_str(a.sym_shape)} or its shape along axis {axis}")
+    w = np.transpose(w, sorted(range(len(axes)), key=lambda k: axes[k]))   # into the array's axis order
+    return np.reshape(w, tuple(a.sym_shape[k] if k in axes else 1 for k in range(a.ndim)))
 
 
 @implements(np.average)

@@ -52,6 +52,9 @@ CASES = {
     "average_weights_negative_axis": (lambda xp, d, w: xp.average(d, axis=-1, weights=w), D, W),
     "average_weights_full": (lambda xp, x, y: xp.average(x, weights=xp.abs(y) + 0.1), X, Y),
     "average_weights_full_axis": (lambda xp, x, y: xp.average(x, axis=0, weights=xp.abs(y) + 0.1), X, Y),
+    "average_weights_tuple_axis": (lambda xp, d, x: xp.average(d, axis=(1, 2), weights=xp.abs(x) + 0.1), D, X),
+    "average_weights_reversed_axes": (lambda xp, d, x: xp.average(d, axis=(-1, 1), weights=xp.abs(x.T) + 0.1),
+                                      D, X),
     "average_returned": (lambda xp, x, w: xp.average(x, axis=1, weights=w, returned=True), X, W),
     "average_returned_plain": (lambda xp, d: xp.average(d, axis=1, returned=True), D),
     "average_keepdims": (lambda xp, x, w: xp.average(x, axis=1, weights=w, keepdims=True), X, W),
@@ -62,6 +65,8 @@ CASES = {
     "cov_vector": (lambda xp, v: xp.cov(v), V),
     "cov_two": (lambda xp, x, y: xp.cov(x, y), X, Y),
     "cov_aweights": (lambda xp, x, w: xp.cov(x, aweights=w), X, W),
+    "cov_fweights_aweights": (lambda xp, x, w: xp.cov(x, fweights=np.array([1, 2, 1, 3]), aweights=w), X, W),
+    "cov_fweights": (lambda xp, x: xp.cov(x, fweights=np.array([1, 2, 1, 3]), bias=True), X),
     "cov_aweights_ddof0": (lambda xp, x, w: xp.cov(x, aweights=w, ddof=0), X, W),
     "corrcoef": (lambda xp, x: xp.corrcoef(x), X),
     "corrcoef_rowvar_false": (lambda xp, x: xp.corrcoef(x, rowvar=False), X),
@@ -122,5 +127,6 @@ def test_argmax_of_a_0d_and_size_1_array():
 def test_selection_refusals():
     refused(lambda xp, x: xp.max(x, where=x > 0), X, match="needs initial=")
     refused(lambda xp, x: xp.average(x, weights=x[0]), X, match="give axis=")
+    refused(lambda xp, d: xp.average(d, axis=(1, 2), weights=d[0, 0]), D, match="shape along axis")
     refused(lambda xp, x: xp.argmax(x[:0]), X, match="empty sequence")
     refused(lambda xp, x: xp.argmax(x, axis=(0, 1)), X, match="must be an int or None")
