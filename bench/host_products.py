@@ -1,0 +1,94 @@
+"""Matrix products on the CPU device: the host's BLAS (``lowering.host_products``)
+against the generated micro-kernels, interleaved in one process, per size.
+
+    python -m bench.host_products [--repeats 15]
+
+Prints, per product shape, the minimum ms of a program computing ``sum((a @ b) * c)``
+forward only (one product) and its ``value_and_grad`` (three products), each
+way, and numpy's ``a @ b`` alone (the floor the host path pays for), plus the
+first call (trace, plan, generate, compile) each way.  ``MIN_WORK`` in
+``lowering.host_products`` comes from where the host path starts to win.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from contextlib import contextmanager
+
+import numpy as np
+
+import symdiff as sd
+from symdiff.lowering import host_products
+
+SHAPES = [(64, 64, 64), (128, 128, 128), (256, 128, 128), (256, 256, 256), (512, 512, 512),
+          (1024, 256, 256), (4096, 512, 512), (1024, 1024, 1024)]
+
+
+@contextmanager
+def generated_kernels():
+    """Every product as a generated Slang kernel, for the duration."""
+    own = host_products.MIN_WORK
+    host_products.MIN_WORK = 1 << 62
+    try:
+        yield
+    finally:
+        host_products.MIN_WORK = own
+
+
+def program(m: int, k: int, n: int, way: str):
+    """A program of its own per way (a named graph: no cache hands one way's plan to the other)."""
+    def product(a: sd.f32[m, k], b: sd.f32[k, n], c: sd.f32[m, n]):
+        return np.sum((a @ b) * c)
+    product.__name__ = product.__qualname__ = f"product_{m}x{k}x{n}_{way}"
+    return sd.differentiable_program(product)
+
+
+def timed(f, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.host_products", description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=15)
+    args = ap.parse_args(argv)
+    os.environ["SYMDIFF_DISK_CACHE"] = "0"  # first calls compile, as a new user's do
+    rng = np.random.default_rng(0)
+    print(f"{'m x k x n':>16} {'MACs':>8} | {'fwd BLAS':>9} {'fwd gen':>8} | {'v&g BLAS':>9} {'v&g gen':>8} | "
+          f"{'numpy a@b':>9} | {'1st BLAS s':>10} {'1st gen s':>9}")
+    for m, k, n in SHAPES:
+        a, b, c = (rng.standard_normal(s).astype(np.float32) for s in [(m, k), (k, n), (m, n)])
+        ways = {}
+        for way in ("host", "generated"):
+            p = program(m, k, n, way)
+            start = time.perf_counter()
+            with generated_kernels() if way == "generated" else _nothing():
+                p.value_and_grad(a, b, c, device="cpu")
+                p(a, b, c, device="cpu")
+            ways[way] = (p, time.perf_counter() - start)
+        results = {}
+        for _ in range(2):  # interleaved: the machine's load changes between them alike
+            for way, (p, _) in ways.items():
+                with generated_kernels() if way == "generated" else _nothing():
+                    fwd = timed(lambda: p(a, b, c, device="cpu"), args.repeats)
+                    vg = timed(lambda: p.value_and_grad(a, b, c, device="cpu"), args.repeats)
+                old = results.get(way, (float("inf"),) * 2)
+                results[way] = (min(old[0], fwd), min(old[1], vg))
+        floor = timed(lambda: a @ b, args.repeats)
+        print(f"{m:>5}x{k:>4}x{n:>4} {m * k * n / 1e6:>7.1f}M | {results['host'][0]:>9.2f} "
+              f"{results['generated'][0]:>8.2f} | {results['host'][1]:>9.2f} {results['generated'][1]:>8.2f} | "
+              f"{floor:>9.2f} | {ways['host'][1]:>10.2f} {ways['generated'][1]:>9.2f}", flush=True)
+
+
+@contextmanager
+def _nothing():
+    yield
+
+
+if __name__ == "__main__":
+    main()

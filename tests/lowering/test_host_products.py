@@ -1,0 +1,138 @@
+"""Products the host's BLAS computes on the CPU device (lowering.host_products):
+every form the reverse pass writes, batches, a coefficient, two products adding
+into one gradient, against float64 references with bounds from the arithmetic;
+and where they are used (the CPU device, from ``MIN_WORK``) and where not
+(GPU targets, standalone exports).
+
+A float32 dot product of ``K`` terms is within ``K u sum_k |a_k b_k|`` of the
+exact one whatever the summation order (u: float32's unit roundoff); BLAS and
+the generated kernels sum in different orders, so the bound, not a tolerance
+copied from a run, is what a correct product meets.  A transposed or misplaced
+operand misses it by orders of magnitude.
+"""
+import numpy as np
+import pytest
+
+import symdiff as sd
+from symdiff import lowering
+from symdiff.lowering import host_products, targets
+from symdiff.lowering.export import export
+from symdiff.lowering.plan import plan
+from symdiff.lowering.plan_types import HostKernel
+from lowering_graphs import G, i, j, k, rng
+from test_matmul import LAYOUTS, b_, matmul_graph
+
+U = float(np.finfo(np.float32).eps) / 2
+cpu_only = pytest.mark.skipif("cpu" not in lowering.available_devices(), reason="no CPU device")
+
+
+def product_bound(a: np.ndarray, b: np.ndarray, subscripts: str, coeff: float = 1.0) -> np.ndarray:
+    """Per output element: ``(K + 2) u |coeff| sum_k |a b|`` (the sum's rounding, the
+    inputs' float32 rounding and the coefficient's product)."""
+    kk = a.shape[subscripts.split(",")[0].index("k")]
+    return (kk + 2) * U * abs(coeff) * np.einsum(subscripts, np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64)))
+
+
+def on_host(graph, sizes=None) -> int:
+    """How many of the CPU device's kernels for ``graph`` the host computes."""
+    return sum(isinstance(kern, HostKernel) for kern in plan(graph, dict(sizes or {}), targets.CPU).kernels)
+
+
+EINSUM = {"nn": "ik,kj->ij", "tn": "ki,kj->ij", "nt": "ik,jk->ij", "out_transposed": "ki,kj->ji"}
+
+
+@cpu_only
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_every_form_meets_the_float32_bound(layout):
+    graph, inputs = matmul_graph(131, 129, 127, layout, coeff=3)
+    assert on_host(graph) == 1
+    got = lowering.compile(graph, "cpu")(inputs)["c"]
+    a, b = inputs["a"], inputs["b"]
+    want = 3 * np.einsum(EINSUM[layout], a.astype(np.float64), b.astype(np.float64))
+    bound = product_bound(a, b, EINSUM[layout], 3)
+    assert np.all(np.abs(got - want) <= bound), float(np.max(np.abs(got - want) / bound))
+
+
+@cpu_only
+def test_a_batch_with_an_operand_shared_by_every_member():
+    """``c[b, i, j] = a[b, i, k] w[k, j]``: the shared operand broadcasts over the batch."""
+    nb, m, kk, n = 3, 100, 90, 110
+    g = G("bmm").c("a", (nb, m, kk), "argument").c("w", (kk, n), "argument").c("c", (nb, m, n), "result")
+    g.t("bmm", [(b_, 0, nb), (i, 0, m), (j, 0, n), (k, 0, kk)], g.s("x", "a") * g.s("y", "w"),
+        {"x": ("a", (b_, i, k)), "y": ("w", (k, j))}, ("c", (b_, i, j)), acc="sum")
+    r = rng()
+    inputs = {"a": r.standard_normal((nb, m, kk)).astype(np.float32), "w": r.standard_normal((kk, n)).astype(np.float32)}
+    assert on_host(g.g) == 1
+    got = lowering.compile(g.g, "cpu")(inputs)["c"]
+    want = np.einsum("bik,kj->bij", inputs["a"].astype(np.float64), inputs["w"].astype(np.float64))
+    assert np.all(np.abs(got - want) <= product_bound(inputs["a"], inputs["w"], "bik,kj->bij"))
+
+
+@cpu_only
+def test_two_products_add_into_one_gradient():
+    """``w`` is used twice: its gradient is the sum of two host products (the second adds)."""
+    def two_uses(x1: sd.f32[160, 120], x2: sd.f32[160, 120], w: sd.f32[120, 130]):
+        return np.sum(np.tanh(x1 @ w)) + np.sum((x2 @ w) ** 2)
+    program = sd.differentiable_program(two_uses)
+    r = rng(2)
+    args = [(r.standard_normal(s) / 8).astype(np.float32) for s in [(160, 120), (160, 120), (120, 130)]]
+    graph = program.backward_graph(["w"])
+    assert on_host(graph) >= 3
+    _, got = program.value_and_grad(*args, wrt=["w"], device="cpu")
+    x1, x2, w = (a.astype(np.float64) for a in args)
+    want = x1.T @ (1 - np.tanh(x1 @ w) ** 2) + x2.T @ (2 * (x2 @ w))
+    scale = np.abs(x1).T @ np.ones((160, 130)) + np.abs(x2).T @ np.abs(2 * (x2 @ w))
+    # each term's factor from the forward product carries its own rounding: a few times K u
+    assert np.all(np.abs(got["w"] - want) <= 8 * 122 * U * scale), float(np.max(np.abs(got["w"] - want)))
+
+
+@cpu_only
+def test_mlp_gradients_match_the_interpreter_in_float64():
+    """An MLP's value and gradients on the CPU device (host products, fused Slang
+    epilogues) against the interpreter in float64 on the same float32 inputs."""
+    def mlp(x, w1, b1, w2):
+        h = np.tanh(x @ w1 + b1)
+        return np.mean((h @ w2) ** 2)
+    r = rng(1)
+    shapes = {"x": (256, 96), "w1": (96, 128), "b1": (128,), "w2": (128, 70)}
+    args = {n: (r.standard_normal(s) / 4).astype(np.float32) for n, s in shapes.items()}
+    program = sd.differentiable_program(mlp)
+    value, grads = program.value_and_grad(**args, device="cpu")
+    assert on_host(program.backward_graph(list(shapes))) >= 4
+    want_value, want = program.value_and_grad(**{n: a.astype(np.float64) for n, a in args.items()}, device="numpy")
+    # float32 everywhere: each result a few products of 96-128 terms deep, all of magnitude <= ~1
+    assert abs(value - want_value) <= 64 * 128 * U * abs(want_value)
+    for name, g in want.items():
+        assert np.max(np.abs(grads[name] - g)) <= 64 * 128 * U * np.max(np.abs(g)), name
+
+
+def test_only_the_cpu_target_and_only_from_min_work():
+    small, _ = matmul_graph(64, 32, 64, "nn")  # 131k multiply-adds
+    large, _ = matmul_graph(128, 128, 128, "nn")
+    assert 64 * 32 * 64 < host_products.MIN_WORK <= 128 ** 3
+    assert on_host(small) == 0 and on_host(large) == 1
+    for target in (targets.VULKAN, targets.CUDA, targets.LAVAPIPE):
+        assert not any(isinstance(kern, HostKernel) for kern in plan(large, {}, target).kernels)
+
+
+def test_the_module_names_the_product_the_host_computes():
+    graph, _ = matmul_graph(130, 130, 130, "tn")
+    source = lowering.codegen.generate(plan(graph, {}, targets.CPU), targets.CPU).source
+    assert "computed on the host, numpy.matmul (BLAS)" in source
+    assert "c_v0[i, j] = sum over k of a_v0[k, i] * b_v0[k, j]" in source
+    assert "void k0_mm" not in source  # no Slang kernel for it
+
+
+def test_a_standalone_export_keeps_every_product_in_slang():
+    graph, _ = matmul_graph(130, 130, 130, "nn")
+    module = export(graph, target="cpu")
+    assert "computed on the host" not in module.source and "mm_acc" in module.source
+
+
+def test_a_diagonal_operand_stays_a_slang_kernel():
+    """``a[k, k]``-style repeated axes are no strided view: not a host product."""
+    n = 140
+    g = G("diag").c("a", (n, n, n), "argument").c("b", (n, n), "argument").c("c", (n, n), "result")
+    g.t("d", [(i, 0, n), (j, 0, n), (k, 0, n)], g.s("x", "a") * g.s("y", "b"),
+        {"x": ("a", (i, k, k)), "y": ("b", (k, j))}, ("c", (i, j)), acc="sum")
+    assert on_host(g.g) == 0
