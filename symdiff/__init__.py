@@ -19,6 +19,7 @@ from . import linalg
 from .library import library_node
 from .loops import LoopError, fori_loop, while_loop
 from .interop import to_jax, to_torch
+from .interop.module_api import compile_module
 from .memory_budget import MemoryBudgetError, MemoryPlan
 from .program import DifferentiableProgram, ProgramError, clear_caches, differentiable_program, gradcheck
 from .registry import register_derivative, unregister_derivative

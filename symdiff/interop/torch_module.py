@@ -1,0 +1,140 @@
+"""``sd.compile_module``: a PyTorch module whose forward is a symdiff program
+and whose backward is that program's generated backward pass.
+
+The compiled module holds the original module as its child, so its
+parameters and buffers *are* the original ones: an optimiser stepping either
+module's ``parameters()`` changes what both compute.  Each call passes the
+parameters and buffers to the program as arguments (nothing is copied at
+compile time), through the ``sd.to_torch`` bridge, which gives torch's
+autograd the program's VJP.  Before a call in training it draws each
+dropout's noise from torch's generator, as torch's CPU dropout does (same
+order, same values); after it, copies each batch norm's new running
+statistics into its buffers and counts the batch, as torch does.
+
+Per combination of training modes the module is traced once with
+``torch.fx`` (``torch_graph``); the program traces and compiles once per
+argument shapes, like any program.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..program import differentiable_program
+from .programs import output_specs
+from .torch_bridge import TorchFunction, _numpy_dtype
+from .torch_graph import ModuleCompileError, ModuleGraph, modes
+
+
+class _Compiled:
+    """One traced mode: the graph, its program and the torch bridge around it."""
+
+    def __init__(self, module: torch.nn.Module, device: str | None, options: dict[str, Any]):
+        self.graph = ModuleGraph(module)
+        self.program = differentiable_program(self.graph.program_function(), device=device, **options)
+        self.bridge = TorchFunction(self.program, None, device)
+        self.noise_shapes: dict[tuple, list] = {}
+
+    def arguments(self, inputs: tuple, draw: bool = True) -> list[torch.Tensor]:
+        tensors = [_argument(x, n) for x, n in zip(inputs, self.graph.arg_names)]
+        if len(tensors) != len(self.graph.inputs):
+            raise TypeError(f"{self.graph.root}.forward takes {len(self.graph.inputs)} tensors "
+                            f"({', '.join(n.name for n in self.graph.inputs)}), got {len(inputs)}")
+        return tensors + self.graph.state_tensors() + self._noises(tensors, draw)
+
+    def _noises(self, inputs: list[torch.Tensor], draw: bool) -> list[torch.Tensor]:
+        """Each dropout's noise, drawn in graph order as torch's CPU dropout draws it
+        (``draw=False``: zeros of the shapes, leaving torch's generator as it is)."""
+        if not self.graph.noises:
+            return []
+        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
+        if key not in self.noise_shapes:
+            stand_ins = [np.zeros(tuple(t.shape), _numpy_dtype(t.dtype)) for t in inputs]
+            self.noise_shapes[key] = self.graph.noise_shapes(stand_ins)
+        out = []
+        for noise, (shape, dtype) in zip(self.graph.noises, self.noise_shapes[key]):
+            keep = 1 - noise.p
+            if not draw:
+                out.append(torch.zeros(shape, dtype=getattr(torch, dtype)))
+                continue
+            out.append(torch.empty(shape, dtype=getattr(torch, dtype)).bernoulli_(keep).div_(keep))
+        return out
+
+    def trace(self, inputs: tuple) -> None:
+        """Trace the program for these inputs now (errors at compile time)."""
+        tensors = self.arguments(inputs, draw=False)
+        output_specs(self.program, [(tuple(t.shape), _numpy_dtype(t.dtype)) for t in tensors])
+
+    def __call__(self, inputs: tuple) -> Any:
+        import torch.utils._pytree as pytree
+        for path in self.graph.batchnorms:  # torch counts the batch before it reads momentum=None's factor
+            layer = self.graph.module.get_submodule(path)
+            if layer.num_batches_tracked is not None:
+                layer.num_batches_tracked.add_(1)
+        outs = self.bridge(*self.arguments(inputs))
+        outs = list(outs) if isinstance(outs, tuple) else [outs]
+        count = len(self.graph.output_leaves)
+        with torch.no_grad():
+            updates = iter(outs[count:])
+            for path in self.graph.batchnorms:
+                layer = self.graph.module.get_submodule(path)
+                layer.running_mean.copy_(next(updates))
+                layer.running_var.copy_(next(updates))
+        return pytree.tree_unflatten(outs[:count], self.graph.output_spec)
+
+
+def _argument(x: Any, name: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"compiled module input {name!r}: expected a tensor, got {type(x).__name__}")
+    if x.dtype in (torch.int64, torch.int16, torch.int8, torch.uint8):
+        return x.to(torch.int32)  # symdiff's index type (range-checked by the program)
+    return x
+
+
+class CompiledModule(torch.nn.Module):
+    """``module`` whose forward runs as a symdiff program (made by
+    ``sd.compile_module``).  ``self.module`` is the original module: the same
+    parameters and buffers, the same ``train()``/``eval()`` state."""
+
+    def __init__(self, module: torch.nn.Module, device: str | None, options: dict[str, Any]):
+        super().__init__()
+        self.module = module
+        self.device = device
+        self.options = dict(options)
+        self._compiled: dict[tuple, _Compiled] = {}
+
+    def compiled(self) -> _Compiled:
+        """The traced graph and program for the module's current modes."""
+        key = modes(self.module)
+        if key not in self._compiled:
+            self._compiled[key] = _Compiled(self.module, self.device, self.options)
+        return self._compiled[key]
+
+    @property
+    def program(self):
+        """The symdiff program of the current modes (``.graph``, ``.slang_source()``, ...)."""
+        return self.compiled().program
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        return self.compiled()(inputs)
+
+
+def compile_module(module: torch.nn.Module, *example_inputs: torch.Tensor, device: str | None = None,
+                   **options: Any) -> CompiledModule:
+    """``module`` as a module whose forward and backward are symdiff's
+    generated kernels (on ``device``: as for a program call).  It traces the
+    module with ``torch.fx`` and, given ``example_inputs``, the program for
+    their shapes at once, so an unsupported operator or form is refused here
+    (``ModuleCompileError``, naming the module path and the operator).
+    ``options``: ``differentiable_program``'s (``deterministic``,
+    ``check_bounds``, ...)."""
+    compiled = CompiledModule(module, device, options)
+    step = compiled.compiled()
+    if example_inputs:
+        step.trace(tuple(example_inputs))
+    return compiled
+
+
+__all__ = ["compile_module", "CompiledModule", "ModuleCompileError"]
