@@ -236,38 +236,44 @@ def l1_loss(x: Array, target: Array, reduction: str = "mean") -> Array:
     return _reduce(np.abs(x - target), reduction)
 
 
-def nll_loss(logp: Array, target: Array, weight: Array | None = None, ignore_index: int = -100,
-             reduction: str = "mean") -> Array:
-    """``-logp[n, target[n]]`` (class axis 1, any trailing axes), weighted; a
-    target equal to ``ignore_index`` counts for nothing, also in the mean."""
+def _target_weights(target: Array, weight: Array | None, ignore_index: int) -> tuple[Array, Array]:
+    """``(target with ignored entries made 0, each entry's weight: 0 where ignored)``."""
     keep = target != ignore_index
     safe = np.where(keep, target, 0)
-    picked = np.squeeze(np.take_along_axis(logp, np.expand_dims(safe, 1), axis=1), axis=1)
-    w = np.where(keep, 1.0, 0.0) if weight is None else np.where(keep, np.take(weight, safe), 0.0)
-    loss = -picked * w
-    if reduction == "mean":
-        return np.sum(loss) / np.sum(w)
-    return _reduce(loss, reduction)
+    return safe, np.where(keep, 1.0, 0.0) if weight is None else np.where(keep, np.take(weight, safe), 0.0)
+
+
+def nll_loss(logp: Array, target: Array, weight: Array | None = None, ignore_index: int = -100,
+             reduction: str = "mean") -> Array:
+    """``-w[t] logp[n, t]`` with ``t = target[n]`` (class axis 1, any trailing
+    axes); an ignored target counts for nothing, also in the mean, which
+    divides by the summed weights (as torch)."""
+    safe, w = _target_weights(target, weight, ignore_index)
+    loss = -np.squeeze(np.take_along_axis(logp, np.expand_dims(safe, 1), axis=1), axis=1) * w
+    return np.sum(loss) / np.sum(w) if reduction == "mean" else _reduce(loss, reduction)
 
 
 def cross_entropy(x: Array, target: Array, weight: Array | None = None, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Array:
     """Class indices (an integer target) or class probabilities (a float
-    target shaped like ``x``); label smoothing as torch (unweighted)."""
+    target shaped like ``x``).  Label smoothing as torch: with indices,
+    ``(1 - e) nll + e / C * sum_c -w_c logp_c``, normalised like the nll."""
     logp = log_softmax(x, 1)
+    per_class = (-1,) + (1,) * (x.ndim - 2)
     if np.issubdtype(np.dtype(target.dtype), np.floating):
         probs = target if not label_smoothing else target * (1 - label_smoothing) + label_smoothing / x.shape[1]
         if weight is not None:
-            probs = probs * weight.reshape((-1,) + (1,) * (x.ndim - 2))
+            probs = probs * weight.reshape(per_class)
         loss = -np.sum(logp * probs, axis=1)
         return np.sum(loss) / (x.size // x.shape[1]) if reduction == "mean" else _reduce(loss, reduction)
     nll = nll_loss(logp, target, weight, ignore_index, reduction)
     if not label_smoothing:
         return nll
-    keep = np.where(target != ignore_index, 1.0, 0.0)
-    smooth = -np.sum(logp, axis=1) / x.shape[1] * keep
-    smooth = np.sum(smooth) / np.sum(keep) if reduction == "mean" else _reduce(smooth, reduction)
-    return nll * (1 - label_smoothing) + smooth * label_smoothing
+    _, w = _target_weights(target, weight, ignore_index)
+    weighted = logp if weight is None else logp * weight.reshape(per_class)
+    smooth = -np.sum(weighted, axis=1) * np.where(target != ignore_index, 1.0, 0.0)
+    smooth = np.sum(smooth) / np.sum(w) if reduction == "mean" else _reduce(smooth, reduction)
+    return nll * (1 - label_smoothing) + smooth * (label_smoothing / x.shape[1])
 
 
 # -- lookups --------------------------------------------------------------------------

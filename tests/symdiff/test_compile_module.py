@@ -147,3 +147,159 @@ def test_batch_norm_eval_uses_running_stats():
     module.train()(torch.randn(6, 3, dtype=torch.float64))  # some running statistics
     module.eval()
     _compare(module, (_x(5, 3),))
+
+
+class Classifier(nn.Module):
+    """Logits from a linear layer, scored against integer targets by ``loss``."""
+
+    def __init__(self, loss, classes=4, dims=0):
+        super().__init__()
+        self.fc = nn.Linear(5, classes, dtype=torch.float64)
+        self.loss, self.dims = loss, dims
+
+    def forward(self, x, target):
+        logits = self.fc(x)
+        if self.dims:  # (N, C, d): the class axis second, as torch's losses want it
+            logits = logits.permute(0, 2, 1)
+        return self.loss(logits, target)
+
+
+LOSSES = {
+    "cross_entropy": F.cross_entropy,
+    "cross_entropy_sum_ignore": lambda z, t: F.cross_entropy(z, t, reduction="sum", ignore_index=2),
+    "cross_entropy_weighted_smoothing": lambda z, t: F.cross_entropy(
+        z, t, weight=torch.tensor([1.0, 2.0, 0.5, 1.5], dtype=torch.float64), ignore_index=1, label_smoothing=0.2),
+    "cross_entropy_none": lambda z, t: F.cross_entropy(z, t, reduction="none"),
+    "nll_loss": lambda z, t: F.nll_loss(F.log_softmax(z, 1), t),
+    "nll_loss_weighted": lambda z, t: F.nll_loss(torch.log_softmax(z, dim=1), t,
+                                                 weight=torch.tensor([1.0, 2.0, 0.5, 1.5], dtype=torch.float64)),
+    "cross_entropy_module": nn.CrossEntropyLoss(label_smoothing=0.1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+@pytest.mark.parametrize("dims", [0, 1], ids=["NC", "NCd"])
+def test_losses_with_integer_targets(name, dims):
+    torch.manual_seed(2)
+    x = _x(6, 3, 5) if dims else _x(6, 5)
+    target = torch.randint(0, 4, (6, 3) if dims else (6,))
+    _compare(Classifier(LOSSES[name], dims=dims), (x, target))
+
+
+def test_cross_entropy_with_probabilities():
+    torch.manual_seed(3)
+    probs = torch.softmax(torch.randn(6, 4, dtype=torch.float64), 1)
+    _compare(Classifier(lambda z, p: F.cross_entropy(z, p, label_smoothing=0.1)), (_x(6, 5), probs))
+
+
+class Embedder(nn.Module):
+    def __init__(self, padding_idx=None):
+        super().__init__()
+        self.emb = nn.Embedding(7, 3, padding_idx=padding_idx, dtype=torch.float64)
+        self.fc = nn.Linear(3, 2, dtype=torch.float64)
+
+    def forward(self, idx):
+        return self.fc(torch.tanh(self.emb(idx))).sum(1)
+
+
+@pytest.mark.parametrize("padding_idx", [None, 0])
+def test_embedding(padding_idx):
+    torch.manual_seed(4)
+    idx = torch.tensor([[0, 3, 3, 6], [1, 0, 2, 5]])
+    _compare(Embedder(padding_idx), (idx,))
+
+
+class Dropper(nn.Module):
+    """Dropout as a layer, as a function and per channel, between linear maps."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(2, 3, 1, dtype=torch.float64)
+        self.drop2d = nn.Dropout1d(0.5)
+        self.fc = nn.Linear(4, 5, dtype=torch.float64)
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x):
+        h = self.drop(torch.tanh(self.fc(self.drop2d(self.conv(x)))))
+        return F.dropout(h, 0.25, self.training) + F.dropout(h, 0.0, self.training)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_dropout_draws_torch_masks(mode):
+    """Same seed, same masks: compiled and plain torch agree exactly, step after step."""
+    torch.manual_seed(5)
+    module = Dropper().train(mode == "train")
+    twin = __import__("copy").deepcopy(module)
+    x = torch.randn(3, 2, 4, dtype=torch.float64)
+    compiled = sd.compile_module(module, x, device="numpy")
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        ours = compiled(x)
+        torch.manual_seed(seed)
+        theirs = twin(x)
+        np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=RTOL, atol=ATOL)
+        ours.sum().backward()
+        theirs.sum().backward()
+        for p, q in zip(module.parameters(), twin.parameters()):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=RTOL, atol=ATOL)
+    torch.manual_seed(3)
+    compiled(x)
+    after_ours = torch.rand(())
+    torch.manual_seed(3)
+    twin(x)
+    assert torch.rand(()) == after_ours  # the generator advanced as torch's own dropout advances it
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.ModuleList([nn.Sequential(nn.Linear(3, 3), nn.Hardswish())])
+
+    def forward(self, x):
+        return self.layer[0](x)
+
+
+def test_unsupported_operator_is_refused_with_module_path():
+    with pytest.raises(sd.ProgramError) as err:
+        sd.compile_module(Branchy(), torch.randn(2, 3))
+    message = str(err.value)
+    assert "model.layer.0.1 (Hardswish)" in message
+    assert "torch.nn.functional.hardswish" in message
+    assert "torch.nn.functional.gelu" in message  # the forms that work
+
+
+def test_unsupported_argument_is_refused_at_compile_time():
+    module = nn.Sequential(nn.Conv2d(1, 1, 1), nn.MaxPool2d(2, ceil_mode=True))
+    with pytest.raises(sd.ProgramError, match=r"model\.1 \(MaxPool2d\).*ceil_mode=True"):
+        sd.compile_module(module)
+
+
+def test_control_flow_names_the_module():
+    class Gate(nn.Module):
+        def forward(self, x):
+            return x if x.sum() > 0 else -x
+
+    module = nn.Sequential(nn.Linear(2, 2), nn.Sequential(Gate()))
+    with pytest.raises(sd.ProgramError, match=r"model\.1\.0.*torch\.where"):
+        sd.compile_module(module)
+
+
+def test_same_parameters_new_shapes_and_modes():
+    """The compiled module holds the module's own Parameter objects (an
+    optimiser on either changes both); a new input shape traces again."""
+    torch.manual_seed(6)
+    module = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 1))
+    compiled = sd.compile_module(module, torch.randn(5, 3), device="numpy")
+    assert [id(p) for p in compiled.parameters()] == [id(p) for p in module.parameters()]
+    assert [id(b) for b in compiled.buffers()] == [id(b) for b in module.buffers()]
+    x = torch.randn(5, 3)
+    before = compiled(x).detach().clone()
+    with torch.no_grad():
+        module[3].bias += 1.0  # as an optimiser step would
+    assert torch.allclose(compiled(x), before + 1.0, atol=1e-5)  # batch statistics: the same
+    for batch in (5, 8):
+        assert compiled(torch.randn(batch, 3)).shape == (batch, 1)
+    assert len(compiled.program._graphs) == 2
+    compiled.eval()
+    assert not module.training
+    np.testing.assert_allclose(compiled(x).detach().numpy(), module(x).detach().numpy(), rtol=1e-5, atol=1e-6)
