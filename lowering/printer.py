@@ -142,6 +142,8 @@ class SlangPrinter(C99CodePrinter):
     def literal(self, value) -> str:
         """A literal of the context type; integers stay integers in int context."""
         if self.scalar == "int":
+            if np.isinf(value):  # an int max/min's identity: int32's extremes (-2^31 spelled as no literal overflows)
+                return "2147483647" if value > 0 else "(-2147483647 - 1)"
             return str(int(value))
         value = float(value)
         if not np.isfinite(value):

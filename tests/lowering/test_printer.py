@@ -3,7 +3,7 @@ import pytest
 import sympy
 from sympy.codegen.cfunctions import expm1, log1p
 
-from symdiff.lowering.printer import is_exact_in_double, print_expr
+from symdiff.lowering.printer import SlangPrinter, is_exact_in_double, print_expr
 
 x, y = sympy.symbols("x y", real=True)
 n = sympy.Symbol("n", integer=True)
@@ -84,7 +84,6 @@ def test_skipping_sympys_re_rewrite_without_an_re_changes_no_text():
     """The printer skips sympy's ``re(UnevaluatedExpr)`` rewrite where the tree has no ``re``;
     it prints what the rewrite-always printer prints, with an ``re`` or without."""
     from sympy.printing.codeprinter import CodePrinter
-    from symdiff.lowering.printer import SlangPrinter
 
     class RewriteAlways(SlangPrinter):
         _handle_UnevaluatedExpr = CodePrinter._handle_UnevaluatedExpr
@@ -95,3 +94,9 @@ def test_skipping_sympys_re_rewrite_without_an_re_changes_no_text():
     for expr in exprs:
         for scalar in ("float", "double"):
             assert SlangPrinter(scalar).doprint(expr) == RewriteAlways(scalar).doprint(expr), expr
+
+
+def test_an_int_accumulators_extreme_identities_are_int32s_extremes():
+    """A max/min over int32 starts from -2^31 / 2^31 - 1 (infinities have no int form)."""
+    p = SlangPrinter("int")
+    assert p.literal(-float("inf")) == "(-2147483647 - 1)" and p.literal(float("inf")) == "2147483647"
