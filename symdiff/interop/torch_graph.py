@@ -115,8 +115,10 @@ class ModuleGraph:
         try:
             self.graph = _whole(module) if type(module) in torch_layers.layers() else tracer.trace(module)
         except Exception as err:  # control flow on a traced value and the like
-            path = ".".join(["model", *list(getattr(tracer, "module_stack", {}) or {})[-1:]])
-            raise ModuleCompileError(f"sd.compile_module: torch.fx cannot trace {path} ({self.root}): {err}. "
+            inner = list(getattr(tracer, "module_stack", {}) or {})[-1:]
+            path = ".".join(["model", *inner])
+            kind = type(module.get_submodule(inner[0])).__name__ if inner and inner[0] else self.root
+            raise ModuleCompileError(f"sd.compile_module: torch.fx cannot trace {path} ({kind}): {err}. "
                                      "Write the branch with torch.where, or make the value a constant") from err
         self.nodes = list(self.graph.nodes)
         self.inputs = [n for n in self.nodes if n.op == "placeholder"]
@@ -161,12 +163,15 @@ class ModuleGraph:
             return
         if node.op == "call_module":
             module = self.module.get_submodule(node.target)
-            implementation, state = self.layers[type(module)]
-            for name in state(module):
+            layer = self.layers[type(module)]
+            reason = layer.check(module)
+            if reason:
+                raise self._refuse(node, f"{type(module).__name__}:", reason)
+            for name in layer.state(module):
                 self._use_state(_join(node.target, name))
-            if implementation is torch_layers.dropout and module.training and 0 < module.p < 1:
+            if layer.run is torch_layers.dropout and module.training and 0 < module.p < 1:
                 self.noises.append(Noise(node.target, module.p, torch_layers._is_feature_dropout(module)))
-            if implementation is torch_layers.batch_norm and torch_layers.updates_running_stats(module):
+            if layer.run is torch_layers.batch_norm and torch_layers.updates_running_stats(module):
                 self.batchnorms.append(node.target)
                 self._use_state(_join(node.target, "@momentum"))
             return
@@ -268,8 +273,8 @@ class ModuleGraph:
         if node.op == "get_attr":
             return step.state(node.target) if node.target in step.arrays else self._attribute(node.target)
         if node.op == "call_module":
-            implementation, _ = self.layers[type(self.module.get_submodule(node.target))]
-            return implementation(step, node.target, self.module.get_submodule(node.target), *args, **kwargs)
+            layer = self.layers[type(self.module.get_submodule(node.target))]
+            return layer.run(step, node.target, self.module.get_submodule(node.target), *args, **kwargs)
         if node.op == "call_function":
             if node.target in _dropouts():
                 p, training, feature = _dropout_arguments(node.target, args, kwargs)

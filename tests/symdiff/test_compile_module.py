@@ -5,7 +5,7 @@ Tolerance: each case computes a few hundred float64 operations per value;
 its rounding differs from torch's kernels by reassociation (sums, matmul
 blocking) only, a few ulp per operation, so values and gradients agree to
 ~1e-13 relative; we allow 1e-10 (absolute 1e-12 for values near zero).  The
-exact GELU's erf is a 24-point quadrature accurate to 3e-15.
+exact GELU's erf is a 49-point Clenshaw-Curtis quadrature accurate to 5e-16.
 """
 from __future__ import annotations
 
@@ -303,3 +303,47 @@ def test_same_parameters_new_shapes_and_modes():
     compiled.eval()
     assert not module.training
     np.testing.assert_allclose(compiled(x).detach().numpy(), module(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+class Attend(nn.Module):
+    def __init__(self, batch_first, kdim=None):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=batch_first, kdim=kdim, vdim=kdim, dtype=torch.float64)
+
+    def forward(self, x, memory, padding):
+        out, weights = self.attn(x, memory, memory, key_padding_mask=padding)
+        return out.sum() + (weights * weights).sum()
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("kdim", [None, 5])
+def test_multihead_attention(batch_first, kdim):
+    torch.manual_seed(7)
+    x = _x(2, 3, 8) if batch_first else _x(3, 2, 8)
+    memory = _x(2, 4, kdim or 8) if batch_first else _x(4, 2, kdim or 8)
+    padding = torch.tensor([[False, False, True, False], [False, False, False, False]])
+    _compare(Attend(batch_first, kdim), (x, memory, padding))
+
+
+class Encoder(nn.Module):
+    def __init__(self, **options):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, dtype=torch.float64, **options)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(8, 3, dtype=torch.float64)
+
+    def forward(self, x, mask):
+        return self.head(self.encoder(x, mask=mask)).mean(1)
+
+
+@pytest.mark.parametrize("options", [{}, {"norm_first": True, "activation": "gelu"}], ids=["post", "pre_gelu"])
+def test_transformer_encoder(options):
+    torch.manual_seed(8)
+    causal = torch.triu(torch.ones(4, 4, dtype=torch.bool), 1)
+    _compare(Encoder(**options), (_x(2, 4, 8), causal))
+
+
+def test_attention_dropout_in_training_is_refused():
+    module = nn.TransformerEncoderLayer(8, 2, 16)  # dropout=0.1
+    with pytest.raises(sd.ProgramError, match=r"model \(TransformerEncoderLayer\).*dropout=0\.0"):
+        sd.compile_module(module)
