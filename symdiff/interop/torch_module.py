@@ -38,10 +38,11 @@ class _Compiled:
         self.noise_shapes: dict[tuple, list] = {}
 
     def arguments(self, inputs: tuple, draw: bool = True) -> list[torch.Tensor]:
-        tensors = [_argument(x, n) for x, n in zip(inputs, self.graph.arg_names)]
-        if len(tensors) != len(self.graph.inputs):
+        if len(inputs) != len(self.graph.inputs):
             raise TypeError(f"{self.graph.root}.forward takes {len(self.graph.inputs)} tensors "
-                            f"({', '.join(n.name for n in self.graph.inputs)}), got {len(inputs)}")
+                            f"({', '.join(n.name for n in self.graph.inputs)}), got {len(inputs)}; a compiled "
+                            "module takes every input positionally, as tensors")
+        tensors = [_argument(x, n) for x, n in zip(inputs, self.graph.arg_names)]
         return tensors + self.graph.state_tensors() + self._noises(tensors, draw)
 
     def _noises(self, inputs: list[torch.Tensor], draw: bool) -> list[torch.Tensor]:
@@ -117,8 +118,16 @@ class CompiledModule(torch.nn.Module):
         """The symdiff program of the current modes (``.graph``, ``.slang_source()``, ...)."""
         return self.compiled().program
 
-    def forward(self, *inputs: torch.Tensor) -> Any:
-        return self.compiled()(inputs)
+    def forward(self, *inputs: torch.Tensor, **named: torch.Tensor) -> Any:
+        compiled = self.compiled()
+        if named:
+            names = [n.target for n in compiled.graph.inputs]
+            unknown = sorted(set(named) - set(names[len(inputs):]))
+            if unknown:
+                raise TypeError(f"{compiled.graph.root}.forward: unexpected or repeated inputs {unknown}; "
+                                f"its inputs are {names}")
+            inputs = inputs + tuple(named[n] for n in names[len(inputs):] if n in named)
+        return compiled(inputs)
 
 
 def compile_module(module: torch.nn.Module, *example_inputs: torch.Tensor, device: str | None = None,

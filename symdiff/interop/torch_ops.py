@@ -355,10 +355,6 @@ def _hardtanh(x: Array, min_val: float = -1.0, max_val: float = 1.0, inplace: bo
     return np.clip(x, min_val, max_val)
 
 
-def _dropout_identity(x: Array, *args: Any, **kwargs: Any) -> Array:  # in eval mode
-    return x
-
-
 def _einsum(equation: str, *operands: Any) -> Array:
     if len(operands) == 1 and isinstance(operands[0], (tuple, list)):
         operands = tuple(operands[0])
@@ -377,9 +373,7 @@ def _getattr(x: Any, name: str) -> Any:
 
 _REDUCTIONS = {"sum": _reduction(np.sum), "mean": _reduction(np.mean), "prod": _reduction(np.prod),
                "amax": _amax, "amin": _amin, "max": _extremum(True), "min": _extremum(False),
-               "argmax": lambda x, dim=None, keepdim=False: np.argmax(x, axis=dim, keepdims=keepdim),
-               "std": None, "var": None}
-_REDUCTIONS = {k: v for k, v in _REDUCTIONS.items() if v is not None}
+               "argmax": lambda x, dim=None, keepdim=False: np.argmax(x, axis=dim, keepdims=keepdim)}
 
 _ELEMENTWISE = {
     "relu": nn.relu, "tanh": np.tanh, "sigmoid": nn.sigmoid, "exp": np.exp, "log": np.log, "log1p": np.log1p,
@@ -400,7 +394,7 @@ _SHAPES = {"view": _view, "reshape": _view, "flatten": _flatten, "permute": _per
 METHODS: dict[str, Op] = {name: Op(fn) for name, fn in {**_REDUCTIONS, **_ELEMENTWISE, **_SHAPES}.items()}
 METHODS.update({
     "size": Op(_size), "dim": Op(lambda x: x.ndim), "numel": Op(lambda x: int(np.prod(x.shape))),
-    "contiguous": Op(lambda x, *a, **k: x), "clone": Op(lambda x, *a, **k: x + 0), "detach": None,
+    "contiguous": Op(lambda x, *a, **k: x), "clone": Op(lambda x, *a, **k: x + 0),
     "view_as": Op(lambda x, other: np.reshape(x, other.shape)),
     "reshape_as": Op(lambda x, other: np.reshape(x, other.shape)),
     "expand_as": Op(lambda x, other: np.broadcast_to(x, other.shape)),
@@ -410,7 +404,6 @@ METHODS.update({
     "softmax": Op(_softmax(nn.softmax)), "log_softmax": Op(_softmax(nn.log_softmax)),
     "masked_fill": Op(lambda x, mask, value: np.where(mask, value, x)),
 })
-METHODS = {k: v for k, v in METHODS.items() if v is not None}
 
 
 def _functions() -> dict[Callable, Op]:

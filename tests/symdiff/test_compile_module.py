@@ -347,3 +347,13 @@ def test_attention_dropout_in_training_is_refused():
     module = nn.TransformerEncoderLayer(8, 2, 16)  # dropout=0.1
     with pytest.raises(sd.ProgramError, match=r"model \(TransformerEncoderLayer\).*dropout=0\.0"):
         sd.compile_module(module)
+
+
+def test_inputs_by_name_and_wrong_count():
+    torch.manual_seed(9)
+    module = Classifier(F.cross_entropy)
+    compiled = sd.compile_module(module, device="numpy")
+    x, target = torch.randn(4, 5, dtype=torch.float64), torch.tensor([0, 1, 3, 2])
+    np.testing.assert_allclose(compiled(x, target=target).item(), module(x, target).item(), rtol=RTOL)
+    with pytest.raises(TypeError, match="takes 2 tensors"):
+        compiled(x)
