@@ -51,8 +51,7 @@ def device_split(exe, args: dict[str, DeviceArray]) -> dict[str, float]:
         def once() -> None:
             inst.launches = launches
             try:
-                enc = dev.create_command_encoder()
-                exe._record(enc, inst, bindings)
+                _, enc = exe._record(dev.create_command_encoder(), inst, bindings)  # a host product starts a new one
                 dev.submit_command_buffer(enc.finish())
                 dev.wait()
             finally:

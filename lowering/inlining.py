@@ -48,8 +48,11 @@ def producer(graph: DataflowGraph, access: str) -> Tasklet | None:
 
 def exact_reads(graph: DataflowGraph, t: Tasklet) -> set[str]:
     """The connectors of ``t`` whose value must be the stored bits, never a
-    recomputation: those of a value ``t`` accumulates by max, min or product, and
-    those an equality test reads in a tasklet that reads such a result.
+    recomputation: those of a value ``t`` accumulates by max, min or product
+    where a reader of the result tests equalities (a reverse or tangent pass's
+    tie count, or the user's ``x == x.max()``), and those an equality test reads
+    in a tasklet that reads such a result.  A forward pass alone keeps fusing
+    producers into its maxima (row statistics, softmax).
 
     The reverse pass of ``m = max(x)`` divides ``g [x == m]`` by the count of
     ``x == m``; both tests must see the very bits the maximum reduced.  A
@@ -61,14 +64,19 @@ def exact_reads(graph: DataflowGraph, t: Tasklet) -> set[str]:
     target, and a maximum returns one of its operands unchanged."""
     exact: set[str] = set()
     by_symbol = {sym: name for name, sym in t.inputs.items()}
-    for _, m in graph.writes(t.name):
-        if m.accumulate in _TESTED_ACCUMULATIONS:
+    for access, m in graph.writes(t.name):
+        if m.accumulate in _TESTED_ACCUMULATIONS and any(_tests_equality(graph.node(r)) for r, _ in graph.readers(access)):
             exact |= {by_symbol[s] for s in t.body[m.connector].free_symbols if s in by_symbol}
     if any(graph.accumulation(a) in _TESTED_ACCUMULATIONS for a, _ in graph.reads(t.name)):
         for body in t.body.values():
             for test in body.atoms(sympy.Eq, sympy.Ne):
                 exact |= {by_symbol[s] for s in test.free_symbols if s in by_symbol}
     return exact
+
+
+def _tests_equality(node) -> bool:
+    """A tasklet whose body compares for equality (a library node computes no such test)."""
+    return isinstance(node, Tasklet) and any(body.atoms(sympy.Eq, sympy.Ne) for body in node.body.values())
 
 
 def producer_point(p: Tasklet, w: Memlet, read: Memlet) -> dict:
