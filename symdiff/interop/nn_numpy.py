@@ -22,6 +22,12 @@ import numpy as np
 Array = Any  # a numpy array or a symdiff traced array
 
 
+def _indicator(condition: Array, dtype: Any) -> Array:
+    """1 where ``condition`` holds, else 0, in ``dtype`` (``np.where(c, 1.0, 0.0)``
+    is float64, which would turn a float32 program's values into float64)."""
+    return np.where(condition, 1.0, 0.0).astype(dtype)
+
+
 def _pair(value: int | Sequence[int], n: int) -> tuple[int, ...]:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
 
@@ -39,15 +45,16 @@ def silu(x: Array) -> Array:
     return x * sigmoid(x)
 
 
-def _clenshaw_curtis(n: int) -> tuple[Array, Array]:
+def _clenshaw_curtis(n: int, dtype: Any) -> tuple[Array, Array]:
     """Nodes and weights of the ``n + 1``-point Clenshaw-Curtis rule on
     ``[0, 1]`` (``n`` even), from their closed form: built with ``np.arange``
     and ``np.cos``, they are a few tasklets in a trace (a table of constants
-    would be one tasklet per number)."""
-    k, j = np.arange(n + 1), np.arange(1, n // 2 + 1)
+    would be one tasklet per number), computed in ``dtype`` (integers times a
+    float would be float64, and make a float32 program's values float64)."""
+    k, j = np.arange(n + 1, dtype=dtype), np.arange(1, n // 2 + 1, dtype=dtype)
     theta = k * (math.pi / n)
-    b = np.where(j == n // 2, 1.0, 2.0)
-    c = np.where((k == 0) | (k == n), 1.0, 2.0)
+    b = 2 - _indicator(j == n // 2, dtype)
+    c = 2 - _indicator((k == 0) | (k == n), dtype)
     w = c / n * (1 - np.sum(b / (4 * j * j - 1) * np.cos(2 * j * theta[:, None]), axis=1))
     return (1 - np.cos(theta)) / 2, w / 2
 
@@ -57,7 +64,7 @@ def erf(x: Array) -> Array:
     Clenshaw-Curtis rule (error 5e-16, derivative too); ``|x| > 6`` is clipped
     (``erf(6) = 1 - 2e-17``)."""
     xc = np.clip(x, -6.0, 6.0)
-    s, w = _clenshaw_curtis(48)
+    s, w = _clenshaw_curtis(48, x.dtype)
     return xc * np.sum(np.exp(-(xc[..., None] * s) ** 2) * (w * (2 / math.sqrt(math.pi))), axis=-1)
 
 
@@ -246,11 +253,11 @@ def l1_loss(x: Array, target: Array, reduction: str = "mean") -> Array:
     return _reduce(np.abs(x - target), reduction)
 
 
-def _target_weights(target: Array, weight: Array | None, ignore_index: int) -> tuple[Array, Array]:
+def _target_weights(target: Array, weight: Array | None, ignore_index: int, dtype: Any) -> tuple[Array, Array]:
     """``(target with ignored entries made 0, each entry's weight: 0 where ignored)``."""
     keep = target != ignore_index
     safe = np.where(keep, target, 0)
-    return safe, np.where(keep, 1.0, 0.0) if weight is None else np.where(keep, np.take(weight, safe), 0.0)
+    return safe, _indicator(keep, dtype) if weight is None else np.take(weight, safe) * _indicator(keep, dtype)
 
 
 def nll_loss(logp: Array, target: Array, weight: Array | None = None, ignore_index: int = -100,
@@ -258,7 +265,7 @@ def nll_loss(logp: Array, target: Array, weight: Array | None = None, ignore_ind
     """``-w[t] logp[n, t]`` with ``t = target[n]`` (class axis 1, any trailing
     axes); an ignored target counts for nothing, also in the mean, which
     divides by the summed weights (as torch)."""
-    safe, w = _target_weights(target, weight, ignore_index)
+    safe, w = _target_weights(target, weight, ignore_index, logp.dtype)
     loss = -np.squeeze(np.take_along_axis(logp, np.expand_dims(safe, 1), axis=1), axis=1) * w
     return np.sum(loss) / np.sum(w) if reduction == "mean" else _reduce(loss, reduction)
 
@@ -279,9 +286,9 @@ def cross_entropy(x: Array, target: Array, weight: Array | None = None, ignore_i
     nll = nll_loss(logp, target, weight, ignore_index, reduction)
     if not label_smoothing:
         return nll
-    _, w = _target_weights(target, weight, ignore_index)
+    _, w = _target_weights(target, weight, ignore_index, logp.dtype)
     weighted = logp if weight is None else logp * weight.reshape(per_class)
-    smooth = -np.sum(weighted, axis=1) * np.where(target != ignore_index, 1.0, 0.0)
+    smooth = -np.sum(weighted, axis=1) * _indicator(target != ignore_index, logp.dtype)
     smooth = np.sum(smooth) / np.sum(w) if reduction == "mean" else _reduce(smooth, reduction)
     return nll * (1 - label_smoothing) + smooth * (label_smoothing / x.shape[1])
 

@@ -308,7 +308,7 @@ def _embedding(idx: Array, weight: Array, padding_idx: int | None = None, max_no
     if padding_idx is None:
         return out
     # the padding row is zero (torch initialises it so and never updates it): a mask keeps its gradient zero
-    return out * np.expand_dims(np.where(idx != padding_idx % weight.shape[0], 1.0, 0.0), -1).astype(out.dtype)
+    return out * np.expand_dims(nn._indicator(idx != padding_idx % weight.shape[0], out.dtype), -1)
 
 
 def _embedding_check(idx: Any, weight: Any, padding_idx: Any = None, max_norm: Any = None, *args: Any,

@@ -120,6 +120,7 @@ def _compare(module, inputs, steps=1):
         ours_in = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
         theirs_in = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
         ours, theirs = compiled(*ours_in), twin(*theirs_in)
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
         np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=RTOL, atol=ATOL)
         ct = torch.randn(theirs.shape, dtype=theirs.dtype)
         (ours * ct).sum().backward()

@@ -62,6 +62,8 @@ class TinyTransformer(nn.Module):
 def _train_in_step(model, batches, steps, device, lr=0.05):
     twin = copy.deepcopy(model)
     compiled = sd.compile_module(model, *batches[0], device=device)
+    wide = [c.name for c in compiled.program.graph.containers.values() if c.dtype == "float64"]
+    assert not wide, f"float64 values in a float32 model: {wide}"
     ours = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     theirs = torch.optim.SGD(twin.parameters(), lr=lr, momentum=0.9)
     losses = []
@@ -71,6 +73,7 @@ def _train_in_step(model, batches, steps, device, lr=0.05):
             torch.manual_seed(step)  # the same dropout masks
             opt.zero_grad()
             loss = net(x, target)
+            assert loss.dtype == torch.float32  # no float64 creeping into a float32 model
             loss.backward()
             opt.step()
             losses.append(loss.item())
