@@ -355,6 +355,79 @@ def _hardtanh(x: Array, min_val: float = -1.0, max_val: float = 1.0, inplace: bo
     return np.clip(x, min_val, max_val)
 
 
+def _variance(x: Array, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, *,
+              correction: float | None = None) -> Array:
+    """``torch.var``: ``correction`` (default 1, Bessel's) or the older ``unbiased``."""
+    if isinstance(dim, bool):  # torch.var(x, False): the positional ``unbiased`` form
+        dim, unbiased = None, dim
+    ddof = correction if correction is not None else (0 if unbiased is False else 1)
+    return np.var(x, axis=_dims(dim, x.ndim), ddof=ddof, keepdims=keepdim)
+
+
+def _std(*args: Any, **kwargs: Any) -> Array:
+    return np.sqrt(_variance(*args, **kwargs))
+
+
+def _normalize(x: Array, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out: None = None) -> Array:
+    """``F.normalize``: ``x / max(||x||_p, eps)`` along ``dim``."""
+    norm = np.sum(np.abs(x) ** p, axis=dim, keepdims=True) ** (1 / p) if p != 2 else \
+        np.sqrt(np.sum(x * x, axis=dim, keepdims=True))
+    return x / np.maximum(norm, eps)
+
+
+def _sdpa(query: Array, key: Array, value: Array, attn_mask: Array | None = None, dropout_p: float = 0.0,
+          is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Array:
+    """``F.scaled_dot_product_attention`` without dropout: softmax(q k^T scale + mask) v."""
+    length, source = query.shape[-2], key.shape[-2]
+    scores = (query * (scale if scale is not None else 1 / np.sqrt(query.shape[-1]))) @ np.swapaxes(key, -1, -2)
+    if is_causal:
+        scores = np.where(np.triu(np.ones((length, source)), 1) > 0, -np.inf, scores)
+    if attn_mask is not None:
+        masked = np.dtype(str(attn_mask.dtype)) == np.bool_
+        scores = np.where(attn_mask, scores, -np.inf) if masked else scores + attn_mask
+    return nn.softmax(scores, -1) @ value
+
+
+def _sdpa_check(*args: Any, dropout_p: float = 0.0, enable_gqa: bool = False, **kwargs: Any) -> str | None:
+    if (args[4] if len(args) > 4 else dropout_p) or enable_gqa:
+        return "dropout_p > 0 and enable_gqa are not supported"
+    return None
+
+
+def _creation(fill: Callable) -> Callable:
+    """``torch.zeros(*size, dtype=...)`` & co.: a traced constant (device and layout ignored)."""
+    def make(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False, **kwargs: Any) -> Array:
+        return fill(_shape_args(size), _numpy_dtype(dtype) if dtype is not None else "float32")
+    return make
+
+
+def _full(size: Sequence[int], fill_value: float, *, dtype: Any = None, device: Any = None, **kwargs: Any) -> Array:
+    kind = _numpy_dtype(dtype) if dtype is not None else ("bool" if isinstance(fill_value, bool) else "float32")
+    return np.full(tuple(size), fill_value, dtype=kind)
+
+
+def _arange(*bounds: Any, dtype: Any = None, device: Any = None, **kwargs: Any) -> Array:
+    kind = _numpy_dtype(dtype) if dtype is not None else (
+        "int32" if all(isinstance(b, int) for b in bounds) else "float32")
+    return np.arange(*bounds, dtype=kind)
+
+
+def _like(fill: Callable) -> Callable:
+    def make(x: Array, dtype: Any = None, **kwargs: Any) -> Array:
+        return fill(x.shape, _numpy_dtype(dtype) if dtype is not None else x.dtype)
+    return make
+
+
+def _triangle(keep_upper: bool) -> Callable:
+    """``torch.triu``/``tril`` of the last two axes."""
+    def tri(x: Array, diagonal: int = 0) -> Array:
+        rows, cols = x.shape[-2], x.shape[-1]
+        upper = (np.arange(cols)[None, :] - np.arange(rows)[:, None]) >= diagonal
+        below = (np.arange(cols)[None, :] - np.arange(rows)[:, None]) <= diagonal
+        return np.where(upper if keep_upper else below, x, np.zeros_like(x))
+    return tri
+
+
 def _einsum(equation: str, *operands: Any) -> Array:
     if len(operands) == 1 and isinstance(operands[0], (tuple, list)):
         operands = tuple(operands[0])
@@ -373,7 +446,8 @@ def _getattr(x: Any, name: str) -> Any:
 
 _REDUCTIONS = {"sum": _reduction(np.sum), "mean": _reduction(np.mean), "prod": _reduction(np.prod),
                "amax": _amax, "amin": _amin, "max": _extremum(True), "min": _extremum(False),
-               "argmax": lambda x, dim=None, keepdim=False: np.argmax(x, axis=dim, keepdims=keepdim)}
+               "argmax": lambda x, dim=None, keepdim=False: np.argmax(x, axis=dim, keepdims=keepdim),
+               "var": _variance, "std": _std}
 
 _ELEMENTWISE = {
     "relu": nn.relu, "tanh": np.tanh, "sigmoid": nn.sigmoid, "exp": np.exp, "log": np.log, "log1p": np.log1p,
@@ -403,6 +477,7 @@ METHODS.update({
     "long": Op(lambda x: x.astype("int32")), "int": Op(lambda x: x.astype("int32")),
     "softmax": Op(_softmax(nn.softmax)), "log_softmax": Op(_softmax(nn.log_softmax)),
     "masked_fill": Op(lambda x, mask, value: np.where(mask, value, x)),
+    "triu": Op(_triangle(True)), "tril": Op(_triangle(False)),
 })
 
 
@@ -440,6 +515,10 @@ def _functions() -> dict[Callable, Op]:
         torch.flatten: Op(_flatten), torch.reshape: Op(_view), torch.permute: Op(_permute),
         torch.transpose: Op(_transpose), torch.t: Op(_t), torch.unsqueeze: Op(np.expand_dims),
         torch.squeeze: Op(_squeeze), torch.split: Op(_split), torch.chunk: Op(_chunk),
+        F.normalize: Op(_normalize), F.scaled_dot_product_attention: Op(_sdpa, _sdpa_check),
+        torch.zeros: Op(_creation(np.zeros)), torch.ones: Op(_creation(np.ones)), torch.full: Op(_full),
+        torch.arange: Op(_arange), torch.zeros_like: Op(_like(np.zeros)), torch.ones_like: Op(_like(np.ones)),
+        torch.triu: Op(_triangle(True)), torch.tril: Op(_triangle(False)),
     }
     for name, fn in {**_REDUCTIONS, **_ELEMENTWISE}.items():
         if hasattr(torch, name):

@@ -37,6 +37,14 @@ def _x(*shape):
     return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
 
 
+def _in_place(x, w):
+    """Later uses of ``h`` see what the in-place calls made of it, as in torch."""
+    h = x * w
+    h.add_(1)
+    F.relu(h, inplace=True)
+    return h * 2
+
+
 def _cases():
     """name -> (module factory, inputs factory)."""
     elementwise = {
@@ -71,6 +79,17 @@ def _cases():
         "max_dim": (lambda: Fn(lambda x, w: torch.max(x * w, dim=1)[0] + x.max(), (3, 4)), lambda: (_x(3, 4),)),
         "split_chunk": (lambda: Fn(lambda x, w: (x * w).chunk(3, 1)[2].sum() + 2 * (x * w).chunk(3, 1)[0].sum()
                                    + x.split(2, 0)[1].sum(), (4, 7)), lambda: (_x(4, 7),)),
+        "var_std": (lambda: Fn(lambda x, w: torch.stack([torch.var(x * w, 1), (x * w).std(dim=0, correction=0)[:3],
+                                                         x.var(1, unbiased=False)]), (3, 3)), lambda: (_x(3, 3),)),
+        "normalize": (lambda: Fn(lambda x, w: F.normalize(x * w, dim=-1) + F.normalize(x, p=3.0, dim=0), (3, 4)),
+                      lambda: (_x(3, 4),)),
+        "in_place": (lambda: Fn(_in_place, (3, 4)), lambda: (_x(3, 4),)),
+        "sdpa_causal_mask_in_forward": (
+            lambda: Fn(lambda x, w: F.scaled_dot_product_attention(x * w, x, x, attn_mask=torch.triu(
+                torch.full((x.size(1), x.size(1)), float("-inf"), dtype=torch.float64), diagonal=1))
+                + F.scaled_dot_product_attention(x, x * w, x, is_causal=True), (4,)), lambda: (_x(2, 3, 4),)),
+        "sdpa_bool_mask": (lambda: Fn(lambda x, w: F.scaled_dot_product_attention(
+            x, x * w, x, attn_mask=torch.tril(torch.ones(3, 3, dtype=torch.bool))), (4,)), lambda: (_x(2, 3, 4),)),
         "layer_norm": (lambda: nn.LayerNorm(5, dtype=torch.float64), lambda: (_x(3, 5),)),
         "layer_norm_2d": (lambda: nn.LayerNorm((2, 5), dtype=torch.float64), lambda: (_x(3, 2, 5),)),
         "group_norm": (lambda: nn.GroupNorm(2, 4, dtype=torch.float64), lambda: (_x(2, 4, 3, 3),)),
