@@ -2,13 +2,15 @@
 
 ``compile(graph, device=...)`` plans kernels (``plan``), prints Slang
 (``printer``, ``codegen``), compiles through a cache (``cache``) and returns an
-``Executable`` (``runtime``) on a device chosen by ``devices``.
+``Executable`` (``runtime``) on a device chosen by ``devices``; a graph with
+library nodes (``np.linalg``) is split around them (``host_steps``).
 """
 from .cache import SlangGenerationError
 from .devices import DeviceUnavailable, available_devices
 from .memory import clear_caches, held_bytes, limit as cache_limit, set_limit as set_cache_limit
 from .plan_types import LoweringError
-from .runtime import ArgumentError, DeviceArray, Executable, UnsupportedOnDevice, asarray, compile, planned_buffers
+from .runtime import ArgumentError, DeviceArray, Executable, UnsupportedOnDevice, asarray, planned_buffers
+from .host_steps import compile  # runtime.compile, or pieces and host steps around library nodes
 from .source_view import SlangSource, highlight_html
 
 __all__ = ["compile", "Executable", "DeviceArray", "asarray", "available_devices", "LoweringError",

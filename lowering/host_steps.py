@@ -1,0 +1,203 @@
+"""Programs with library nodes on the Slang devices: compiled pieces with host steps between them.
+
+A library node (``ir.library``: ``np.linalg.solve``, ``cholesky``, ``eigh``...)
+has no Slang kernel yet; it runs on the host through numpy and LAPACK.  So a
+graph that holds one is split where its library nodes are:
+
+* every node gets a *level*, the number of library nodes on the longest path
+  into it (a library node's results are one level past the node); all
+  writers of one version share a level (the highest of them: a gradient
+  accumulated from both sides of a library node is complete only after the
+  later side), found by iterating to a fixed point;
+* the tasklets of one level form a *piece*, an ordinary graph compiled by
+  ``lowering.compile`` for the device (fused and planned as any program); in
+  it each version the piece touches is its own container, an argument where
+  an earlier step wrote it, a result where a later step or the caller reads
+  it (versions never alias in meaning: ``ir.graph``);
+* the library nodes of level k run on the host after piece k and before
+  piece k + 1, on numpy arrays.
+
+On the CPU device a piece's buffers are host memory and a host step's copies
+are memcpys; on Vulkan and CUDA each host step costs a read-back of its
+inputs and an upload of its results.  Device kernels for LU, Cholesky, QR and
+Jacobi eigen/SVD (one workgroup per small matrix) would keep those programs
+on the GPU; they are not written yet, and this split stays the fallback.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from symdiff import ir
+from symdiff.ir.graph import DTYPES, AccessNode, DataflowGraph
+from symdiff.ir.library import LibraryNode, has_library_nodes, run_node
+
+from . import backends, devices, runtime
+from .source_view import SlangSource
+
+
+def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str, int] | None = None,  # noqa: A001
+            deterministic: bool = False, repeated: bool = False):
+    """``lowering.compile``: ``runtime.compile``'s ``Executable``, or, for a
+    graph with library nodes on a Slang device, ``HostSteps`` (its pieces each
+    compiled by ``runtime.compile`` for the requested device); arguments and
+    the rest as ``runtime.compile``."""
+    if not has_library_nodes(graph) or backends.of(devices.resolve(device)).interprets:
+        return runtime.compile(graph, device=device, sizes=sizes, deterministic=deterministic, repeated=repeated)
+    graph.validate()
+    return HostSteps(graph, devices.resolve(device), devices.requested(device), sizes, deterministic, repeated)
+
+
+def levels(graph: DataflowGraph) -> dict[str, int]:
+    """The level of every tasklet and library node (see the module docstring)."""
+    order = graph.topological_order()
+    floor: dict[str, int] = {}
+    while True:
+        level: dict[str, int] = {}
+        for n in order:
+            node = graph.node(n)
+            if isinstance(node, AccessNode):
+                level[n] = max((level[w] + isinstance(graph.node(w), LibraryNode) for w, _ in graph.writers(n)),
+                               default=0)
+            else:
+                level[n] = max([level[a] for a, _ in graph.reads(n)] + [floor.get(n, 0)])
+        changed = False
+        for n in order:
+            if isinstance(graph.node(n), AccessNode):
+                writers = [w for w, _ in graph.writers(n) if not isinstance(graph.node(w), LibraryNode)]
+                top = max((level[w] for w in writers), default=0)
+                for w in writers:
+                    if level[w] < top:
+                        floor[w], changed = top, True
+        if not changed:
+            return {n: k for n, k in level.items() if not isinstance(graph.node(n), AccessNode)}
+
+
+@dataclass
+class Piece:
+    """The tasklets of one level as their own graph: ``arguments`` and
+    ``results`` map its containers to the original graph's access nodes."""
+
+    graph: DataflowGraph
+    arguments: dict[str, str] = field(default_factory=dict)   # piece argument -> original access id
+    results: dict[str, str] = field(default_factory=dict)     # piece result -> original access id
+    executable: object = None
+
+
+def _piece(graph: DataflowGraph, tasklets: list[str], needed_later: set[str], index: int) -> Piece:
+    """``tasklets`` of ``graph`` as a graph of their own (see the module docstring)."""
+    piece = Piece(DataflowGraph(f"{graph.name}_piece{index}"))
+    g = piece.graph
+    names: dict[str, str] = {}
+    written = {a for t in tasklets for a, _ in graph.writes(t)}
+
+    def container(access: str) -> str:
+        if access not in names:
+            node = graph.node(access)
+            c = graph.containers[node.container]
+            name = g.unique_name(c.name if c.name not in g.containers else f"{c.name}_v{node.version}")
+            if access in written:
+                role = "result" if access in needed_later else "transient"
+            elif graph.writers(access) or (node.version == 0 and c.role == "argument"):
+                role = "argument"
+            else:
+                role = "transient"  # a version nothing writes reads as zeros here too"
+            g.add_container(name, c.shape, c.dtype, role, **c.meta)
+            names[access] = name
+            (piece.arguments if role == "argument" else piece.results if role == "result" else {})[name] = access
+        return names[access]
+
+    for t in tasklets:
+        task = graph.node(t)
+        reads = {m.connector: (g.access(container(a), 0), m.index) for a, m in graph.reads(t)}
+        writes = {m.connector: (g.access(container(a), 0), m.index, m.accumulate) for a, m in graph.writes(t)}
+        g.add_tasklet(task.name, task.domain, task.body, reads, writes, condition=task.condition,
+                      source=task.source, backward=task.backward, **task.meta)
+    return piece
+
+
+def split(graph: DataflowGraph) -> list[Piece | LibraryNode]:
+    """The steps of ``graph`` in order: pieces and library nodes."""
+    level = levels(graph)
+    top = max(level.values(), default=0)
+    order = graph.topological_order()
+    wanted = {graph.latest(r) for r in graph.results}
+    steps: list[Piece | LibraryNode] = []
+    for k in range(top + 1):
+        tasklets = [n for n in order if level.get(n) == k and not isinstance(graph.node(n), LibraryNode)]
+        if tasklets:
+            mine = set(tasklets)
+            later = {a for t in tasklets for a, _ in graph.writes(t)
+                     if a in wanted or any(r not in mine for r, _ in graph.readers(a))}
+            if later:  # a piece whose values nothing uses is left out
+                steps.append(_piece(graph, tasklets, later, k))
+        steps += [graph.node(n) for n in order if level.get(n) == k and isinstance(graph.node(n), LibraryNode)]
+    return steps
+
+
+class HostSteps:
+    """An executable (``lowering.compile``'s) for a graph with library nodes:
+    its pieces compiled for ``device``, its library nodes run on the host."""
+
+    def __init__(self, graph: DataflowGraph, device: str, requested: str, sizes: Mapping[str, int] | None = None,
+                 deterministic: bool = False, repeated: bool = False):
+        self.graph = graph
+        self.device = device          # the resolved kind (what ``backends.of`` takes)
+        self.sizes = dict(sizes or {})
+        self.steps = split(graph)
+        for step in self.steps:       # "auto" routes each piece as it would a program (float64 on lavapipe)
+            if isinstance(step, Piece):
+                step.executable = runtime.compile(step.graph, device=requested, sizes=sizes,
+                                                  deterministic=deterministic, repeated=repeated)
+
+    def _pieces(self) -> list[Piece]:
+        return [s for s in self.steps if isinstance(s, Piece)]
+
+    @property
+    def source(self) -> SlangSource | None:
+        """The pieces' Slang, one module after another."""
+        parts = [p.executable.source for p in self._pieces() if p.executable.source is not None]
+        return SlangSource("\n\n".join(parts)) if parts else None
+
+    def kernels(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for p in self._pieces():
+            out.update(p.executable.kernels())
+        return out
+
+    def stats(self) -> dict:
+        total: dict = {}
+        for p in self._pieces():
+            for k, v in p.executable.stats().items():
+                total[k] = max(total.get(k, 0), v) if k == "peak_bytes" else total.get(k, 0) + v
+        total["host_steps"] = sum(isinstance(s, LibraryNode) for s in self.steps)
+        return total
+
+    def __call__(self, inputs: Mapping[str, object], sizes: Mapping[str, int] | None = None,
+                 return_device_arrays: bool = False, check_bounds: bool = True) -> dict[str, object]:
+        DeviceArray, asarray, host_argument = runtime.DeviceArray, runtime.asarray, runtime.host_argument
+        g = self.graph
+        host = {k: v.numpy() if isinstance(v, DeviceArray) else host_argument(k, v, g.containers[k].dtype)
+                for k, v in inputs.items() if k in g.containers}
+        bound = ir.bind_sizes(g, host, {**self.sizes, **(sizes or {})})
+        values = {g.access(a, 0): host[a] for a in g.arguments}
+        for step in self.steps:
+            if isinstance(step, LibraryNode):
+                run_node(g, step, values)
+                continue
+            args = {name: values[access] for name, access in step.arguments.items()}
+            own = {s.name for s in step.graph.size_symbols()}  # others would plan the piece again per value
+            out = step.executable(args, sizes={k: v for k, v in bound.items() if k in own},
+                                  check_bounds=check_bounds)
+            for name, access in step.results.items():
+                values[access] = np.asarray(out[name])
+        results = {}
+        for r in g.results:
+            latest = g.latest(r)
+            value = values.get(latest)
+            if value is None:  # a version nothing writes reads as zeros (ir.graph)
+                value = np.zeros(g.containers[r].concrete_shape(bound), DTYPES[g.containers[r].dtype])
+            results[r] = asarray(value, self.device) if return_device_arrays else value
+        return results
