@@ -67,3 +67,23 @@ def test_second_order_on_cpu():
     _, on_cpu = first.vjp(a, cotangent=v, device="cpu")
     _, on_numpy = first.vjp(a, cotangent=v, device="numpy")
     np.testing.assert_allclose(on_cpu["a"], on_numpy["a"], rtol=1e-10)
+
+
+def test_singular_matrix_raises_from_the_call(slang_device):
+    f = sd.differentiable_program(lambda a: np.linalg.inv(a) * 2)
+    with pytest.raises(np.linalg.LinAlgError):
+        f(np.ones((3, 3)), device=slang_device)
+
+
+def test_symbolic_sizes_bind_per_call(slang_device):
+    n = sd.symbol("N")
+
+    @sd.differentiable_program
+    def f(a: sd.f64[n, n], b: sd.f64[n]):
+        return np.sum(np.linalg.solve(a, b) ** 2)
+    for size in (3, 4):
+        a, b = general(rng, size, size), rng.normal(size=size)
+        value, grads = f.value_and_grad(a, b, device=slang_device)
+        want, want_grads = f.value_and_grad(a, b, device="numpy")
+        np.testing.assert_allclose(value, want, rtol=1e-12)
+        np.testing.assert_allclose(grads["a"], want_grads["a"], rtol=1e-10, atol=1e-14)
