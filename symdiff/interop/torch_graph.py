@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from symdiff.ir.tracer import context
+
 from ..program import ProgramError
 from . import torch_layers, torch_ops
 
@@ -248,13 +250,17 @@ class ModuleGraph:
         noises = None if record_noise else list(arrays[count:count + len(self.noises)])
         step = _Run(named, noises)
         env: dict[Any, Any] = dict(zip(self.inputs, arrays[:len(self.inputs)]))
+        trace = context.active()
         for node in self.nodes:
             if node.op in ("placeholder", "output"):
                 continue
             args = torch.fx.node.map_arg(node.args, lambda n: env[n])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+            before = {t.name for t in trace.graph.tasklets()} if trace is not None else set()
             try:
                 env[node] = self._evaluate(node, step, args, kwargs)
+                if trace is not None:
+                    self._label(node, trace.graph, before)
             except ModuleCompileError:
                 raise
             except Exception as err:
@@ -264,6 +270,17 @@ class ModuleGraph:
                 env[node.args[0]] = env[node]  # later uses see the updated tensor, as in torch
         leaves = [env[x] if isinstance(x, torch.fx.Node) else x for x in self.output_leaves]
         return leaves, step
+
+    def _label(self, node: "torch.fx.Node", graph: Any, before: set[str]) -> None:
+        """The tasklets a node made carry its module path as their source
+        (``model.features.0 (Conv2d)``), so graph views and ``explain`` group
+        and name them by the model's structure; the operator goes in ``meta``."""
+        where = self.where(node)
+        what = torch_ops.display_name(node.target) if node.op == "call_function" else str(node.target)
+        for t in graph.tasklets():
+            if t.name not in before:
+                t.source = where
+                t.meta["torch_op"] = what
 
     @staticmethod
     def _in_place(node: "torch.fx.Node") -> bool:

@@ -377,3 +377,16 @@ def test_inputs_by_name_and_wrong_count():
     np.testing.assert_allclose(compiled(x, target=target).item(), module(x, target).item(), rtol=RTOL)
     with pytest.raises(TypeError, match="takes 2 tensors"):
         compiled(x)
+
+
+def test_tasklets_carry_module_paths():
+    """The graph view groups by tasklet source: here the model's structure."""
+    torch.manual_seed(10)
+    module = nn.Sequential(nn.Conv1d(2, 3, 3), nn.ReLU(), nn.Flatten(), nn.Linear(3, 2))
+    compiled = sd.compile_module(module, torch.randn(4, 2, 3), device="numpy")
+    graph = compiled.program.backward_graph()
+    forward = {t.source for t in graph.tasklets() if not t.backward}
+    assert {"model.0 (Conv1d)", "model.1 (ReLU)", "model.3 (Linear)"} <= forward
+    assert {t.source for t in graph.tasklets() if t.backward} <= forward
+    view = compiled.program.view(device="numpy", collapse=True)
+    assert "model.0 (Conv1d)" in str(view.groupings()[0].labels)
