@@ -142,11 +142,11 @@ class ModuleGraph:
     def where(self, node: "torch.fx.Node") -> str:
         """``model.layer.0.attn (MultiheadAttention)``: the innermost module a node belongs to."""
         if node.op == "call_module":
-            path = node.target
+            path, kind = node.target, type(self.module.get_submodule(node.target)).__name__
         else:
             stack = node.meta.get("nn_module_stack") or {}
-            path = list(stack)[-1] if stack else ""
-        kind = type(self.module.get_submodule(path)).__name__ if path else self.root
+            path, cls = list(stack.values())[-1] if stack else ("", type(self.module))
+            kind = getattr(cls, "__name__", str(cls)) if path else self.root
         return f"{'.'.join(['model', path]) if path else 'model'} ({kind})"
 
     def _refuse(self, node: "torch.fx.Node", what: str, why: str) -> ModuleCompileError:
@@ -200,6 +200,9 @@ class ModuleGraph:
             name = f".{name}()"
         else:
             return
+        if node.kwargs.get("inplace") is True and node.args and self._is_state(node.args[0]):
+            raise self._refuse(node, f"updates {node.args[0].target} in place ({name}, inplace=True),",
+                               "which a compiled module cannot do: compute a new tensor instead")
         if op.check is not None:
             reason = op.check(*node.args, **node.kwargs)
             if reason:

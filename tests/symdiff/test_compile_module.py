@@ -390,3 +390,23 @@ def test_tasklets_carry_module_paths():
     assert {t.source for t in graph.tasklets() if t.backward} <= forward
     view = compiled.program.view(device="numpy", collapse=True)
     assert "model.0 (Conv1d)" in str(view.groupings()[0].labels)
+
+
+class Mutates(nn.Module):
+    def __init__(self, method):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+        self.method = method
+
+    def forward(self, x):
+        if self.method:
+            self.w.add_(1)
+        else:
+            F.relu(self.w, inplace=True)
+        return x * self.w
+
+
+@pytest.mark.parametrize("method", [True, False], ids=["method", "inplace_kwarg"])
+def test_in_place_update_of_a_parameter_is_refused(method):
+    with pytest.raises(sd.ProgramError, match=r"model \(Mutates\): updates w in place"):
+        sd.compile_module(Mutates(method))
