@@ -128,6 +128,7 @@ class ModuleGraph:
         self.state_names: list[str] = []   # qualified names of the tensors the graph reads
         self.noises: list[Noise] = []
         self.batchnorms: list[str] = []    # paths of layers that update running statistics
+        self.cast_back: dict[int, str] = {}  # output index -> torch dtype name (see _as_float)
         for node in self.nodes:
             self._check(node)
         names: set[str] = set()
@@ -310,6 +311,16 @@ class ModuleGraph:
             _, step = self.run(list(inputs) + state, record_noise=True)
         return step.shapes
 
+    def _as_float(self, k: int, out: Any) -> Any:
+        """Integer and bool outputs (``argmax`` predictions, masks) leave the
+        program as float32, exact below 2**24, and are cast back after the
+        call: every output of a differentiated program must be a float."""
+        kind = np.dtype(str(getattr(out, "dtype", "float32")))
+        if kind.kind in "iub":
+            self.cast_back[k] = "bool" if kind.kind == "b" else "int64"
+            return out.astype("float32")
+        return out
+
     def program_function(self) -> Callable:
         """The graph as a numpy function of the program's arguments (one
         positional parameter each, as symdiff traces them)."""
@@ -318,6 +329,7 @@ class ModuleGraph:
 
         def module_program(*arrays: Array) -> tuple:
             outputs, step = graph.run(arrays)
+            outputs = [graph._as_float(k, out) for k, out in enumerate(outputs)]
             updates = [a for path in graph.batchnorms for a in step.updates[path]]
             return tuple(outputs) + tuple(updates)
 

@@ -83,7 +83,9 @@ class _Compiled:
                 layer = self.graph.module.get_submodule(path)
                 layer.running_mean.copy_(next(updates))
                 layer.running_var.copy_(next(updates))
-        return pytree.tree_unflatten(outs[:count], self.graph.output_spec)
+        leaves = [out.detach().to(getattr(torch, self.graph.cast_back[k])) if k in self.graph.cast_back else out
+                  for k, out in enumerate(outs[:count])]
+        return pytree.tree_unflatten(leaves, self.graph.output_spec)
 
 
 def _argument(x: Any, name: str) -> torch.Tensor:

@@ -410,3 +410,27 @@ class Mutates(nn.Module):
 def test_in_place_update_of_a_parameter_is_refused(method):
     with pytest.raises(sd.ProgramError, match=r"model \(Mutates\): updates w in place"):
         sd.compile_module(Mutates(method))
+
+
+class Structured(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3, dtype=torch.float64)
+
+    def forward(self, x, target):
+        z = self.fc(x)
+        return {"loss": F.cross_entropy(z, target), "pred": z.argmax(1), "parts": (z, z > 0)}
+
+
+def test_structured_outputs_with_integer_and_bool_leaves():
+    torch.manual_seed(11)
+    module = Structured()
+    x, target = torch.randn(5, 4, dtype=torch.float64), torch.tensor([0, 2, 1, 1, 0])
+    out, ref = sd.compile_module(module, device="numpy")(x, target), module(x, target)
+    assert out["pred"].dtype == torch.int64 and torch.equal(out["pred"], ref["pred"])
+    assert out["parts"][1].dtype == torch.bool and torch.equal(out["parts"][1], ref["parts"][1])
+    out["loss"].backward()
+    grad = module.fc.weight.grad.clone()
+    module.zero_grad()
+    ref["loss"].backward()
+    np.testing.assert_allclose(grad.numpy(), module.fc.weight.grad.numpy(), rtol=RTOL, atol=ATOL)
