@@ -109,21 +109,27 @@ class ModuleGraph:
     """``module`` traced by ``torch.fx`` in its current modes, checked against
     the operator tables."""
 
-    def __init__(self, module: "torch.nn.Module"):
+    def __init__(self, module: "torch.nn.Module", given: int | None = None):
+        """``given``: how many leading ``forward`` parameters the calls pass;
+        the others keep their defaults, as constants (``mask=None``)."""
         self.module = module
         self.modes = modes(module)
         self.root = type(module).__name__
+        self.defaults = _defaults(module, given)
         tracer = _tracer_class()()
         try:
-            self.graph = _whole(module) if type(module) in torch_layers.layers() else tracer.trace(module)
+            self.graph = _whole(module) if type(module) in torch_layers.layers() else \
+                tracer.trace(module, concrete_args=self.defaults or None)
         except Exception as err:  # control flow on a traced value and the like
             inner = list(getattr(tracer, "module_stack", {}) or {})[-1:]
             path = ".".join(["model", *inner])
             kind = type(module.get_submodule(inner[0])).__name__ if inner and inner[0] else self.root
             raise ModuleCompileError(f"sd.compile_module: torch.fx cannot trace {path} ({kind}): {err}. "
                                      "Write the branch with torch.where, or make the value a constant") from err
-        self.nodes = list(self.graph.nodes)
-        self.inputs = [n for n in self.nodes if n.op == "placeholder"]
+        self.nodes = [n for n in self.graph.nodes if n.target not in _specialisation_checks()]
+        placeholders = [n for n in self.nodes if n.op == "placeholder"]
+        self.constants = dict(zip(placeholders[len(placeholders) - len(self.defaults):], self.defaults.values()))
+        self.inputs = [n for n in placeholders if n not in self.constants]
         self.layers = torch_layers.layers()
         self.state_names: list[str] = []   # qualified names of the tensors the graph reads
         self.noises: list[Noise] = []
@@ -254,6 +260,7 @@ class ModuleGraph:
         noises = None if record_noise else list(arrays[count:count + len(self.noises)])
         step = _Run(named, noises)
         env: dict[Any, Any] = dict(zip(self.inputs, arrays[:len(self.inputs)]))
+        env.update(self.constants)
         trace = context.active()
         for node in self.nodes:
             if node.op in ("placeholder", "output"):
@@ -337,6 +344,23 @@ class ModuleGraph:
             [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in self.arg_names])
         module_program.__name__ = re.sub(r"\W", "_", self.root)
         return module_program
+
+
+def _defaults(module: "torch.nn.Module", given: int | None) -> dict[str, Any]:
+    """The defaults of ``forward``'s parameters after the first ``given``."""
+    import inspect
+    if given is None:
+        return {}
+    params = [p for p in inspect.signature(module.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return {p.name: p.default for p in params[given:] if p.default is not p.empty}
+
+
+def _specialisation_checks() -> set:
+    """The asserts ``torch.fx`` adds for parameters traced as constants."""
+    import torch
+    import torch.fx._symbolic_trace as symbolic
+    return {torch._assert, getattr(symbolic, "_assert_is_none", None)} - {None}
 
 
 def _join(path: str, name: str) -> str:

@@ -31,8 +31,8 @@ from .torch_graph import ModuleCompileError, ModuleGraph, modes
 class _Compiled:
     """One traced mode: the graph, its program and the torch bridge around it."""
 
-    def __init__(self, module: torch.nn.Module, device: str | None, options: dict[str, Any]):
-        self.graph = ModuleGraph(module)
+    def __init__(self, module: torch.nn.Module, given: int, device: str | None, options: dict[str, Any]):
+        self.graph = ModuleGraph(module, given)
         self.program = differentiable_program(self.graph.program_function(), device=device, **options)
         self.bridge = TorchFunction(self.program, None, device)
         self.noise_shapes: dict[tuple, list] = {}
@@ -88,6 +88,13 @@ class _Compiled:
         return pytree.tree_unflatten(leaves, self.graph.output_spec)
 
 
+def _forward_arity(module: torch.nn.Module) -> int:
+    """How many inputs ``forward`` takes without its defaults."""
+    import inspect
+    params = inspect.signature(module.forward).parameters.values()
+    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+
+
 def _argument(x: Any, name: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"compiled module input {name!r}: expected a tensor, got {type(x).__name__}")
@@ -107,29 +114,35 @@ class CompiledModule(torch.nn.Module):
         self.device = device
         self.options = dict(options)
         self._compiled: dict[tuple, _Compiled] = {}
+        self._given = _forward_arity(module)
 
-    def compiled(self) -> _Compiled:
-        """The traced graph and program for the module's current modes."""
-        key = modes(self.module)
+    def compiled(self, given: int) -> _Compiled:
+        """The traced graph and program for the module's current modes, when
+        calls pass the first ``given`` inputs of ``forward``."""
+        key = (modes(self.module), given)
         if key not in self._compiled:
-            self._compiled[key] = _Compiled(self.module, self.device, self.options)
+            self._compiled[key] = _Compiled(self.module, given, self.device, self.options)
         return self._compiled[key]
 
     @property
     def program(self):
-        """The symdiff program of the current modes (``.graph``, ``.slang_source()``, ...)."""
-        return self.compiled().program
+        """The symdiff program of the latest call's (or the compile's) modes and inputs
+        (``.graph``, ``.view()``, ``.slang_source()``, ...)."""
+        return self.compiled(self._given).program
 
     def forward(self, *inputs: torch.Tensor, **named: torch.Tensor) -> Any:
-        compiled = self.compiled()
-        if named:
-            names = [n.target for n in compiled.graph.inputs]
-            unknown = sorted(set(named) - set(names[len(inputs):]))
-            if unknown:
-                raise TypeError(f"{compiled.graph.root}.forward: unexpected or repeated inputs {unknown}; "
-                                f"its inputs are {names}")
-            inputs = inputs + tuple(named[n] for n in names[len(inputs):] if n in named)
-        return compiled(inputs)
+        import inspect
+        if named:  # in forward's order; a default skipped before a named input is passed as it is
+            signature = inspect.signature(self.module.forward)
+            try:
+                bound = signature.bind(*inputs, **named).arguments
+            except TypeError as err:
+                raise TypeError(f"{type(self.module).__name__}.forward: {err}") from None
+            names = list(signature.parameters)
+            last = max(names.index(n) for n in bound)
+            inputs = tuple(bound[n] if n in bound else signature.parameters[n].default for n in names[:last + 1])
+        self._given = len(inputs)
+        return self.compiled(len(inputs))(inputs)
 
 
 def compile_module(module: torch.nn.Module, *example_inputs: torch.Tensor, device: str | None = None,
@@ -142,9 +155,11 @@ def compile_module(module: torch.nn.Module, *example_inputs: torch.Tensor, devic
     ``options``: ``differentiable_program``'s (``deterministic``,
     ``check_bounds``, ...)."""
     compiled = CompiledModule(module, device, options)
-    step = compiled.compiled()
     if example_inputs:
-        step.trace(tuple(example_inputs))
+        compiled._given = len(example_inputs)
+        compiled.compiled(len(example_inputs)).trace(tuple(example_inputs))
+    else:
+        compiled.compiled(compiled._given)
     return compiled
 
 

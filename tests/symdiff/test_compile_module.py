@@ -434,3 +434,26 @@ def test_structured_outputs_with_integer_and_bool_leaves():
     module.zero_grad()
     ref["loss"].backward()
     np.testing.assert_allclose(grad.numpy(), module.fc.weight.grad.numpy(), rtol=RTOL, atol=ATOL)
+
+
+class Optional(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3, dtype=torch.float64)
+
+    def forward(self, x, bias=None, scale=2.0):
+        y = self.fc(x)
+        if bias is not None:
+            y = y + bias
+        return y * scale
+
+
+def test_optional_inputs_keep_their_defaults():
+    """Inputs left out keep their defaults as constants (a trace per number of inputs given)."""
+    torch.manual_seed(12)
+    module = Optional()
+    x, bias = torch.randn(2, 3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    compiled = sd.compile_module(module, x, device="numpy")
+    for args, kwargs in (((x,), {}), ((x, bias), {}), ((x,), {"bias": bias})):
+        np.testing.assert_allclose(compiled(*args, **kwargs).detach().numpy(),
+                                   module(*args, **kwargs).detach().numpy(), rtol=RTOL, atol=ATOL)
