@@ -40,8 +40,8 @@ class _Compiled:
     def arguments(self, inputs: tuple, draw: bool = True) -> list[torch.Tensor]:
         if len(inputs) != len(self.graph.inputs):
             raise TypeError(f"{self.graph.root}.forward takes {len(self.graph.inputs)} tensors "
-                            f"({', '.join(n.name for n in self.graph.inputs)}), got {len(inputs)}; a compiled "
-                            "module takes every input positionally, as tensors")
+                            f"({', '.join(n.name for n in self.graph.inputs)}), got {len(inputs)}; pass each as "
+                            "a tensor, positionally or by name")
         tensors = [_argument(x, n) for x, n in zip(inputs, self.graph.arg_names)]
         return tensors + self.graph.state_tensors() + self._noises(tensors, draw)
 
