@@ -1010,7 +1010,7 @@ def _host_comment(kernel: HostKernel, product: HostProduct) -> str:
     (step,) = kernel.steps
     t = step.tasklet
     def element(o) -> str:
-        return f"{buffer_name(o.access)}[{', '.join(o.axes)}]"
+        return f"{buffer_name(o.access)}[{o.index}]"
     extents = ", ".join(f"{s} < {e - b}" for s, b, e in product.ranges)
     return (f"// kernel {identifier(kernel.name)}: computed on the host, numpy.matmul (BLAS) between launches "
             f"(lowering.host_products)\n//   {t.name}" + (f" ({t.source})" if t.source else "")

@@ -292,7 +292,7 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
         recompute_expansions(g)
     if target is not None and target.recompute_transcendentals:
         recompute_cheap(g)
-    fold_producers(g, target is not None and target.recompute_transcendentals)
+    fold_producers(g, target)
     merge_sibling_reductions(g)
     split_large_reductions(g, target)
     chunk_producers(g)

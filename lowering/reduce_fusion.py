@@ -48,16 +48,23 @@ from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.index_analysis import (affine_coefficients, extent, flat_position, holds_on_ranges, injective,
                                        injective_over, replaced, solve_shifts, uses_connectors)
 
+from . import targets
+from .host_products import host_product
 from .inlining import cheap, exact_reads, inline, producer as elementwise_producer, producer_point, varies
 from .plan_types import parallel_symbols
 from .rewrites import first_stage
 
 
-def fold_producers(graph: DataflowGraph, recompute_transcendentals: bool = False) -> None:
+def fold_producers(graph: DataflowGraph, target: "targets.Target | None" = None) -> None:
     """Fold qualifying elementwise producers into every in-thread reduction of a
-    bound graph (see the module docstring), removing producers left unread."""
+    bound graph (see the module docstring), removing producers left unread.  A
+    product the host's BLAS computes on ``target`` (``host_products``) takes no
+    producer: folded, it would be a Slang reduction again (attention's
+    ``softmax @ v`` read ``exp / sum`` inside its loop)."""
+    gpu = target is not None and target.recompute_transcendentals
     for name in [t.name for t in graph.tasklets()]:
-        while name in graph.nx and _fold_one(graph, graph.node(name), recompute_transcendentals):
+        while name in graph.nx and host_product(graph, graph.node(name), target) is None \
+                and _fold_one(graph, graph.node(name), gpu):
             pass
 
 

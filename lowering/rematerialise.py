@@ -42,8 +42,9 @@ from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.sizes import substitute_sizes
 from symdiff.ir.index_analysis import uses_connectors
 
+from .host_products import product
 from .inlining import RECOMPUTE_OPS, arithmetic, cheap, exact_reads, inline, producer, streamed
-from .matmul import matmul_shape, matvec_shape
+from .matmul import matvec_shape
 from .plan_types import Plan
 from .rewrites import split_tasklet
 
@@ -257,7 +258,7 @@ def _read_by_a_product(graph: DataflowGraph, name: str, results: set[str]) -> bo
     (access, _), = graph.writes(name)
     for r in {r for r, _ in graph.readers(access)}:
         t = graph.node(r)
-        if matmul_shape(graph, t) or matvec_shape(graph, t):
+        if product(graph, t) or matvec_shape(graph, t):
             return True
         if _candidate(graph, r, results) and cheap(graph, t, gpu=False) and _read_by_a_product(graph, r, results):
             return True

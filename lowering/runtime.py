@@ -718,7 +718,7 @@ class Executable:
 
         def view(operand) -> np.ndarray:
             dtype = np.dtype(DTYPES[product.dtype])
-            return dlpack.memory_view(bindings[operand.access], operand.shape, dtype)
+            return dlpack.memory_view(bindings[operand.access], (operand.size,), dtype)
         product.run(view)
         return dev.create_command_encoder()
 

@@ -12,6 +12,7 @@ operand misses it by orders of magnitude.
 """
 import numpy as np
 import pytest
+import sympy
 
 import symdiff as sd
 from symdiff import lowering
@@ -129,10 +130,39 @@ def test_a_standalone_export_keeps_every_product_in_slang():
     assert "computed on the host" not in module.source and "mm_acc" in module.source
 
 
-def test_a_diagonal_operand_stays_a_slang_kernel():
-    """``a[k, k]``-style repeated axes are no strided view: not a host product."""
+@cpu_only
+def test_operands_read_through_views_of_their_containers():
+    """Affine indices are strided views: a diagonal ``a[i, k, k]``, an offset and a
+    stride (``b[2k + 1, j]``, a slice's step), a reshape's ``c[i, 4h + d]``."""
+    n, m, h = 130, 129, 4
+    g = G("views").c("a", (n, m, m), "argument").c("b", (2 * m + 1, n), "argument").c("c", (n, n), "result")
+    g.t("d", [(i, 0, n), (j, 0, n), (k, 0, m)], g.s("x", "a") * g.s("y", "b"),
+        {"x": ("a", (i, k, k)), "y": ("b", (2 * k + 1, j))}, ("c", (i, j)), acc="sum")
+    r = rng(3)
+    inputs = {"a": r.standard_normal((n, m, m)).astype(np.float32),
+              "b": r.standard_normal((2 * m + 1, n)).astype(np.float32)}
+    assert on_host(g.g) == 1
+    got = lowering.compile(g.g, "cpu")(inputs)["c"]
+    diag, rows = np.einsum("ikk->ik", inputs["a"]), inputs["b"][1::2]
+    want = diag.astype(np.float64) @ rows.astype(np.float64)
+    assert np.all(np.abs(got - want) <= product_bound(diag, rows, "ik,kj->ij"))
+
+    q = G("heads").c("x", (n, h * 33), "argument").c("w", (33, n), "argument").c("o", (h, n, n), "result")
+    hh = b_
+    q.t("p", [(hh, 0, h), (i, 0, n), (j, 0, n), (k, 0, 33)], q.s("x", "x") * q.s("y", "w"),
+        {"x": ("x", (i, 33 * hh + k)), "y": ("w", (k, j))}, ("o", (hh, i, j)), acc="sum")
+    inputs = {"x": r.standard_normal((n, h * 33)).astype(np.float32), "w": r.standard_normal((33, n)).astype(np.float32)}
+    assert on_host(q.g) == 1
+    got = lowering.compile(q.g, "cpu")(inputs)["o"]
+    heads = np.moveaxis(inputs["x"].reshape(n, h, 33), 1, 0)
+    want = heads.astype(np.float64) @ inputs["w"].astype(np.float64)
+    assert np.all(np.abs(got - want) <= product_bound(heads, inputs["w"], "hik,kj->hij"))
+
+
+def test_an_index_that_is_not_affine_stays_a_slang_kernel():
+    """``a[i, k // 2]`` is no strided view: not a host product."""
     n = 140
-    g = G("diag").c("a", (n, n, n), "argument").c("b", (n, n), "argument").c("c", (n, n), "result")
-    g.t("d", [(i, 0, n), (j, 0, n), (k, 0, n)], g.s("x", "a") * g.s("y", "b"),
-        {"x": ("a", (i, k, k)), "y": ("b", (k, j))}, ("c", (i, j)), acc="sum")
+    g = G("floor").c("a", (n, n), "argument").c("b", (2 * n, n), "argument").c("c", (n, n), "result")
+    g.t("d", [(i, 0, n), (j, 0, n), (k, 0, 2 * n)], g.s("x", "a") * g.s("y", "b"),
+        {"x": ("a", (i, sympy.floor(k / 2))), "y": ("b", (k, j))}, ("c", (i, j)), acc="sum")
     assert on_host(g.g) == 0
