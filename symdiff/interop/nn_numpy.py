@@ -89,6 +89,53 @@ def elu(x: Array, alpha: float = 1.0) -> Array:
     return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
 
 
+def relu6(x: Array) -> Array:
+    return np.clip(x, 0, 6)
+
+
+def hardsigmoid(x: Array) -> Array:
+    return relu6(x + 3) * (1 / 6)
+
+
+def hardswish(x: Array) -> Array:
+    return x * hardsigmoid(x)
+
+
+def mish(x: Array) -> Array:
+    return x * np.tanh(softplus(x))
+
+
+def celu(x: Array, alpha: float = 1.0) -> Array:
+    return np.maximum(x, 0) + np.minimum(alpha * np.expm1(np.minimum(x, 0) / alpha), 0)
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def selu(x: Array) -> Array:
+    return _SELU_SCALE * (np.maximum(x, 0) + np.minimum(_SELU_ALPHA * np.expm1(np.minimum(x, 0)), 0))
+
+
+def logsigmoid(x: Array) -> Array:
+    return -softplus(-x)
+
+
+def softsign(x: Array) -> Array:
+    return x / (1 + np.abs(x))
+
+
+def prelu(x: Array, weight: Array) -> Array:
+    """One slope per channel (axis 1), or one for all."""
+    slope = weight if weight.size == 1 or x.ndim < 2 else weight.reshape((-1,) + (1,) * (x.ndim - 2))
+    return np.where(x > 0, x, x * slope)
+
+
+def glu(x: Array, dim: int = -1) -> Array:
+    half = x.shape[dim] // 2
+    a, b = np.split(x, [half], axis=dim)
+    return a * sigmoid(b)
+
+
 def softmax(x: Array, dim: int) -> Array:
     e = np.exp(x - np.max(x, axis=dim, keepdims=True))
     return e / np.sum(e, axis=dim, keepdims=True)
@@ -171,6 +218,23 @@ def avg_pool(x: Array, n: int, kernel_size: Any, stride: Any = None, padding: An
     return total / np.asarray(counts.sum(axis=tuple(range(n))), dtype=np.float64).astype(x.dtype)
 
 
+def interpolate_nearest(x: Array, n: int, size: Any = None, scale_factor: Any = None) -> Array:
+    """Mode ``"nearest"``: output ``i`` reads input ``floor(i * in / out)`` per
+    spatial axis (``floor(i / scale)`` when a scale factor is given), a gather
+    through index arrays made with ``np.arange``."""
+    for k, axis in enumerate(range(x.ndim - n, x.ndim)):
+        length = x.shape[axis]
+        if size is not None:
+            out = _pair(size, n)[k]
+            index = (np.arange(out) * length) // out
+        else:
+            scale = _pair(scale_factor, n)[k]
+            out = int(math.floor(length * scale))
+            index = np.minimum(np.floor(np.arange(out) * (1 / scale)).astype("int32"), length - 1)
+        x = np.take(x, index, axis=axis)
+    return x
+
+
 def adaptive_avg_pool(x: Array, n: int, output_size: Any) -> Array:
     """Output cell ``i`` averages input ``[floor(i L / out), ceil((i + 1) L / out))`` per axis, as torch."""
     for axis, size in zip(range(x.ndim - n, x.ndim), _pair(output_size, n)):
@@ -251,6 +315,45 @@ def mse_loss(x: Array, target: Array, reduction: str = "mean") -> Array:
 
 def l1_loss(x: Array, target: Array, reduction: str = "mean") -> Array:
     return _reduce(np.abs(x - target), reduction)
+
+
+def binary_cross_entropy_with_logits(x: Array, target: Array, weight: Array | None = None,
+                                     reduction: str = "mean", pos_weight: Array | None = None) -> Array:
+    """torch's stable form: ``(1 - y) x + (1 + (pw - 1) y) (log1p(exp(-|x|)) + max(-x, 0))``."""
+    log_weight = 1 if pos_weight is None else 1 + (pos_weight - 1) * target
+    loss = (1 - target) * x + log_weight * (np.log1p(np.exp(np.minimum(x, -x))) + np.maximum(-x, 0))
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def binary_cross_entropy(p: Array, target: Array, weight: Array | None = None, reduction: str = "mean") -> Array:
+    """``-(y log p + (1 - y) log(1 - p))``, each log clamped at -100 as torch does."""
+    loss = -(target * np.maximum(np.log(p), -100) + (1 - target) * np.maximum(np.log1p(-p), -100))
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def smooth_l1_loss(x: Array, target: Array, reduction: str = "mean", beta: float = 1.0) -> Array:
+    d = np.abs(x - target)
+    loss = d if beta == 0 else np.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
+    return _reduce(loss, reduction)
+
+
+def huber_loss(x: Array, target: Array, reduction: str = "mean", delta: float = 1.0,
+               weight: Array | None = None) -> Array:
+    d = np.abs(x - target)
+    loss = np.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def kl_div(logq: Array, target: Array, reduction: str = "mean", log_target: bool = False) -> Array:
+    """``target * (log target - logq)``, 0 where the target is 0 (torch's ``xlogy``)."""
+    if log_target:
+        loss = np.exp(target) * (target - logq)
+    else:
+        positive = target > 0
+        loss = np.where(positive, target * np.log(np.where(positive, target, 1)), 0 * target) - target * logq
+    if reduction == "batchmean":
+        return np.sum(loss) / logq.shape[0]
+    return _reduce(loss, reduction)
 
 
 def _target_weights(target: Array, weight: Array | None, ignore_index: int, dtype: Any) -> tuple[Array, Array]:

@@ -428,6 +428,32 @@ def _triangle(keep_upper: bool) -> Callable:
     return tri
 
 
+def _interpolate(x: Array, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+                 align_corners: Any = None, recompute_scale_factor: Any = None, antialias: bool = False) -> Array:
+    return nn.interpolate_nearest(x, x.ndim - 2, size, scale_factor)
+
+
+def _interpolate_check(x: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+                       *args: Any, **kwargs: Any) -> str | None:
+    if mode != "nearest":
+        return f"mode={mode!r} is not supported (mode='nearest' is)"
+    if kwargs.get("recompute_scale_factor"):
+        return "recompute_scale_factor=True is not supported"
+    return None
+
+
+def _loss(fn: Callable, *names: str) -> Callable:
+    """A loss taking torch's arguments (the deprecated ``size_average``/``reduce``
+    left out: ``_legacy_reduction_check`` refuses them) as ``fn``'s by name."""
+    def run(x: Array, target: Array, *args: Any, **kwargs: Any) -> Array:
+        given = dict(zip(names, args))
+        given.update(kwargs)
+        given.pop("size_average", None)
+        given.pop("reduce", None)
+        return fn(x, target, **given)
+    return run
+
+
 def _einsum(equation: str, *operands: Any) -> Array:
     if len(operands) == 1 and isinstance(operands[0], (tuple, list)):
         operands = tuple(operands[0])
@@ -515,6 +541,23 @@ def _functions() -> dict[Callable, Op]:
         torch.flatten: Op(_flatten), torch.reshape: Op(_view), torch.permute: Op(_permute),
         torch.transpose: Op(_transpose), torch.t: Op(_t), torch.unsqueeze: Op(np.expand_dims),
         torch.squeeze: Op(_squeeze), torch.split: Op(_split), torch.chunk: Op(_chunk),
+        F.hardswish: Op(_activation(nn.hardswish)), F.hardsigmoid: Op(_activation(nn.hardsigmoid)),
+        F.mish: Op(_activation(nn.mish)), F.selu: Op(_activation(nn.selu)), F.celu: Op(_activation(nn.celu)),
+        F.relu6: Op(_activation(nn.relu6)), F.logsigmoid: Op(nn.logsigmoid), F.softsign: Op(nn.softsign),
+        F.prelu: Op(nn.prelu), F.glu: Op(nn.glu),
+        F.binary_cross_entropy_with_logits: Op(
+            _loss(nn.binary_cross_entropy_with_logits, "weight", "size_average", "reduce", "reduction",
+                  "pos_weight"), _legacy_reduction_check),
+        F.binary_cross_entropy: Op(_loss(nn.binary_cross_entropy, "weight", "size_average", "reduce", "reduction"),
+                                   _legacy_reduction_check),
+        F.smooth_l1_loss: Op(_loss(nn.smooth_l1_loss, "size_average", "reduce", "reduction", "beta"),
+                             _legacy_reduction_check),
+        F.huber_loss: Op(_loss(nn.huber_loss, "reduction", "delta", "weight")),
+        F.kl_div: Op(_loss(nn.kl_div, "size_average", "reduce", "reduction", "log_target"),
+                     _legacy_reduction_check),
+        F.interpolate: Op(_interpolate, _interpolate_check),
+        F.max_pool3d: Op(_max_pool(3), _pool_check), F.avg_pool3d: Op(_avg_pool(3), _avg_pool_check),
+        F.adaptive_avg_pool3d: Op(_adaptive_avg_pool(3)),
         F.normalize: Op(_normalize), F.scaled_dot_product_attention: Op(_sdpa, _sdpa_check),
         torch.zeros: Op(_creation(np.zeros)), torch.ones: Op(_creation(np.ones)), torch.full: Op(_full),
         torch.arange: Op(_arange), torch.zeros_like: Op(_like(np.zeros)), torch.ones_like: Op(_like(np.ones)),
