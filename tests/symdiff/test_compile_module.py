@@ -491,3 +491,18 @@ def test_optional_inputs_keep_their_defaults():
     for args, kwargs in (((x,), {}), ((x, bias), {}), ((x,), {"bias": bias})):
         np.testing.assert_allclose(compiled(*args, **kwargs).detach().numpy(),
                                    module(*args, **kwargs).detach().numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_frozen_parameters_no_grad_and_a_new_dtype():
+    torch.manual_seed(13)
+    module = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 2))
+    x = torch.randn(3, 4)
+    compiled = sd.compile_module(module, x, device="numpy")
+    with torch.no_grad():
+        assert not compiled(x).requires_grad
+    module[0].weight.requires_grad_(False)  # frozen: no gradient asked for, none computed
+    compiled(x).sum().backward()
+    assert module[0].weight.grad is None and module[2].weight.grad is not None
+    module.double()  # new parameter dtypes: traced again
+    np.testing.assert_allclose(compiled(x.double()).detach().numpy(), module(x.double()).detach().numpy(),
+                               rtol=RTOL, atol=ATOL)
