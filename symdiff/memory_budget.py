@@ -32,6 +32,7 @@ import numpy as np
 import sympy
 
 from symdiff import ir
+from symdiff.ir.library import has_library_nodes
 from symdiff import lowering
 import symdiff.lowering.rematerialise
 from symdiff.ir.sizes import substitute_sizes
@@ -133,6 +134,10 @@ def fit(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
     choice fits."""
     if budget < 0:
         raise MemoryBudgetError(f"memory_budget is a number of bytes >= 0, not {budget}")
+    if has_library_nodes(graph):  # its pieces are planned one by one (lowering.host_steps): no single peak
+        raise MemoryBudgetError("memory_budget does not apply yet to a program with library nodes (np.linalg): "
+                                "its compiled pieces run with library steps on the host between them; leave "
+                                "memory_budget out")
     chosen: frozenset[str] = frozenset()
     peak = stored_peak = planned_peak(graph)
     decisions: dict[str, Choice] = {}

@@ -17,6 +17,7 @@ import sympy
 from symdiff import ir
 import symdiff.ir.view
 from symdiff import lowering
+from symdiff.ir.library import has_library_nodes
 from symdiff.ir.specs import ArraySpec, spec_of
 from symdiff.ir.tracer.trace import array_annotations, array_parameters, clear_cache as clear_trace_cache
 from symdiff.lowering import disk_cache
@@ -194,6 +195,9 @@ class DifferentiableProgram:
         (``lowering.export``; ``examples/export_slang.py`` runs one)."""
         from symdiff.lowering.export import export
         graph = self.graph if forward_only else self.backward_graph(wrt)
+        if has_library_nodes(graph):
+            raise ProgramError(f"{self.name} uses library nodes (np.linalg), which run on the host between "
+                               "compiled pieces (lowering.host_steps): it has no standalone Slang module to export")
         exported = export(graph, sizes, target, name=self.name)
         if path is not None:
             exported.write(path)

@@ -87,3 +87,15 @@ def test_symbolic_sizes_bind_per_call(slang_device):
         want, want_grads = f.value_and_grad(a, b, device="numpy")
         np.testing.assert_allclose(value, want, rtol=1e-12)
         np.testing.assert_allclose(grads["a"], want_grads["a"], rtol=1e-10, atol=1e-14)
+
+
+def test_export_and_memory_budget_refuse_library_nodes():
+    a, b = general(rng, 3, 3), rng.normal(size=(3, 2))
+    f = sd.differentiable_program(lambda a, b: np.sum(np.linalg.solve(a, b) ** 2))
+    f(a, b, device="numpy")
+    with pytest.raises(sd.ProgramError, match="no standalone Slang module"):
+        f.export_slang()
+    if "cpu" in sd.available_devices():
+        budgeted = sd.differentiable_program(lambda a, b: np.sum(np.linalg.solve(a, b) ** 2), memory_budget=10 ** 6)
+        with pytest.raises(sd.MemoryBudgetError, match="library nodes"):
+            budgeted.value_and_grad(a, b, device="cpu")
