@@ -99,3 +99,15 @@ def test_export_and_memory_budget_refuse_library_nodes():
         budgeted = sd.differentiable_program(lambda a, b: np.sum(np.linalg.solve(a, b) ** 2), memory_budget=10 ** 6)
         with pytest.raises(sd.MemoryBudgetError, match="library nodes"):
             budgeted.value_and_grad(a, b, device="cpu")
+
+
+def test_library_nodes_in_a_loop_body(slang_device):
+    a, x = general(rng, 3, 3), rng.normal(size=(3, 1))
+
+    @sd.differentiable_program
+    def f(a: sd.f64[3, 3], x: sd.f64[3, 1]):
+        return np.sum(sd.fori_loop(0, 3, lambda i, s: np.linalg.solve(a, s) + 0.1, x) ** 2)
+    value, grads = f.value_and_grad(a, x, device=slang_device)
+    want, want_grads = f.value_and_grad(a, x, device="numpy")
+    np.testing.assert_allclose(value, want, rtol=1e-12)
+    np.testing.assert_allclose(grads["a"], want_grads["a"], rtol=1e-10)
