@@ -111,3 +111,11 @@ def test_library_nodes_in_a_loop_body(slang_device):
     want, want_grads = f.value_and_grad(a, x, device="numpy")
     np.testing.assert_allclose(value, want, rtol=1e-12)
     np.testing.assert_allclose(grads["a"], want_grads["a"], rtol=1e-10)
+
+
+def test_device_arrays_in_and_out(slang_device):
+    a, b = general(rng, 3, 3), rng.normal(size=(3, 2))
+    f = sd.differentiable_program(lambda a, b: np.linalg.solve(a * 2, b))
+    out = f(sd.asarray(a, device=slang_device), b, device=slang_device, device_arrays=True)
+    assert isinstance(out, sd.DeviceArray)
+    np.testing.assert_allclose(out.numpy(), np.linalg.solve(2 * a, b), rtol=1e-12)
