@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, connector_symbol, index_symbol
+from symdiff.ir.library import library_nodes
 from symdiff.ir.tracer import context
 from symdiff.ir.tracer.creation import creation_traced, zeros
 from symdiff.ir.tracer.errors import TraceError, user_location
@@ -127,14 +128,19 @@ class custom_vjp:  # noqa: N801 (used as a decorator, like jax.custom_vjp)
             self._running -= 1
 
 
+def _operations(graph: DataflowGraph) -> list[str]:
+    """Tasklets and library nodes (``np.linalg`` in a forward or backward is part of its call)."""
+    return [t.name for t in graph.tasklets()] + [n.name for n in library_nodes(graph)]
+
+
 def _new_tasklets(graph: DataflowGraph, before: set[str]) -> list[str]:
-    return [t.name for t in graph.tasklets() if t.name not in before]
+    return [name for name in _operations(graph) if name not in before]
 
 
 def _trace_call(op: custom_vjp, trace: context.Trace, args: tuple):
     g = trace.graph
     where = user_location(skip=(os.path.dirname(__file__),))
-    before = {t.name for t in g.tasklets()}
+    before = set(_operations(g))
     containers = set(g.containers)
     arg_access = {k: g.access(a.container) for k, a in enumerate(args) if isinstance(a, TracedArray)}
     result = op.fwd(*args)
@@ -257,7 +263,7 @@ def trace_backward(graph: DataflowGraph, record: CustomCall, grads: dict[str, st
     """Trace ``record.bwd`` into ``graph`` and add its cotangents into the
     gradient containers ``grads`` (``{access id: container}``) of the call's
     active arguments; ``mode(access, index, domain)`` picks plain or ``"sum"``."""
-    before = {t.name for t in graph.tasklets()}
+    before = set(_operations(graph))
     outs = list(record.outputs)
     bwd = record.op.bwd
     dtype = "float64" if any(r.dtype == "float64" for r in outs) else "float32"
