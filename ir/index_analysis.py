@@ -62,7 +62,8 @@ Shift = tuple  # (symbol or None, offset)
 
 # An exact integer floor division that sympy does not rewrite; evaluators map it
 # to their integer floor division (numpy: ``np.floor_divide``).
-FLOOR_DIVIDE = sympy.Function("floor_divide_exact")
+# An integer: a floor of a sum with it inside (a reshape of a reshape) is exact too.
+FLOOR_DIVIDE = sympy.Function("floor_divide_exact", integer=True)
 
 
 def replaced(e, mapping: Mapping) -> sympy.Basic:
