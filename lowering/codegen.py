@@ -22,7 +22,7 @@ from symdiff.ir.index_analysis import extent, uses_connectors
 
 from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
 from . import targets
-from .host_products import HostProduct, host_product
+from .host_products import HostProduct
 from .matmul import Tiling, tiling
 from .plan_types import HostKernel, Kernel, LoweringError, Plan, Step
 from .printer import SLANG_TYPES, SlangPrinter, is_index_valued, prelude, print_flat_index
@@ -994,13 +994,12 @@ def _comment(kernel: Kernel, w: "_KernelWriter", kind: str) -> str:
             + f"\n//   {described}{then}")
 
 
-def _host_entry(plan: Plan, kernel: HostKernel, target: targets.Target) -> KernelEntry:
+def _host_entry(plan: Plan, kernel: HostKernel) -> KernelEntry:
     """The launch of a product the host computes: no Slang, its operands' buffers
     bound at its place in the call (so their lifetimes span it), and whether it
     adds into its output (another writer shares the version) or overwrites it."""
-    (step,) = kernel.steps
-    (write,) = step.writes
-    product = host_product(plan.graph, step.tasklet, target).placed(plan.buffer_of, write.mode != "store")
+    (write,) = kernel.steps[0].writes
+    product = kernel.product.placed(plan.buffer_of, write.mode != "store")
     accesses = (product.out.access, product.a.access, product.b.access)
     return KernelEntry(identifier(kernel.name), 0, 0, {buffer_name(a): a for a in accesses}, host=product)
 
@@ -1138,7 +1137,7 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
     names, codes = [], []
     for kernel in plan.kernels:
         if isinstance(kernel, HostKernel):
-            entry = _host_entry(plan, kernel, target)
+            entry = _host_entry(plan, kernel)
             parts.append(_host_comment(kernel, entry.host))
             entries.append(entry)
             continue

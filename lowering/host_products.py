@@ -13,9 +13,11 @@ and epilogue (a bias, an activation, the reverse pass's products with the
 activation's derivative) stay fused Slang kernels of their own.
 
 Every form the reverse pass produces is one ``numpy.matmul`` over views:
-each operand is transposed (a view) to ``(batch..., rows, k)`` and
-``(batch..., k, columns)``, with a unit axis where it has no batch axis of the
-output (broadcast), and the output's view is transposed alike.
+each operand's index is affine in the domain symbols, so its elements are a
+strided view of its container arranged as ``(batch..., rows, k)`` or
+``(batch..., k, columns)`` (stride 0 along a batch axis it lacks: broadcast),
+and the output's view is arranged alike.  The plan finds the product once,
+when it places the tasklet (``plan_types.HostKernel.product``).
 """
 from __future__ import annotations
 

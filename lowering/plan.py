@@ -93,8 +93,8 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
     # A kernel before one writing a version ``t`` reads can neither have that version finished
     # nor pass it in a register: the search starts there (all kernels each time was quadratic).
     first = max((kernel_of[w] for ws in writers_of.values() for w in ws), default=0)
-    on_host = host_product(graph, t, target) is not None
-    for k in range(first if not on_host else len(kernels), len(kernels)):
+    product = host_product(graph, t, target)
+    for k in range(first, len(kernels)) if product is None else ():  # a host product joins no kernel
         kernel = kernels[k]
         if kernel.box != box or isinstance(kernel, HostKernel):
             continue
@@ -118,7 +118,8 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
             kernel_of[t.name] = k
             return
     step = Step(t, parallel, loop, [Read(m.connector, a, m) for a, m in reads])
-    kernels.append((HostKernel if on_host else Kernel)(f"k{len(kernels)}_{t.name}", box, [step]))
+    name = f"k{len(kernels)}_{t.name}"
+    kernels.append(Kernel(name, box, [step]) if product is None else HostKernel(name, box, [step], product=product))
     kernel_of[t.name] = len(kernels) - 1
 
 

@@ -15,6 +15,8 @@ import sympy
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.index_analysis import replaced, uses_connectors
 
+from .host_products import HostProduct
+
 
 class LoweringError(RuntimeError):
     """A graph this lowering cannot run (the message says why)."""
@@ -83,6 +85,8 @@ class Kernel:
 class HostKernel(Kernel):
     """A product the host computes between the launches of a call instead of a
     Slang kernel (``lowering.host_products``): one step, never fused with others."""
+
+    product: HostProduct | None = None  # its operands as views, found when the step was placed
 
 
 @dataclass
