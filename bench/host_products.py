@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -67,14 +67,14 @@ def main(argv: list[str] | None = None) -> None:
         for way in ("host", "generated"):
             p = program(m, k, n, way)
             start = time.perf_counter()
-            with generated_kernels() if way == "generated" else _nothing():
+            with generated_kernels() if way == "generated" else nullcontext():
                 p.value_and_grad(a, b, c, device="cpu")
                 p(a, b, c, device="cpu")
             ways[way] = (p, time.perf_counter() - start)
         results = {}
         for _ in range(2):  # interleaved: the machine's load changes between them alike
             for way, (p, _) in ways.items():
-                with generated_kernels() if way == "generated" else _nothing():
+                with generated_kernels() if way == "generated" else nullcontext():
                     fwd = timed(lambda: p(a, b, c, device="cpu"), args.repeats)
                     vg = timed(lambda: p.value_and_grad(a, b, c, device="cpu"), args.repeats)
                 old = results.get(way, (float("inf"),) * 2)
@@ -83,11 +83,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{m:>5}x{k:>4}x{n:>4} {m * k * n / 1e6:>7.1f}M | {results['host'][0]:>9.2f} "
               f"{results['generated'][0]:>8.2f} | {results['host'][1]:>9.2f} {results['generated'][1]:>8.2f} | "
               f"{floor:>9.2f} | {ways['host'][1]:>10.2f} {ways['generated'][1]:>9.2f}", flush=True)
-
-
-@contextmanager
-def _nothing():
-    yield
 
 
 if __name__ == "__main__":

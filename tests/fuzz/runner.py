@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import gen, models
+from .check import base_device
 from .gen import Program
 from .minimize import candidates
 
@@ -23,6 +24,27 @@ SECONDS_PER_PROGRAM = 90                       # a hung batch is killed after th
 FAILURES = ("wrong", "crash", "error")
 # seed -> program: "ops" is gen.py's random op trees, "models" models.py's composed model blocks
 GENERATORS: dict[str, Callable[[int], Program]] = {"ops": gen.generate, "models": models.generate}
+
+
+def present(device: str) -> bool:
+    """Whether a campaign device (``cpu+recompute``, ``vulkan+gpu-form``...) runs here."""
+    import symdiff as sd
+    return base_device(device) in sd.available_devices()
+
+
+def judge_budget(generate: Callable[[int], Program], budget: dict, least_compared: float) -> dict:
+    """A CI budget (``budget``: device -> seeds) judged on the devices present, in two
+    workers side by side: no program may fail, and at least ``least_compared`` of them
+    must have been compared (a run of refused or invalid programs passes vacuously).
+    Returns the results by ``(device, seed)``."""
+    jobs = [((d, s), generate(s), d) for d, seeds in budget.items() if present(d) for s in seeds]
+    with ThreadPoolExecutor(2) as pool:
+        results = {k: r for part in pool.map(run_batch, [jobs[0::2], jobs[1::2]]) for k, r in part.items()}
+    failed = [(job, results[job[0]]) for job in jobs if results[job[0]]["outcome"] in FAILURES]
+    assert not failed, "\n\n".join(report_failure(p, d, r) for (_, p, d), r in failed)
+    ok = sum(r["outcome"] == "ok" for r in results.values())
+    assert ok >= least_compared * len(results), f"only {ok} of {len(results)} programs were compared"
+    return results
 
 
 def generator_of(prog: Program) -> str:

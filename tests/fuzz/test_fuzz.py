@@ -3,7 +3,6 @@ crash isolation work.  Long campaigns: ``python -m tests.fuzz --device cpu --n 2
 from __future__ import annotations
 
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -12,18 +11,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.fuzz.check import FLOOR32, check, compare, jax_reference  # noqa: E402
-from tests.fuzz.check import base_device  # noqa: E402
 from tests.fuzz.gen import Arg, Assign, Node, Program, generate, make_inputs  # noqa: E402
-from tests.fuzz.runner import FAILURES, report_failure, run_batch  # noqa: E402
+from tests.fuzz.runner import judge_budget, run_batch  # noqa: E402
 
 # Fixed seeds per device: a budget that runs in well under 2 minutes on two cores.
 BUDGET = {"numpy": range(0, 24), "cpu": range(0, 8), "vulkan": range(0, 8), "vulkan+gpu-form": range(8, 16),
           "cpu+recompute": range(16, 22)}
-
-
-def _present(device: str) -> bool:
-    import symdiff as sd
-    return base_device(device) in sd.available_devices()
 
 
 def _tiny(tpl: str = "{ns}.sin({0}) * {0}") -> Program:
@@ -34,15 +27,8 @@ def _tiny(tpl: str = "{ns}.sin({0}) * {0}") -> Program:
 
 
 def test_fixed_seed_budget():
-    jobs = [((d, s), generate(s), d) for d, seeds in BUDGET.items() if _present(d) for s in seeds]
-    halves = [jobs[0::2], jobs[1::2]]
-    with ThreadPoolExecutor(2) as pool:
-        results = {k: r for part in pool.map(run_batch, halves) for k, r in part.items()}
-    failed = [(job, results[job[0]]) for job in jobs if results[job[0]]["outcome"] in FAILURES]
-    assert not failed, "\n\n".join(report_failure(p, d, r) for (_, p, d), r in failed)
+    results = judge_budget(generate, BUDGET, least_compared=0.8)
     assert all(r["outcome"] in ("ok", "refused", "invalid") for r in results.values())
-    ok = sum(r["outcome"] == "ok" for r in results.values())
-    assert ok >= 0.8 * len(results), f"only {ok} of {len(results)} programs were compared"  # not vacuous
 
 
 @pytest.mark.parametrize("float32", [False, True])

@@ -7,18 +7,17 @@ from __future__ import annotations
 import re
 import sys
 from types import SimpleNamespace
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.fuzz.check import base_device, build_jax, check  # noqa: E402
+from tests.fuzz.check import build_jax, check  # noqa: E402
 from tests.fuzz.gen import Assign, Node, make_inputs  # noqa: E402
 from tests.fuzz.models import (MAX_ELEMENTS, OPS_RANGE, ModelProgram, generate, node_shapes,  # noqa: E402
                                op_count)
-from tests.fuzz.runner import FAILURES, minimize, report_failure, run_batch  # noqa: E402
+from tests.fuzz.runner import judge_budget, minimize  # noqa: E402
 
 # Fixed seeds per device, each program compiled once: well under 90 s on two cores.  Seeds 15, 21
 # and 26 gave NaN gradients on lavapipe before 6794c62 (issue 29: max's tie test read a recomputed
@@ -27,20 +26,8 @@ BUDGET = {"numpy": (5, 6, 7, 8), "cpu": (13, 15), "vulkan": (20, 21), "vulkan+gp
 SHAPE_SEEDS = range(0, 300)   # generation only: cheap
 
 
-def _present(device: str) -> bool:
-    import symdiff as sd
-    return base_device(device) in sd.available_devices()
-
-
 def test_fixed_seed_budget():
-    jobs = [((d, s), generate(s), d) for d, seeds in BUDGET.items() if _present(d) for s in seeds]
-    halves = [jobs[0::2], jobs[1::2]]
-    with ThreadPoolExecutor(2) as pool:
-        results = {k: r for part in pool.map(run_batch, halves) for k, r in part.items()}
-    failed = [(job, results[job[0]]) for job in jobs if results[job[0]]["outcome"] in FAILURES]
-    assert not failed, "\n\n".join(report_failure(p, d, r) for (_, p, d), r in failed)
-    ok = sum(r["outcome"] == "ok" for r in results.values())
-    assert ok >= 0.75 * len(results), f"only {ok} of {len(results)} programs were compared"   # not vacuous
+    judge_budget(generate, BUDGET, least_compared=0.75)
 
 
 def test_programs_in_range():

@@ -15,6 +15,7 @@ Two independent checks:
 # (no ``from __future__ import annotations``: the programs' shape annotations close over local sizes)
 import math
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -111,16 +112,8 @@ def test_slang_devices_match_jax(program, reference, device, form):
     recomputed where it is read)."""
     if form == "gpu-form" and device == "cpu":
         pytest.skip("the CPU device cannot run workgroup barriers")
-    with {"own": _nothing, "gpu-form": gpu_form, "recompute": recompute_everything}[form]():
+    with {"own": nullcontext, "gpu-form": gpu_form, "recompute": recompute_everything}[form]():
         assert_matches_jax(_run(program, device), *reference)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _maximum_reads(graph, accesses) -> set:
