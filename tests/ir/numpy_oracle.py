@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import symdiff as sd
 
@@ -84,6 +85,16 @@ def refused(body: Callable, *inputs, match: str) -> str:
         program(body, len(inputs))(*inputs)
     assert "numpy_oracle" not in str(info.value)
     return str(info.value)
+
+
+# The Slang devices a conformance sample runs on (lavapipe marked, for CI's Vulkan runs).
+SLANG_DEVICES = [pytest.param(d, marks=[pytest.mark.vulkan] if d == "vulkan" else []) for d in ("cpu", "vulkan")]
+
+
+def need(device: str) -> None:
+    """Skip a sample where ``device`` is not present."""
+    if device not in sd.available_devices():
+        pytest.skip(f"{device} is not available here")
 
 
 def arrays(*shapes: Sequence[int], seed: int = 1) -> list[np.ndarray]:

@@ -5,8 +5,7 @@ jax.numpy float64: one program per group, each combining several functions
 import numpy as np
 import pytest
 
-from symdiff import lowering
-from numpy_oracle import arrays, check
+from numpy_oracle import SLANG_DEVICES, arrays, check, need
 
 X, Y = arrays((3, 4), (3, 4), seed=31)
 XN = X.copy()
@@ -31,13 +30,11 @@ def masks_and_indexing(xp, x, y, i):
 
 
 SAMPLES = {"selections": (selections, XN, Y), "masks_and_indexing": (masks_and_indexing, X, Y, I)}
-DEVICES = [pytest.param(d, marks=[pytest.mark.vulkan] if d == "vulkan" else []) for d in ("cpu", "vulkan")]
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", SLANG_DEVICES)
 @pytest.mark.parametrize("name", list(SAMPLES))
 def test_sample_on_slang_devices(name, device):
-    if device not in lowering.available_devices():
-        pytest.skip(f"{device} is not available here")
+    need(device)
     body, *inputs = SAMPLES[name]
     check(body, *inputs, device=device)
