@@ -198,7 +198,7 @@ def _host_memory(buffer: spy.Buffer, nbytes: int) -> np.ndarray | None:
     if not host_addressable(device):
         return None
     device.wait()  # nothing recorded earlier still uses the buffer
-    return np.asarray(_HostMemory(buffer, buffer.device_address, (nbytes,), np.dtype(np.uint8)))
+    return memory_view(buffer, (nbytes,), np.dtype(np.uint8))
 
 
 def memory_view(buffer: spy.Buffer, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
