@@ -14,14 +14,17 @@ graph that holds one is split where its library nodes are:
   it each version the piece touches is its own container, an argument where
   an earlier step wrote it, a result where a later step or the caller reads
   it (versions never alias in meaning: ``ir.graph``);
-* the library nodes of level k run on the host after piece k and before
-  piece k + 1, on numpy arrays.
+* the library nodes of level k run after piece k and before piece k + 1:
+  on the device where their op has a kernel for the bound shapes and the
+  device's target (``lowering.library_kernels``), else on the host through
+  the op's numpy implementation (a *host step*).
 
-On the CPU device a piece's buffers are host memory and a host step's copies
+Values stay where they were made: pieces return device arrays, a device
+kernel reads and writes device arrays, and only a host step's inputs (and
+the caller's results, unless it asks for device arrays) are read back.  On
+the CPU device a piece's buffers are host memory and a host step's copies
 are memcpys; on Vulkan and CUDA each host step costs a read-back of its
-inputs and an upload of its results.  Device kernels for LU, Cholesky, QR and
-Jacobi eigen/SVD (one workgroup per small matrix) would keep those programs
-on the GPU; they are not written yet, and this split stays the fallback.
+inputs and an upload of its results.
 """
 from __future__ import annotations
 
@@ -32,9 +35,10 @@ import numpy as np
 
 from symdiff import ir
 from symdiff.ir.graph import DTYPES, AccessNode, DataflowGraph
-from symdiff.ir.library import LibraryNode, has_library_nodes, run_node
+from symdiff.ir.library import LibraryNode, has_library_nodes, ordered_edges, run_node
 
-from . import backends, devices, runtime
+from . import backends, devices, dlpack, library_kernels, runtime
+from .library_kernels.launch import Launch
 from .source_view import SlangSource
 
 
@@ -139,7 +143,8 @@ def split(graph: DataflowGraph) -> list[Piece | LibraryNode]:
 
 class HostSteps:
     """An executable (``lowering.compile``'s) for a graph with library nodes:
-    its pieces compiled for ``device``, its library nodes run on the host."""
+    its pieces compiled for ``device``, its library nodes run by their device
+    kernels where they have one, else on the host."""
 
     def __init__(self, graph: DataflowGraph, device: str, requested: str, sizes: Mapping[str, int] | None = None,
                  deterministic: bool = False, repeated: bool = False):
@@ -151,6 +156,8 @@ class HostSteps:
             if isinstance(step, Piece):
                 step.executable = runtime.compile(step.graph, device=requested, sizes=sizes,
                                                   deterministic=deterministic, repeated=repeated)
+        self._launches: dict[tuple, Launch | None] = {}  # (node, its shapes) -> its device kernel, or None
+        self._ran_on_host: int | None = None             # host steps of the latest call
 
     def _pieces(self) -> list[Piece]:
         return [s for s in self.steps if isinstance(s, Piece)]
@@ -168,36 +175,88 @@ class HostSteps:
         return out
 
     def stats(self) -> dict:
+        """The pieces' stats summed (``peak_bytes``: the largest), plus
+        ``host_steps``: library nodes the latest call ran on the host (before
+        a call: those whose op has no device kernel at all), and
+        ``library_kernels``: those it ran on the device."""
         total: dict = {}
         for p in self._pieces():
             for k, v in p.executable.stats().items():
                 total[k] = max(total.get(k, 0), v) if k == "peak_bytes" else total.get(k, 0) + v
-        total["host_steps"] = sum(isinstance(s, LibraryNode) for s in self.steps)
+        nodes = [s for s in self.steps if isinstance(s, LibraryNode)]
+        on_host = self._ran_on_host if self._ran_on_host is not None else \
+            sum(not library_kernels.has_kernel(n.op) for n in nodes)
+        total["host_steps"] = on_host
+        total["library_kernels"] = len(nodes) - on_host
         return total
+
+    def _launch(self, node: LibraryNode, bound: Mapping[str, int]) -> Launch | None:
+        """``node``'s device kernel for the bound sizes, built and compiled on
+        first use; None where its op has none (or an array is empty)."""
+        g = self.graph
+        reads, writes = ordered_edges(g, node)
+        specs = [[(tuple(g.containers[g.node(a).container].concrete_shape(bound)),
+                   g.containers[g.node(a).container].dtype) for a in accesses] for accesses in (reads, writes)]
+        key = (node.name, tuple(map(tuple, specs)))
+        if key not in self._launches:
+            empty = any(0 in shape for shape, _ in specs[0] + specs[1])
+            kernel = None if empty else library_kernels.build(node.op, backends.of(self.device).target(),
+                                                              specs[0], specs[1], dict(node.params))
+            self._launches[key] = None if kernel is None else Launch(self.device, kernel, specs[1])
+        return self._launches[key]
 
     def __call__(self, inputs: Mapping[str, object], sizes: Mapping[str, int] | None = None,
                  return_device_arrays: bool = False, check_bounds: bool = True) -> dict[str, object]:
-        DeviceArray, asarray, host_argument = runtime.DeviceArray, runtime.asarray, runtime.host_argument
+        DeviceArray, host_argument = runtime.DeviceArray, runtime.host_argument
         g = self.graph
-        host = {k: v.numpy() if isinstance(v, DeviceArray) else host_argument(k, v, g.containers[k].dtype)
-                for k, v in inputs.items() if k in g.containers}
-        bound = ir.bind_sizes(g, host, {**self.sizes, **(sizes or {})})
-        values = {g.access(a, 0): host[a] for a in g.arguments}
+        given = {k: v if isinstance(v, DeviceArray) else host_argument(k, v, g.containers[k].dtype)
+                 for k, v in inputs.items() if k in g.containers}
+        bound = ir.bind_sizes(g, given, {**self.sizes, **(sizes or {})})
+        values: dict[str, object] = {g.access(a, 0): given[a] for a in g.arguments}
+        on_host = 0
         for step in self.steps:
             if isinstance(step, LibraryNode):
-                run_node(g, step, values)
+                launch = self._launch(step, bound)
+                reads, writes = ordered_edges(g, step)
+                if launch is not None:
+                    values.update(zip(writes, launch([runtime.asarray(_on(values[a], self.device), self.device)
+                                                      for a in reads])))
+                    continue
+                host = {a: _host(values[a]) for a in reads}
+                run_node(g, step, host)
+                values.update((a, host[a]) for a in writes)
+                on_host += 1
                 continue
-            args = {name: values[access] for name, access in step.arguments.items()}
+            args = {name: _on(values[access], step.executable.device) for name, access in step.arguments.items()}
             own = {s.name for s in step.graph.size_symbols()}  # others would plan the piece again per value
             out = step.executable(args, sizes={k: v for k, v in bound.items() if k in own},
-                                  check_bounds=check_bounds)
+                                  check_bounds=check_bounds, return_device_arrays=True)
             for name, access in step.results.items():
-                values[access] = np.asarray(out[name])
+                values[access] = out[name]
+        self._ran_on_host = on_host
         results = {}
         for r in g.results:
             latest = g.latest(r)
             value = values.get(latest)
             if value is None:  # a version nothing writes reads as zeros (ir.graph)
                 value = np.zeros(g.containers[r].concrete_shape(bound), DTYPES[g.containers[r].dtype])
-            results[r] = asarray(value, self.device) if return_device_arrays else value
+            results[r] = runtime.asarray(_on(value, self.device), self.device) if return_device_arrays \
+                else _host(value)
         return results
+
+
+def _host(value) -> np.ndarray:
+    """A step's value as a numpy array: a device array's memory itself where
+    it is host memory (the CPU device), else read back."""
+    if isinstance(value, runtime.DeviceArray):
+        view = dlpack.host_view(value)
+        return view if view is not None else value.numpy()
+    return value
+
+
+def _on(value, device: str):
+    """``value`` as a step on ``device`` takes it: a device array of another
+    device (a piece ``"auto"`` routed elsewhere) as a host array."""
+    if isinstance(value, runtime.DeviceArray) and value.device != device:
+        return _host(value)
+    return value

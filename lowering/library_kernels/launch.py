@@ -1,0 +1,53 @@
+"""Running a library node's ``Kernel`` on device arrays: the step
+``lowering.host_steps`` takes instead of a host step where the op has one.
+
+One ``Launch`` per node and size binding: the module compiled once (cached
+by its text), the scratch buffers kept; each call records a clear of the
+scratch and the dispatches into one command encoder and submits it without
+waiting (the next piece's submission queues behind it), and hands its
+results over as device arrays whose buffers come back to the launch's
+spares when dropped, as an executable's results do (``lowering.runtime``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .. import backends, cache
+from ..buffer_plan import buffer_bytes
+from ..runtime import DeviceArray
+from . import Kernel, Spec
+
+
+class Launch:
+    """``kernel`` compiled for device kind ``device``, producing ``outputs``."""
+
+    def __init__(self, device: str, kernel: Kernel, outputs: Sequence[Spec]):
+        self.device, self.kernel, self.outputs = device, kernel, tuple(outputs)
+        self.backend = backends.of(device)
+        dev = self.backend.device()
+        entries = sorted({d.entry for d in kernel.dispatches})
+        self.kernels = cache.kernels(device, dev, kernel.source, entries, at="maximal")
+        self.scratch = [self.backend.new_buffer(buffer_bytes(dtype, count)) for dtype, count in kernel.scratch]
+        self._spares: dict[int, list] = {}
+
+    def _output(self, shape: tuple[int, ...], dtype: str) -> DeviceArray:
+        size = buffer_bytes(dtype, math.prod(shape))
+        spares = self._spares.setdefault(size, [])
+        buffer = spares.pop() if spares else self.backend.new_buffer(size)
+        return DeviceArray.pooled_in(spares, buffer, shape, dtype, self.device)
+
+    def __call__(self, inputs: Sequence[DeviceArray]) -> list[DeviceArray]:
+        outs = [self._output(shape, dtype) for shape, dtype in self.outputs]
+        buffers = {**{f"in{k}": a.buffer for k, a in enumerate(inputs)},
+                   **{f"out{k}": a.buffer for k, a in enumerate(outs)},
+                   **{f"scratch{k}": b for k, b in enumerate(self.scratch)}}
+        dev = self.backend.device()
+        enc = dev.create_command_encoder()
+        for b in self.scratch:
+            enc.clear_buffer(b)
+        for d in self.kernel.dispatches:
+            self.kernels[d.entry].dispatch(thread_count=list(d.threads), command_encoder=enc,
+                                           **{p: buffers[b] for p, b in d.buffers.items()}, **d.uniforms)
+        dev.submit_command_buffer(enc.finish())
+        return outs
