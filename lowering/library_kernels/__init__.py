@@ -26,6 +26,11 @@ package, imported at the bottom of this file so that it registers):
   cleared: the kernel writes every element.  ``scratch`` lists ``(dtype,
   count)`` per scratch buffer; each is allocated once per size binding and
   holds zeros at the start of every call.
+* ``failure``, where an op can fail on its values (a singular matrix):
+  ``(k, message)``, scratch<k> is int32 with one flag per matrix that the
+  kernel sets nonzero where it failed, and the call raises numpy's
+  ``LinAlgError(message)`` once the kernel has run (reading the flags waits
+  for the device), as the op's host step would.
 * A node with an empty argument or result never reaches a builder: it runs
   on the host (nothing to compute), so no kernel handles zero-size arrays.
 
@@ -60,6 +65,7 @@ class Kernel:
     source: str
     dispatches: tuple[Dispatch, ...]
     scratch: tuple[tuple[str, int], ...] = ()  # (dtype, element count) per scratch buffer
+    failure: tuple[int, str] | None = None     # (int32 scratch buffer of flags, LinAlgError message)
 
     def __post_init__(self) -> None:
         known = {f"scratch{k}" for k in range(len(self.scratch))}
@@ -95,3 +101,6 @@ def build(op: str, target: targets.Target, inputs: Sequence[Spec], outputs: Sequ
 
 
 __all__ = ["Dispatch", "Kernel", "Spec", "build", "has_kernel", "register"]
+
+
+from . import linalg  # noqa: E402,F401  (registers np.linalg's kernels)

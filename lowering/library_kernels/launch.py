@@ -13,7 +13,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .. import backends, cache
+import numpy as np
+
+from .. import backends, cache, dlpack
 from ..buffer_plan import buffer_bytes
 from ..runtime import DeviceArray
 from . import Kernel, Spec
@@ -50,4 +52,9 @@ class Launch:
             self.kernels[d.entry].dispatch(thread_count=list(d.threads), command_encoder=enc,
                                            **{p: buffers[b] for p, b in d.buffers.items()}, **d.uniforms)
         dev.submit_command_buffer(enc.finish())
+        if self.kernel.failure is not None:
+            k, message = self.kernel.failure
+            flags = dlpack.download(self.scratch[k], self.scratch[k].size).view(np.int32)
+            if flags.any():
+                raise np.linalg.LinAlgError(message)
         return outs

@@ -1,0 +1,61 @@
+"""Device kernels for ``np.linalg``'s library ops (``ir.library.linalg``):
+Cholesky, triangular solves and LU with partial pivoting (solve, inv, det,
+slogdet), one workgroup per matrix (``workgroup``).
+
+Each builder takes the node's concrete shapes and returns None, so that the
+node stays a host step (numpy's LAPACK), where:
+
+* a matrix is larger than ``workgroup.MAX_N`` (64): one workgroup per matrix
+  suits small matrices only, and no multi-workgroup (blocked) kernel is
+  written; on the CPU device the host step is LAPACK itself, faster there at
+  those sizes than any kernel here (measured: docs/guide.md);
+* the batch has more matrices than two dispatch axes of workgroups hold;
+* slogdet is float64 on a target whose double ``log`` is wrong (lavapipe,
+  ``Target.float64_transcendentals``).
+
+qr, eigh and svd have no kernel yet: they run as host steps everywhere.
+"""
+from __future__ import annotations
+
+import math
+
+from ...targets import Target
+from .. import Kernel, Spec, register
+from . import cholesky, lu, triangular
+from .workgroup import MAX_GROUPS, MAX_N
+
+
+def _fits(batch: tuple[int, ...], n: int) -> bool:
+    return n <= MAX_N and math.prod(batch) <= MAX_GROUPS * MAX_GROUPS
+
+
+def _cholesky(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
+    ((shape, dtype),) = inputs
+    return cholesky.build(target, shape[:-2], shape[-1], dtype) if _fits(shape[:-2], shape[-1]) else None
+
+
+def _solves(triangular_: bool):
+    def build(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
+        ((a_shape, dtype), (b_shape, _)), ((x_shape, _),) = inputs, outputs
+        n, k = x_shape[-2:]
+        if not _fits(x_shape[:-2], n):
+            return None
+        if triangular_:
+            return triangular.build(target, a_shape[:-2], b_shape[:-2], x_shape[:-2], n, k, dtype,
+                                    params.get("lower", True))
+        return lu.build(target, "solve", a_shape[:-2], n, dtype, b_shape[:-2], x_shape[:-2], k)
+    return build
+
+
+def _factorised(mode: str):
+    def build(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
+        ((shape, dtype),) = inputs
+        return lu.build(target, mode, shape[:-2], shape[-1], dtype) if _fits(shape[:-2], shape[-1]) else None
+    return build
+
+
+register("linalg.cholesky", _cholesky)
+register("linalg.solve_triangular", _solves(True))
+register("linalg.solve", _solves(False))
+for _mode in ("inv", "det", "slogdet"):
+    register(f"linalg.{_mode}", _factorised(_mode))

@@ -1,0 +1,154 @@
+"""What every np.linalg device kernel shares: one workgroup per matrix.
+
+A batch of small matrices is one dispatch with one workgroup per matrix (per
+output matrix of a broadcast batch).  Inside it the matrix steps of the
+algorithm (a pivot column, a trailing update) are spread over the
+workgroup's threads, with a barrier between steps.  What a target allows is
+derived from ``Target.sequential`` (no field of its own): slangpy's CPU device
+runs a dispatch's threads one after another and has no barriers, so there a
+"workgroup" is one thread running the same steps in order (``Form``).
+
+Where the matrices live while the kernel works: in ``groupshared`` memory
+when all of them fit ``SHARED_BYTES`` (Vulkan's guaranteed minimum of
+``maxComputeSharedMemorySize``; CUDA allows 48 KiB statically), else in
+device memory (the output buffer itself, or a scratch buffer the launch
+allocates), with device-memory barriers.  On a sequential target they always
+stay in device memory: there is no faster memory to copy them to.
+
+Sizes: ``MAX_N`` is the largest matrix a workgroup takes.  One workgroup per
+matrix leaves a GPU idle on one large matrix (a 512 x 512 LU would run its
+134M multiply-adds on one of the H100's 132 multiprocessors), and the
+blocked multi-workgroup kernels that would suit it are not written: above
+``MAX_N`` the op runs as a host step (``lowering.host_steps``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from symdiff.ir.graph import DTYPES
+
+from ...targets import Target
+from .. import Dispatch, Kernel
+
+SHARED_BYTES = 16384
+MAX_N = 64
+THREADS = 64          # a workgroup's threads on a concurrent target (two NVIDIA warps, eight lavapipe waves)
+MAX_GROUPS = 65535    # workgroups along one dispatch axis
+
+
+@dataclass(frozen=True)
+class Form:
+    """How a workgroup runs on one target."""
+
+    threads: int
+    concurrent: bool
+
+    def barrier(self, shared_only: bool) -> str:
+        """The barrier between steps: none where the threads are one; group
+        memory only when every matrix is groupshared."""
+        if not self.concurrent:
+            return ""
+        return "GroupMemoryBarrierWithGroupSync();" if shared_only else "AllMemoryBarrierWithGroupSync();"
+
+    def spread(self, var: str, start: str, stop: str) -> str:
+        """A loop header giving each thread every ``threads``-th value of ``[start, stop)``."""
+        if self.threads == 1:
+            return f"for (int {var} = {start}; {var} < {stop}; {var}++)"
+        return f"for (int {var} = {start} + t; {var} < {stop}; {var} += {self.threads})"
+
+
+def form(target: Target) -> Form:
+    return Form(1, False) if target.sequential else Form(THREADS, True)
+
+
+def scalar(dtype: str) -> str:
+    return {"float32": "float", "float64": "double"}[dtype]
+
+
+def literal(value: float, dtype: str) -> str:
+    text = repr(float(value))
+    return text + ("l" if dtype == "float64" else "f")
+
+
+def itemsize(dtype: str) -> int:
+    return DTYPES[dtype]().itemsize
+
+
+@dataclass
+class Matrix:
+    """A ``rows x cols`` matrix per workgroup: in ``groupshared`` memory
+    (``shared``) or at ``base`` in the device buffer ``buffer``."""
+
+    name: str
+    rows: int
+    cols: int
+    shared: bool
+    buffer: str
+    base: str
+
+    def at(self, i: str, j: str) -> str:
+        flat = f"({i}) * {self.cols} + ({j})"
+        return f"{self.name}[{flat}]" if self.shared else f"{self.buffer}[{self.base} + {flat}]"
+
+    def flat(self, e: str) -> str:
+        return f"{self.name}[{e}]" if self.shared else f"{self.buffer}[{self.base} + {e}]"
+
+    def declaration(self, dtype: str) -> str:
+        return f"groupshared {scalar(dtype)} {self.name}[{self.rows * self.cols}];" if self.shared else ""
+
+
+def place(form_: Form, dtype: str, sizes: list[int]) -> list[bool]:
+    """Which of the matrices of ``sizes`` elements go in groupshared memory:
+    all of them where they fit together on a concurrent target, else none
+    (one barrier kind for the whole kernel)."""
+    fits = form_.concurrent and sum(sizes) * itemsize(dtype) <= SHARED_BYTES
+    return [fits] * len(sizes)
+
+
+def batch_offset(out_batch: tuple[int, ...], batch: tuple[int, ...], per_matrix: int) -> str:
+    """The first element of operand matrix ``g`` (the output's batch index)
+    for an operand whose batch shape ``batch`` broadcasts to ``out_batch``
+    (numpy's rule: right-aligned, extent-1 axes repeat)."""
+    if tuple(batch) == tuple(out_batch):
+        return f"g * {per_matrix}" if out_batch else "0"
+    padded = (1,) * (len(out_batch) - len(batch)) + tuple(batch)
+    terms, stride = [], per_matrix
+    for axis in reversed(range(len(out_batch))):
+        if padded[axis] != 1:
+            inner = math.prod(out_batch[axis + 1:])
+            terms.append(f"((g / {inner}) % {out_batch[axis]}) * {stride}")
+        stride *= padded[axis]
+    return " + ".join(terms) or "0"
+
+
+def kernel(source: str, entry: str, groups: int, threads: int, buffers: dict[str, str],
+           scratch: tuple[tuple[str, int], ...] = (), failure: str | None = None) -> Kernel:
+    """The hook's ``Kernel``: one dispatch of ``groups`` workgroups (over two
+    axes past ``MAX_GROUPS``), and ``info`` bound to scratch0 (one int32 per
+    matrix), whose nonzero entries raise numpy's ``LinAlgError(failure)``."""
+    x = min(groups, MAX_GROUPS)
+    dispatch = Dispatch(entry, (x * threads, -(-groups // x), 1), {**buffers, "info": "scratch0"})
+    return Kernel(source, (dispatch,), (("int32", groups),) + scratch,
+                  failure=None if failure is None else (0, failure))
+
+
+def entry_point(name: str, form_: Form, params: list[tuple[str, str]], body: str, groups: int,
+                declarations: list[str]) -> str:
+    """The kernel's text: groupshared declarations, then the entry point with
+    ``g`` (the matrix) and ``t`` (the thread in its workgroup) defined."""
+    args = ", ".join(f"RWStructuredBuffer<{ty}> {n}" for n, ty in params)
+    x = min(groups, MAX_GROUPS)
+    head = "\n".join(d for d in declarations if d)
+    return f"""{head}
+
+[shader("compute")]
+[numthreads({form_.threads}, 1, 1)]
+void {name}(uint3 gid: SV_GroupID, uint3 lid: SV_GroupThreadID, {args})
+{{
+    int g = int(gid.y) * {x} + int(gid.x);
+    if (g >= {groups}) return;
+    int t = int(lid.x);
+{body}
+}}
+"""

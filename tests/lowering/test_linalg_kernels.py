@@ -1,0 +1,150 @@
+"""np.linalg's device kernels (lowering.library_kernels.linalg) launched on
+their own, on device arrays, against numpy's LAPACK (scipy's for triangular
+solves): one workgroup per matrix on lavapipe (groupshared memory, or device
+memory past its size), one thread per matrix on the CPU device.  Whole
+programs through them: tests/symdiff/test_linalg_device_kernels.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from symdiff.lowering import devices, library_kernels, runtime, targets
+from symdiff.lowering.library_kernels.launch import Launch
+from symdiff.lowering.library_kernels.linalg import workgroup
+
+scipy_linalg = pytest.importorskip("scipy.linalg")
+rng = np.random.default_rng(5)
+
+
+def _launch(kind: str, op: str, inputs: list[np.ndarray], outputs: list[tuple], params: dict | None = None):
+    specs = [(a.shape, str(a.dtype)) for a in inputs]
+    kernel = library_kernels.build(op, devices.target(kind), specs, outputs, params or {})
+    assert kernel is not None, f"{op} has no kernel for {specs}"
+    return [o.numpy() for o in Launch(kind, kernel, outputs)([runtime.asarray(a, kind) for a in inputs])]
+
+
+def _spd(*shape, dtype="float64"):
+    x = rng.normal(size=shape)
+    return (x @ np.swapaxes(x, -1, -2) / shape[-1] + np.eye(shape[-1])).astype(dtype)
+
+
+def _pivoting(*shape, dtype="float64"):
+    """Matrices whose leading entries are zero: LU without row swaps fails on them."""
+    a = rng.normal(size=shape)
+    a[..., 0, 0] = 0.0
+    return a.astype(dtype)
+
+
+def _tol(dtype):
+    return dict(rtol=2e-4, atol=2e-5) if dtype == "float32" else dict(rtol=1e-10, atol=1e-12)
+
+
+# (op, inputs, params): sizes 1 and 64, float64 at 64 past groupshared memory (device memory), a
+# broadcast batch; each kernel compiles once per device and is shared with the singular cases below
+CASES = {
+    "cholesky_1": ("linalg.cholesky", lambda: [_spd(1, 1)], {}),
+    "cholesky_64_f64": ("linalg.cholesky", lambda: [_spd(64, 64)], {}),
+    "cholesky_batch_f32": ("linalg.cholesky", lambda: [_spd(2, 3, 9, 9, dtype="float32")], {}),
+    "lower": ("linalg.solve_triangular", lambda: [_spd(3, 6, 6), rng.normal(size=(1, 6, 2))], {"lower": True}),
+    "upper": ("linalg.solve_triangular", lambda: [_spd(6, 6), rng.normal(size=(3, 6, 2))], {"lower": False}),
+    "solve_batch": ("linalg.solve", lambda: [_pivoting(3, 7, 7), rng.normal(size=(7, 3))], {}),
+    "solve_64_f64": ("linalg.solve", lambda: [_pivoting(64, 64), rng.normal(size=(64, 5))], {}),
+    "inv": ("linalg.inv", lambda: [_pivoting(2, 5, 5)], {}),
+    "det": ("linalg.det", lambda: [_pivoting(2, 5, 5)], {}),
+    "slogdet_f32": ("linalg.slogdet", lambda: [_pivoting(2, 5, 5, dtype="float32")], {}),
+}
+ON_CPU = ("cholesky_batch_f32", "solve_batch", "det")   # one thread per matrix: the same steps, fewer g++ compiles
+
+
+def _numpy(op: str, inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    a = inputs[0].astype(np.float64)
+    if op == "linalg.solve_triangular":
+        b = np.broadcast_to(inputs[1], np.broadcast_shapes(a.shape[:-2], inputs[1].shape[:-2]) + inputs[1].shape[-2:])
+        a = np.broadcast_to(a, b.shape[:-2] + a.shape[-2:])
+        return [np.stack([scipy_linalg.solve_triangular(x, y, lower=params["lower"])
+                          for x, y in zip(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))]).reshape(b.shape)]
+    if op == "linalg.solve":
+        return [np.linalg.solve(a, inputs[1])]
+    out = getattr(np.linalg, op.split(".")[1])(a)
+    return list(out) if op == "linalg.slogdet" else [out]
+
+
+def _device_cases():
+    return [pytest.param(kind, name, marks=[pytest.mark.vulkan] if kind == "vulkan" else [], id=f"{kind}-{name}")
+            for kind in ("vulkan", "cpu") for name in CASES if kind == "vulkan" or name in ON_CPU]
+
+
+def _present(kind: str) -> None:
+    if kind not in devices.available_devices() and kind != "cpu":
+        pytest.skip(f"no {kind} device here")
+
+
+@pytest.mark.parametrize("kind, name", _device_cases())
+def test_kernel_against_lapack(kind, name):
+    _present(kind)
+    op, make, params = CASES[name]
+    inputs = make()
+    want = _numpy(op, inputs, params)
+    got = _launch(kind, op, inputs, [(w.shape, str(inputs[0].dtype)) for w in want], params)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, **_tol(str(inputs[0].dtype)))
+
+
+@pytest.mark.vulkan
+@pytest.mark.parametrize("name", ["cholesky_batch_f32", "lower", "solve_batch", "inv"])
+def test_one_singular_matrix_in_a_batch_raises(name):
+    """numpy's LinAlgError, as the host step raises it: one bad matrix of the batch is enough."""
+    _present("vulkan")
+    op, make, params = CASES[name]
+    inputs = make()
+    shapes = [(w.shape, str(inputs[0].dtype)) for w in _numpy(op, inputs, params)]
+    inputs[0][(1,) * (inputs[0].ndim - 2)] = 0.0 if name != "cholesky_batch_f32" else -np.eye(9)
+    with pytest.raises(np.linalg.LinAlgError):
+        _launch("vulkan", op, inputs, shapes, params)
+
+
+@pytest.mark.vulkan
+def test_singular_determinants_are_numpys():
+    _present("vulkan")
+    a = _pivoting(2, 5, 5)
+    a[1, :, 3] = 0.0    # a zero column: a zero pivot, exactly
+    (det,) = _launch("vulkan", "linalg.det", [a], [((2,), "float64")])
+    sign, logabs = _launch("vulkan", "linalg.slogdet", [a.astype(np.float32)], [((2,), "float32")] * 2)
+    want_sign, want_log = np.linalg.slogdet(a)
+    assert det[1] == 0.0 and sign[1] == want_sign[1] == 0.0 and logabs[1] == want_log[1] == -np.inf
+    np.testing.assert_allclose(det[0], np.linalg.det(a[0]), rtol=1e-10)
+
+
+def test_host_steps_past_the_kernels_limits():
+    """None (the node stays a host step): past MAX_N, and slogdet in float64 where double log is wrong."""
+    n = workgroup.MAX_N + 1
+    assert library_kernels.build("linalg.solve", targets.VULKAN, [((n, n), "float64"), ((n, 1), "float64")],
+                                 [((n, 1), "float64")], {}) is None
+    assert library_kernels.build("linalg.inv", targets.CPU, [((n, n), "float32")], [((n, n), "float32")], {}) is None
+    spec = [((4, 4), "float64")]
+    assert library_kernels.build("linalg.slogdet", targets.LAVAPIPE, spec, [((), "float64")] * 2, {}) is None
+    assert library_kernels.build("linalg.slogdet", targets.VULKAN, spec, [((), "float64")] * 2, {}) is not None
+
+
+def test_workgroup_forms():
+    """Groupshared memory and barriers where threads cooperate; neither on the CPU device."""
+    spec = [((8, 8), "float32")]
+    gpu = library_kernels.build("linalg.cholesky", targets.CUDA, spec, spec, {})
+    cpu = library_kernels.build("linalg.cholesky", targets.CPU, spec, spec, {})
+    assert "groupshared" in gpu.source and "GroupMemoryBarrierWithGroupSync" in gpu.source
+    assert "groupshared" not in cpu.source and "Barrier" not in cpu.source
+    assert gpu.dispatches[0].threads == (workgroup.THREADS, 1, 1) and cpu.dispatches[0].threads == (1, 1, 1)
+    big = [((64, 64), "float64")]   # 32 KiB: past the 16 KiB groupshared budget
+    on_device = library_kernels.build("linalg.inv", targets.CUDA, big, big, {})
+    assert "groupshared" not in on_device.source and "AllMemoryBarrierWithGroupSync" in on_device.source
+    assert on_device.scratch[1] == ("float64", 64 * 64)
+
+
+def test_cuda_text_compiles():
+    """The CUDA target's kernels pass Slang's CUDA back end (no GPU needed)."""
+    slang_compiler = pytest.importorskip("slang_compiler")
+    specs = {"linalg.solve": ([((3, 6, 6), "float64"), ((6, 2), "float64")], [((3, 6, 2), "float64")]),
+             "linalg.cholesky": ([((64, 64), "float64")], [((64, 64), "float64")])}
+    for op, (inputs, outputs) in specs.items():
+        kernel = library_kernels.build(op, targets.CUDA, inputs, outputs, {})
+        slang_compiler.compile_source(kernel.source, "cuda", [kernel.dispatches[0].entry])
