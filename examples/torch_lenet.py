@@ -4,8 +4,8 @@ The model is ordinary PyTorch; `sd.compile_module` traces it with torch.fx and
 runs its forward and backward as symdiff's generated kernels, holding the
 model's own parameters.  A deep copy trains in plain torch on the same random
 MNIST-shaped batches (28x28, 10 classes), and a float64 copy in plain torch
-serves as the reference: the script prints the losses and how far each float32
-run's weights drifted from the float64 one.  Per step, symdiff's gradients
+serves as the reference (examples/in_step.py): the script prints the losses and
+how far each float32 run's weights drifted from the float64 one.  Per step, symdiff's gradients
 agree with torch's to ~1e-6 relative.  Over 100 steps the runs can part at a
 max-pooling near-tie: two window values within float32 rounding of each other,
 where float32 and float64 (or two float32 summation orders) pick different
@@ -18,14 +18,12 @@ of the first 30-50 steps) they agree to 1e-6.
 Run:  python examples/torch_lenet.py [--steps 100] [--device cpu|vulkan|numpy] [--batch 16]
 """
 import argparse
-import copy
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import symdiff as sd
+from in_step import train_in_step
 
 
 class LeNet5(nn.Module):
@@ -61,36 +59,8 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    model = LeNet5()
-    twin = copy.deepcopy(model)
-    reference = copy.deepcopy(model).double()
-    data = batches(8, args.batch)
-    start = time.perf_counter()
-    compiled = sd.compile_module(model, *data[0], device=args.device)
-    ours = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
-    theirs = torch.optim.SGD(twin.parameters(), lr=0.02, momentum=0.9)
-    exact = torch.optim.SGD(reference.parameters(), lr=0.02, momentum=0.9)
-    first = None
-    for step in range(args.steps):
-        x, target = data[step % len(data)]
-        for net, opt in ((compiled, ours), (twin, theirs), (reference, exact)):
-            opt.zero_grad()
-            loss = net(x.to(next(net.parameters()).dtype), target)
-            loss.backward()
-            opt.step()
-            if net is compiled:
-                ours_loss = loss.item()
-            if net is twin:
-                torch_loss = loss.item()
-        first = first if first is not None else ours_loss
-        if step % 20 == 0 or step == args.steps - 1:
-            print(f"step {step:3d}: symdiff loss {ours_loss:.6f}, torch loss {torch_loss:.6f}, "
-                  f"torch float64 loss {loss.item():.6f}")
-    print(f"loss {first:.4f} -> {ours_loss:.4f}; {args.steps} steps in {time.perf_counter() - start:.1f} s")
-    for name, net in (("symdiff", model), ("torch float32", twin)):
-        drift = max(((p.double() - q).abs().max() / q.abs().max()).item()
-                    for p, q in zip(net.parameters(), reference.parameters()))
-        print(f"{name}: max relative difference {drift:.2e} from the float64-trained weights")
+    train_in_step(LeNet5(), batches(8, args.batch), args.steps,
+                  lambda params: torch.optim.SGD(params, lr=0.02, momentum=0.9), args.device)
 
 
 if __name__ == "__main__":

@@ -28,5 +28,6 @@ __all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f
            "symbol", "ArraySpec", "add_backward_pass", "add_tangent_pass", "gradcheck", "register_derivative",
            "unregister_derivative", "asarray", "DeviceArray", "available_devices", "ProgramError",
            "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError",
-           "custom_vjp", "CustomVJPError", "ImplicitBroadcastError", "to_torch", "to_jax", "clear_caches", "cache_limit", "set_cache_limit",
+           "custom_vjp", "CustomVJPError", "ImplicitBroadcastError", "to_torch", "to_jax", "compile_module",
+           "clear_caches", "cache_limit", "set_cache_limit",
            "fori_loop", "while_loop", "LoopError", "library_node", "linalg"]

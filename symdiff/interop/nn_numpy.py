@@ -152,9 +152,10 @@ def linear(x: Array, weight: Array, bias: Array | None = None) -> Array:
     return y if bias is None else y + bias
 
 
-def _windows(x: Array, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> tuple[Array, tuple]:
-    """``x``'s sliding windows over its trailing ``len(kernel)`` axes:
-    shape ``x.shape[:-n] + kernel + out``, one strided slice per kernel offset."""
+def _window_slices(x: Array, kernel: Sequence[int], stride: Sequence[int],
+                   dilation: Sequence[int]) -> tuple[list[Array], tuple[int, ...]]:
+    """One strided slice of ``x``'s trailing ``len(kernel)`` axes per kernel
+    offset (in ``np.ndindex`` order), each of shape ``x.shape[:-n] + out``."""
     n = len(kernel)
     spatial = x.shape[-n:]
     out = tuple((size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(spatial, kernel, stride, dilation))
@@ -165,8 +166,15 @@ def _windows(x: Array, kernel: Sequence[int], stride: Sequence[int], dilation: S
     for offset in np.ndindex(*kernel):
         key = tuple(slice(o * d, o * d + s * (m - 1) + 1, s) for o, d, s, m in zip(offset, dilation, stride, out))
         slices.append(x[(Ellipsis,) + key])
-    stacked = np.stack(slices, axis=x.ndim - n)
-    return stacked.reshape(tuple(x.shape[:-n]) + tuple(kernel) + out), out
+    return slices, out
+
+
+def _windows(x: Array, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> tuple[Array, tuple]:
+    """``x``'s sliding windows over its trailing ``len(kernel)`` axes:
+    shape ``x.shape[:-n] + kernel + out``, the slices stacked."""
+    slices, out = _window_slices(x, kernel, stride, dilation)
+    stacked = np.stack(slices, axis=x.ndim - len(kernel))
+    return stacked.reshape(tuple(x.shape[:-len(kernel)]) + tuple(kernel) + out), out
 
 
 def _pad(x: Array, padding: Sequence[int], value: float = 0.0) -> Array:
@@ -179,16 +187,24 @@ def _pad(x: Array, padding: Sequence[int], value: float = 0.0) -> Array:
 def conv(x: Array, weight: Array, bias: Array | None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
          groups: int = 1) -> Array:
     """``conv1d``/``conv2d``/``conv3d`` (batched input ``(N, C, *spatial)``):
-    per group, the weight ``(O/G, C/G * K)`` times the windows of the
-    zero-padded input ``(N, C/G * K, positions)``, one matrix product each."""
+    per group, one matrix product of the weight's columns ``(O/G, K * C/G)``
+    with the zero-padded input's window columns ``(N, K * C/G, positions)``.
+    Both are concatenations, one block per kernel offset (row ``k * C/G + c``),
+    so the product reads two whole arrays with affine indices: a reshape of
+    the stacked windows into ``C/G * K`` rows would index them with ``//`` and
+    ``%`` in the product's inner loop, which ran 10-20x slower on the CPU
+    device and kept the product off the host's BLAS (``lowering.host_products``)."""
     n = weight.ndim - 2
     kernel = tuple(weight.shape[2:])
-    windows, out = _windows(_pad(x, _pair(padding, n)), kernel, _pair(stride, n), _pair(dilation, n))
-    batch, channels, per_group = x.shape[0], x.shape[1], weight.shape[0] // groups
-    size = channels // groups * int(np.prod(kernel))
-    windows = windows.reshape((batch, groups, size, int(np.prod(out))))
-    w = weight.reshape((groups, per_group, size))
-    ys = [np.matmul(w[g], windows[:, g]) for g in range(groups)]
+    slices, out = _window_slices(_pad(x, _pair(padding, n)), kernel, _pair(stride, n), _pair(dilation, n))
+    batch, per_group = x.shape[0], weight.shape[0] // groups
+    width, positions = x.shape[1] // groups, int(np.prod(out))
+    ys = []
+    for g in range(groups):
+        channels, outputs = slice(g * width, (g + 1) * width), slice(g * per_group, (g + 1) * per_group)
+        columns = np.concatenate([s[:, channels].reshape((batch, width, positions)) for s in slices], axis=1)
+        w = np.concatenate([weight[(outputs, slice(None)) + offset] for offset in np.ndindex(*kernel)], axis=1)
+        ys.append(np.matmul(w, columns))
     y = (ys[0] if groups == 1 else np.concatenate(ys, axis=1)).reshape((batch, weight.shape[0]) + out)
     return y if bias is None else y + bias.reshape((-1,) + (1,) * n)
 

@@ -63,6 +63,14 @@ def _cast(x: Array, dtype: Any) -> Array:
     return x.astype(_numpy_dtype(dtype))
 
 
+def _to(x: Array, *args: Any, **kwargs: Any) -> Array:
+    """``x.to(dtype)``, ``x.to(other)`` (other's dtype), ``x.to(device, dtype)``:
+    only the dtype counts; a device is the one the compiled module runs on."""
+    wanted = [a.dtype if _is_array(a) else a for a in (*args, kwargs.get("dtype"))]
+    dtypes = [d for d in wanted if str(d).removeprefix("torch.") in _DTYPES]
+    return _cast(x, dtypes[-1]) if dtypes else x
+
+
 # -- reductions ----------------------------------------------------------------------------
 def _reduction(fn: Callable) -> Callable:
     def reduce(x: Array, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Array:
@@ -498,7 +506,7 @@ METHODS.update({
     "view_as": Op(lambda x, other: np.reshape(x, other.shape)),
     "reshape_as": Op(lambda x, other: np.reshape(x, other.shape)),
     "expand_as": Op(lambda x, other: np.broadcast_to(x, other.shape)),
-    "type_as": Op(lambda x, other: x.astype(other.dtype)),
+    "type_as": Op(lambda x, other: x.astype(other.dtype)), "to": Op(_to),
     "float": Op(lambda x: x.astype("float32")), "double": Op(lambda x: x.astype("float64")),
     "long": Op(lambda x: x.astype("int32")), "int": Op(lambda x: x.astype("int32")),
     "softmax": Op(_softmax(nn.softmax)), "log_softmax": Op(_softmax(nn.log_softmax)),

@@ -108,6 +108,9 @@ def _cases():
         "normalize": (lambda: Fn(lambda x, w: F.normalize(x * w, dim=-1) + F.normalize(x, p=3.0, dim=0), (3, 4)),
                       lambda: (_x(3, 4),)),
         "in_place": (lambda: Fn(_in_place, (3, 4)), lambda: (_x(3, 4),)),
+        "casts": (lambda: Fn(lambda x, w: (x * w > 0).to(x.dtype) * w + (x > w).to(torch.float64) * x
+                             + (x < 0).type_as(x) + (x * w).float().double() + (x > 1).to("cpu", x.dtype), (3, 4)),
+                  lambda: (_x(3, 4),)),
         "sdpa_causal_mask_in_forward": (
             lambda: Fn(lambda x, w: F.scaled_dot_product_attention(x * w, x, x, attn_mask=torch.triu(
                 torch.full((x.size(1), x.size(1)), float("-inf"), dtype=torch.float64), diagonal=1))
