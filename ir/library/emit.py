@@ -42,6 +42,8 @@ def call(name: str, *args, **params):
         return outs[0] if len(outs) == 1 else tuple(outs)
     floats = [a.dtype_name for a in args if isinstance(a, TracedArray) and a.dtype_name in FLOAT_DTYPES]
     dtype = "float64" if "float64" in floats else (floats[0] if floats else trace.float_dtype)
+    if op.integers and not floats and all(a.dtype_name == "int32" for a in args if isinstance(a, TracedArray)):
+        dtype = "int32"
     operands = [_operand(trace, name, a, dtype) for a in args]
     where = user_location(skip=(_HERE,))
     specs = op.shapes([(a.sym_shape, a.dtype_name) for a in operands], dict(params))  # errors name the line

@@ -23,6 +23,8 @@ function; ``sd.library_node`` is the same for users):
   like it; ``jvp`` one tangent per result, shaped like it.
 * ``nondifferentiable``: result positions that carry no derivative (the
   sign of ``slogdet``); activity analysis stops there.
+* ``integers``: int32 arguments are taken as they are (a cumsum of
+  integers); otherwise every argument is cast to the call's float dtype.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ class LibraryOp:
     jvp: Callable | None = None
     nondifferentiable: frozenset = field(default_factory=frozenset)
     doc: str = ""
+    integers: bool = False
 
 
 _OPS: dict[str, LibraryOp] = {}

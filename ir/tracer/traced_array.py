@@ -243,6 +243,8 @@ class TracedArray(Operators):
     def max(self, axis=None, out=None, **kw): return np.max(self, axis, out, **kw)
     def min(self, axis=None, out=None, **kw): return np.min(self, axis, out, **kw)
     def prod(self, axis=None, dtype=None, out=None, **kw): return np.prod(self, axis, dtype, out, **kw)
+    def cumsum(self, axis=None, dtype=None, out=None): return np.cumsum(self, axis, dtype, out)
+    def cumprod(self, axis=None, dtype=None, out=None): return np.cumprod(self, axis, dtype, out)
 
     def argmax(self, axis=None, out=None, *, keepdims=False): return np.argmax(self, axis, out, keepdims=keepdims)
     def argmin(self, axis=None, out=None, *, keepdims=False): return np.argmin(self, axis, out, keepdims=keepdims)

@@ -103,4 +103,4 @@ def build(op: str, target: targets.Target, inputs: Sequence[Spec], outputs: Sequ
 __all__ = ["Dispatch", "Kernel", "Spec", "build", "has_kernel", "register"]
 
 
-from . import linalg  # noqa: E402,F401  (registers np.linalg's kernels)
+from . import linalg, scans  # noqa: E402,F401  (register np.linalg's and the scans' kernels)

@@ -1,0 +1,226 @@
+"""Device kernels for the scan ops (``ir.library.scan``): ``scan.add``,
+``scan.multiply`` and ``scan.linear`` along one axis, O(n) work each.
+
+An array of shape ``(outer, n, inner)`` around the scanned axis holds
+``outer * inner`` *lines* of ``n`` elements, ``inner`` apart.
+
+* Sequential targets (the CPU device): one loop in memory order, the
+  running value of each element read from the one before it along the axis
+  (for ``inner == 1`` a register), so g++ vectorises across ``inner``.
+* GPU targets with many lines (or short ones): a thread per line, looping
+  along it (neighbouring threads read neighbouring elements).
+* GPU targets with few long lines: a reduce-then-scan in workgroups of
+  ``GROUP`` threads over blocks of ``GROUP * per_thread`` elements.  Each
+  block's total (one dispatch: loaded into groupshared memory, each thread
+  combining its own run of elements, then a Hillis-Steele scan of the
+  threads' totals), the exclusive scan of a line's block totals (one
+  workgroup per line, in chunks of ``GROUP`` with a carry), then each block
+  scanned again from its line's offset and stored.  Two reads and one write
+  per element, and the combining order is fixed, so results do not depend
+  on timing.
+
+Every op is a scan of a *state* under an associative ``combine`` (left is
+earlier): a value for add and multiply, a pair ``(a, b)`` for the linear
+recurrence (``(a1, b1)`` then ``(a2, b2)`` is ``(a1 a2, a2 b1 + b2)``; its
+result is ``b``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .. import targets
+from ..printer import SLANG_TYPES
+from . import Dispatch, Kernel, Spec, register
+
+GROUP = 256           # threads of a workgroup on GPU targets
+LINE_GROUP = 64       # threads of a workgroup of the thread-per-line kernel
+MAX_GROUPS = 65535    # per dispatch dimension
+SHARED_BYTES = 8192   # a block's groupshared tile (Vulkan guarantees 16 KiB in all)
+FEW_LINES = 2048      # fewer lines than this, each longer than a block: the workgroup scan
+
+# op -> (state fields, identity per field, combine(l, r) per field, the result's field)
+_STATES = {
+    "scan.add": (("v",), ("0",), ("l.v + r.v",), "v"),
+    "scan.multiply": (("v",), ("1",), ("l.v * r.v",), "v"),
+    "scan.linear": (("a", "b"), ("1", "0"), ("l.a * r.a", "r.a * l.b + r.b"), "b"),
+}
+# the sequential step from the previous result ``y`` (the identity's result field before the first)
+_STEPS = {"scan.add": "y + in0[p]", "scan.multiply": "y * in0[p]", "scan.linear": "in0[p] * y + in1[p]"}
+
+
+def _prelude(op: str, dtype: str) -> str:
+    fields, identity, combine, _ = _STATES[op]
+    t = SLANG_TYPES[dtype]
+    inputs = ", ".join(f"RWStructuredBuffer<T> in{k}" for k in range(len(fields)))
+    return "\n".join([
+        f"// {op} ({dtype}): a scan of states under an associative combine, left earlier",
+        f"typealias T = {t};",
+        "struct S { " + " ".join(f"T {f};" for f in fields) + " };",
+        "S identity() { S s; " + " ".join(f"s.{f} = T({i});" for f, i in zip(fields, identity)) + " return s; }",
+        "S combine(S l, S r) { S s; " + " ".join(f"s.{f} = {c};" for f, c in zip(fields, combine))
+        + " return s; }",
+        f"S load({inputs}, int p) {{ S s; " + " ".join(f"s.{f} = in{k}[p];" for k, f in enumerate(fields))
+        + " return s; }",
+        "S load_scratch(RWStructuredBuffer<T> scratch0, int q) { S s; "
+        + " ".join(f"s.{f} = scratch0[q * {len(fields)} + {k}];" for k, f in enumerate(fields)) + " return s; }",
+        "void store_scratch(RWStructuredBuffer<T> scratch0, int q, S s) { "
+        + " ".join(f"scratch0[q * {len(fields)} + {k}] = s.{f};" for k, f in enumerate(fields)) + " }",
+        "",
+    ])
+
+
+def _grid(groups: int, size: int) -> tuple[tuple[int, int, int], int]:
+    """Thread counts for ``groups`` workgroups of ``size`` threads (rows of at
+    most ``MAX_GROUPS``) and the row's width in groups."""
+    width = min(groups, MAX_GROUPS)
+    return (width * size, -(-groups // width), 1), width
+
+
+def _sequential(op: str, outer: int, n: int, inner: int, reverse: bool, arity: int) -> tuple[str, Dispatch]:
+    """One thread running every line in memory order (the CPU device)."""
+    inputs = "".join(f", RWStructuredBuffer<T> in{k}" for k in range(arity))
+    step = _STEPS[op]
+    first = _STATES[op][1][_STATES[op][0].index(_STATES[op][3])]
+    order = f"{n - 1} - kk" if reverse else "kk"
+    if inner == 1:
+        body = (f"    for (int o = 0; o < {outer}; o++)\n    {{\n        T y = T({first});\n"
+                f"        for (int kk = 0; kk < {n}; kk++)\n        {{\n"
+                f"            int p = o * {n} + {order};\n            y = {step};\n            out0[p] = y;\n"
+                f"        }}\n    }}\n")
+    else:
+        back = f"p + {inner}" if reverse else f"p - {inner}"
+        body = (f"    for (int o = 0; o < {outer}; o++)\n"
+                f"        for (int kk = 0; kk < {n}; kk++)\n"
+                f"            for (int i = 0; i < {inner}; i++)\n            {{\n"
+                f"                int p = (o * {n} + {order}) * {inner} + i;\n"
+                f"                T y = kk == 0 ? T({first}) : out0[{back}];\n"
+                f"                out0[p] = {step};\n            }}\n")
+    source = (f"[shader(\"compute\")]\n[numthreads(1, 1, 1)]\n"
+              f"void scan_sequential(uint3 t: SV_DispatchThreadID{inputs}, RWStructuredBuffer<T> out0)\n{{\n"
+              f"{body}}}\n")
+    buffers = {**{f"in{k}": f"in{k}" for k in range(arity)}, "out0": "out0"}
+    return source, Dispatch("scan_sequential", (1, 1, 1), buffers)
+
+
+def _position(n: int, inner: int, reverse: bool) -> str:
+    """Slang for ``pos(line, k)``: the flat index of a line's k-th element in scan order."""
+    k = f"({n - 1} - k)" if reverse else "k"
+    return (f"int pos(int line, int k) {{ return (line / {inner}) * {n * inner} + line % {inner} "
+            f"+ {k} * {inner}; }}\n")
+
+
+def _per_line(op: str, lines: int, n: int, inner: int, reverse: bool, arity: int) -> tuple[str, Dispatch]:
+    """A thread per line (GPU targets, many or short lines)."""
+    inputs = "".join(f", RWStructuredBuffer<T> in{k}" for k in range(arity))
+    args = ", ".join(f"in{k}" for k in range(arity))
+    result = _STATES[op][3]
+    threads, width = _grid(-(-lines // LINE_GROUP), LINE_GROUP)
+    source = (_position(n, inner, reverse)
+              + f"[shader(\"compute\")]\n[numthreads({LINE_GROUP}, 1, 1)]\n"
+              f"void scan_lines(uint3 t: SV_DispatchThreadID{inputs}, RWStructuredBuffer<T> out0)\n{{\n"
+              f"    int line = int(t.x) + int(t.y) * {width * LINE_GROUP};\n"
+              f"    if (line >= {lines}) return;\n"
+              f"    S acc = identity();\n"
+              f"    for (int k = 0; k < {n}; k++)\n    {{\n"
+              f"        int p = pos(line, k);\n        acc = combine(acc, load({args}, p));\n"
+              f"        out0[p] = acc.{result};\n    }}\n}}\n")
+    buffers = {**{f"in{k}": f"in{k}" for k in range(arity)}, "out0": "out0"}
+    return source, Dispatch("scan_lines", threads, buffers)
+
+
+def _workgroups(op: str, dtype: str, lines: int, n: int, inner: int, reverse: bool,
+                arity: int) -> tuple[str, tuple[Dispatch, ...], tuple[tuple[str, int], ...]]:
+    """The reduce-then-scan of few long lines (GPU targets; see the module docstring)."""
+    fields = len(_STATES[op][0])
+    size = fields * (8 if dtype == "float64" else 4)
+    per_thread = max(1, SHARED_BYTES // (GROUP * size))
+    block = GROUP * per_thread
+    blocks = -(-n // block)
+    inputs = "".join(f", RWStructuredBuffer<T> in{k}" for k in range(arity))
+    args = ", ".join(f"in{k}" for k in range(arity))
+    result = _STATES[op][3]
+    groups = lines * blocks
+    threads, width = _grid(groups, GROUP)
+    scan_part = (
+        "    for (int d = 1; d < GROUP; d *= 2)\n    {\n"
+        "        S other = j >= d ? part[j - d] : identity();\n"
+        "        GroupMemoryBarrierWithGroupSync();\n"
+        "        if (j >= d) part[j] = combine(other, part[j]);\n"
+        "        GroupMemoryBarrierWithGroupSync();\n    }\n")
+    source = (
+        _position(n, inner, reverse)
+        + f"static const int GROUP = {GROUP};\nstatic const int PER_THREAD = {per_thread};\n"
+        f"groupshared S tile[{block}];\ngroupshared S part[GROUP];\n\n"
+        "// Scan block `blk` of `line` from `carry`: its total; with `write`, its results stored.\n"
+        f"S block_scan(int line, int blk, int j, S carry, bool write{inputs}, RWStructuredBuffer<T> out0)\n{{\n"
+        f"    int k0 = blk * {block};\n"
+        "    for (int e = 0; e < PER_THREAD; e++)\n    {\n"
+        f"        int k = k0 + e * GROUP + j;\n"
+        f"        tile[e * GROUP + j] = k < {n} ? load({args}, pos(line, k)) : identity();\n    }}\n"
+        "    GroupMemoryBarrierWithGroupSync();\n"
+        "    S acc = identity();\n"
+        "    for (int e = 0; e < PER_THREAD; e++) acc = combine(acc, tile[j * PER_THREAD + e]);\n"
+        "    part[j] = acc;\n    GroupMemoryBarrierWithGroupSync();\n"
+        + scan_part +
+        "    S total = part[GROUP - 1];\n"
+        "    if (write)\n    {\n"
+        "        S run = combine(carry, j > 0 ? part[j - 1] : identity());\n"
+        "        for (int e = 0; e < PER_THREAD; e++)\n        {\n"
+        "            run = combine(run, tile[j * PER_THREAD + e]);\n"
+        "            tile[j * PER_THREAD + e] = run;\n        }\n"
+        "        GroupMemoryBarrierWithGroupSync();\n"
+        "        for (int e = 0; e < PER_THREAD; e++)\n        {\n"
+        "            int k = k0 + e * GROUP + j;\n"
+        f"            if (k < {n}) out0[pos(line, k)] = tile[e * GROUP + j].{result};\n        }}\n    }}\n"
+        "    return total;\n}\n\n"
+        f"[shader(\"compute\")]\n[numthreads({GROUP}, 1, 1)]\n"
+        f"void block_totals(uint3 g: SV_GroupID, uint3 l: SV_GroupThreadID{inputs}, RWStructuredBuffer<T> out0, "
+        "RWStructuredBuffer<T> scratch0)\n{\n"
+        f"    int q = int(g.x) + int(g.y) * {width};\n    if (q >= {groups}) return;\n"
+        f"    S total = block_scan(q / {blocks}, q % {blocks}, int(l.x), identity(), false, {args}, out0);\n"
+        "    if (l.x == 0) store_scratch(scratch0, q, total);\n}\n\n"
+        f"[shader(\"compute\")]\n[numthreads({GROUP}, 1, 1)]\n"
+        "void scan_totals(uint3 g: SV_GroupID, uint3 l: SV_GroupThreadID, RWStructuredBuffer<T> scratch0)\n{\n"
+        "    int line = int(g.x), j = int(l.x);\n    S carry = identity();\n"
+        f"    for (int c = 0; c < {blocks}; c += GROUP)\n    {{\n"
+        f"        int t = c + j;\n        part[j] = t < {blocks} ? load_scratch(scratch0, line * {blocks} + t) "
+        ": identity();\n        GroupMemoryBarrierWithGroupSync();\n"
+        + scan_part.replace("    ", "        ", 1).replace("\n    ", "\n        ") +
+        f"        if (t < {blocks}) store_scratch(scratch0, line * {blocks} + t, "
+        "combine(carry, j > 0 ? part[j - 1] : identity()));\n"
+        "        carry = combine(carry, part[GROUP - 1]);\n        GroupMemoryBarrierWithGroupSync();\n    }\n}\n\n"
+        f"[shader(\"compute\")]\n[numthreads({GROUP}, 1, 1)]\n"
+        f"void block_outputs(uint3 g: SV_GroupID, uint3 l: SV_GroupThreadID{inputs}, RWStructuredBuffer<T> out0, "
+        "RWStructuredBuffer<T> scratch0)\n{\n"
+        f"    int q = int(g.x) + int(g.y) * {width};\n    if (q >= {groups}) return;\n"
+        f"    block_scan(q / {blocks}, q % {blocks}, int(l.x), load_scratch(scratch0, q), true, {args}, out0);\n}}\n")
+    ins = {f"in{k}": f"in{k}" for k in range(arity)}
+    dispatches = (Dispatch("block_totals", threads, {**ins, "out0": "out0", "scratch0": "scratch0"}),
+                  Dispatch("scan_totals", (lines * GROUP, 1, 1), {"scratch0": "scratch0"}),
+                  Dispatch("block_outputs", threads, {**ins, "out0": "out0", "scratch0": "scratch0"}))
+    return source, dispatches, ((dtype, groups * fields),)
+
+
+def build(target: targets.Target, inputs: Sequence[Spec], outputs: Sequence[Spec], params: dict,
+          op: str) -> Kernel | None:
+    """The scan's kernel (see the module docstring); None for a dtype without one (bool)."""
+    shape, dtype = inputs[0]
+    if dtype not in ("float32", "float64", "int32"):
+        return None
+    axis, reverse = params["axis"], bool(params.get("reverse", False))
+    outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    lines, arity = outer * inner, len(inputs)
+    prelude = _prelude(op, dtype)
+    if target.sequential:
+        source, dispatch = _sequential(op, outer, n, inner, reverse, arity)
+        return Kernel(prelude + source, (dispatch,))
+    if lines >= FEW_LINES or n <= GROUP * 2:
+        source, dispatch = _per_line(op, lines, n, inner, reverse, arity)
+        return Kernel(prelude + source, (dispatch,))
+    source, dispatches, scratch = _workgroups(op, dtype, lines, n, inner, reverse, arity)
+    return Kernel(prelude + source, dispatches, scratch)
+
+
+for _op in _STATES:
+    register(_op, lambda target, inputs, outputs, params, op=_op: build(target, inputs, outputs, params, op))
