@@ -1000,7 +1000,7 @@ def _host_entry(plan: Plan, kernel: HostKernel) -> KernelEntry:
     adds into its output (another writer shares the version) or overwrites it."""
     (write,) = kernel.steps[0].writes
     product = kernel.product.placed(plan.buffer_of, write.mode != "store")
-    accesses = (product.out.access, product.a.access, product.b.access)
+    accesses = product.accesses
     return KernelEntry(identifier(kernel.name), 0, 0, {buffer_name(a): a for a in accesses}, host=product)
 
 

@@ -56,29 +56,44 @@ class Operand:
 
 @dataclass(frozen=True)
 class HostProduct:
-    """``out (+)= coeff * a @ b`` over the tasklet's ranges, as numpy computes it."""
+    """``out (+)= coeff * scalars * sum over ks of a * b`` over the tasklet's
+    ranges, as numpy computes it: the output's axes are the batch axes (in
+    both operands), ``rows`` (in ``a`` only) and ``columns`` (in ``b`` only);
+    the reduced axes ``ks`` are in both operands and not in the output."""
 
     out: Operand
     a: Operand
     b: Operand
-    ranges: tuple[tuple[str, int, int], ...]  # (symbol, begin, end) of the domain
-    rows: str
-    columns: str
-    k: str
+    ranges: tuple[tuple[str, int, int], ...]  # (symbol, begin, end) of the domain, split symbols split
+    rows: tuple[str, ...]
+    columns: tuple[str, ...]
+    ks: tuple[str, ...]
     coeff: float
     accumulate: bool  # add into the output (another writer shares it), or overwrite it
     dtype: str
+    scalars: tuple[Operand, ...] = ()  # one-element factors (the reverse pass's seed), read when it runs
 
     def placed(self, buffer_of: Callable[[str], str], accumulate: bool) -> "HostProduct":
         """This product as a plan runs it: each operand in the version whose
         buffer holds it (``Plan.buffer_of``), adding into the output or not."""
         def moved(o: Operand) -> Operand:
             return replace(o, access=buffer_of(o.access))
-        return replace(self, out=moved(self.out), a=moved(self.a), b=moved(self.b), accumulate=accumulate)
+        return replace(self, out=moved(self.out), a=moved(self.a), b=moved(self.b),
+                       scalars=tuple(moved(s) for s in self.scalars), accumulate=accumulate)
+
+    @property
+    def accesses(self) -> tuple[str, ...]:
+        """Every version it reads or writes (the launch binds their buffers)."""
+        return (self.out.access, self.a.access, self.b.access, *(s.access for s in self.scalars))
+
+    @property
+    def k(self) -> str:
+        """The reduced symbols, as the module's comment names them."""
+        return ", ".join(self.ks)
 
     @property
     def batch(self) -> tuple[str, ...]:
-        return tuple(s for s in self.out.axes() if s not in (self.rows, self.columns))
+        return tuple(s for s in self.out.axes() if s not in self.rows + self.columns)
 
     @property
     def work(self) -> int:
@@ -87,13 +102,22 @@ class HostProduct:
 
     def run(self, view: Callable[[Operand], np.ndarray]) -> None:
         """Compute into the output, reading and writing through ``view`` (an
-        operand's whole container, flat, over its buffer's memory)."""
-        a = _blasable(self._arranged(view(self.a), self.a, (*self.batch, self.rows, self.k)))
-        b = _blasable(self._arranged(view(self.b), self.b, (*self.batch, self.k, self.columns)))
-        out = self._arranged(view(self.out), self.out, (*self.batch, self.rows, self.columns), writeable=True)
-        product = np.matmul(a, b)
-        if self.coeff != 1:
-            product *= product.dtype.type(self.coeff)
+        operand's whole container, flat, over its buffer's memory).  Several
+        row, column or reduced axes are merged into one by a reshape, a view
+        where their strides allow it and a copy of that operand otherwise."""
+        extent = {s: e - b for s, b, e in self.ranges}
+        size = lambda axes: math.prod(extent[s] for s in axes)  # noqa: E731
+        batch = self.batch
+        lead = tuple(extent[s] for s in batch)
+        a = self._arranged(view(self.a), self.a, (*batch, *self.rows, *self.ks))
+        b = self._arranged(view(self.b), self.b, (*batch, *self.ks, *self.columns))
+        a = _blasable(a.reshape(*lead, size(self.rows), size(self.ks)))
+        b = _blasable(b.reshape(*lead, size(self.ks), size(self.columns)))
+        out = self._arranged(view(self.out), self.out, (*batch, *self.rows, *self.columns), writeable=True)
+        product = np.matmul(a, b).reshape(out.shape)
+        coeff = self.coeff * math.prod(float(view(s)[s.offset]) for s in self.scalars)
+        if coeff != 1:
+            product *= product.dtype.type(coeff)
         if self.accumulate:
             out += product
         else:
@@ -123,64 +147,140 @@ def _blasable(m: np.ndarray) -> np.ndarray:
 
 def host_product(graph: DataflowGraph, t: Tasklet, target: "targets.Target | None") -> HostProduct | None:
     """Tasklet ``t`` as a product the host's BLAS runs on ``target``, or None:
-    the target runs BLAS on its buffers, ``t`` is a ``product`` of one float
-    dtype, large enough to pay."""
+    the target runs BLAS on its buffers, ``t`` is a ``general_product`` of
+    one float dtype, large enough to pay."""
     if target is None or not target.host_blas:
         return None
-    found = product(graph, t)
+    found = general_product(graph, t)
     return found if found is not None and found.work >= MIN_WORK else None
 
 
 def product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
-    """Tasklet ``t`` as a matrix product of strided views, or None: it sums
-    ``coeff * a * b`` over one reduced symbol into an output indexed by
-    distinct domain symbols, each operand's index affine in the domain symbols
-    with integer coefficients, each operand owning an output axis the other
-    lacks (no vector-matrix product), all of one float dtype."""
+    """Tasklet ``t`` as a plain matrix product, or None: a ``general_product``
+    with one reduced symbol, an output indexed by distinct domain symbols and
+    no one-element factor, the form the generated product kernels
+    (``lowering.matmul``) also take."""
+    found = general_product(graph, t)
+    if found is None or len(found.ks) != 1 or found.scalars or found.ranges != _ranges(t):
+        return None
+    (_, w), = graph.writes(t.name)
+    return found if all(e in t.index_symbols for e in w.index) else None
+
+
+def general_product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
+    """Tasklet ``t`` as a product of strided views, or None: it sums ``coeff *
+    a * b`` (times any one-element reads: the reverse pass's seed) into an
+    output that is a non-overlapping view, each index affine in the domain
+    symbols with integer coefficients once a symbol read as ``floor(s / c)``
+    and ``Mod(s, c)`` (a reshape's head split) is split in two, each operand
+    owning an output axis the other lacks (no vector-matrix product), every
+    reduced axis in both, all of one float dtype."""
     writes, reads = graph.writes(t.name), graph.reads(t.name)
-    if len(writes) != 1 or len(reads) != 2 or writes[0][1].accumulate != "sum" or t.condition is not sympy.true:
+    if len(writes) != 1 or len(reads) < 2 or writes[0][1].accumulate != "sum" or t.condition is not sympy.true:
         return None
     (out_access, w), = writes
-    symbols = t.index_symbols
-    if len(set(w.index)) != len(w.index) or any(e not in symbols for e in w.index):
-        return None
-    reduced = [s for s in symbols if s not in w.index]
     coeff, rest = t.body[w.connector].as_coeff_Mul()
-    factors = sorted(sympy.Mul.make_args(rest), key=str)
+    factors = sympy.Mul.make_args(rest)
     connectors = {t.inputs[m.connector]: (a, m) for a, m in reads}
-    if len(reduced) != 1 or len(connectors) != 2 or factors != sorted(connectors, key=str) or not coeff.is_number:
+    if not coeff.is_number or sorted(factors, key=str) != sorted(connectors, key=str):
         return None
     dtypes = {graph.containers[m.container].dtype for m in [w] + [m for _, m in reads]}
     if len(dtypes) != 1 or dtypes & {"float32", "float64"} != dtypes:
         return None
-    ranges = tuple((s.name, int(b), int(e)) for s, b, e in t.domain)
-    operands = [_operand(graph, access, m, t) for access, m in [(out_access, w), *connectors.values()]]
+    ranges, split = _split_ranges(t, [w.index] + [m.index for _, m in reads])
+    if ranges is None:
+        return None
+    symbols = [s for s in t.index_symbols if s not in split] + [x for hi, lo, _ in split.values() for x in (hi, lo)]
+    operands = [_operand(graph, access, m, ranges, symbols, split)
+                for access, m in [(out_access, w), *connectors.values()]]
     if any(o is None for o in operands):
         return None
-    out, a, b = operands
-    (k,) = (s.name for s in reduced)
-    only_a = [s for s in out.axes() if s in a.axes() and s not in b.axes()]
-    only_b = [s for s in out.axes() if s in b.axes() and s not in a.axes()]
-    if k not in a.axes() or k not in b.axes() or not only_a or not only_b:
+    out, *inputs = operands
+    arrays = [o for o in inputs if o.steps]
+    if len(arrays) != 2 or not _one_to_one(out, ranges):
         return None
-    return HostProduct(out, a, b, ranges, only_a[-1], only_b[-1], k, float(coeff), accumulate=False,
-                       dtype=dtypes.pop())
+    a, b = arrays
+    extent = {s: e - lo for s, lo, e in ranges}
+    ks = tuple(s for s in extent if s not in out.axes())
+    rows = tuple(s for s in out.axes() if s in a.axes() and s not in b.axes())
+    columns = tuple(s for s in out.axes() if s in b.axes() and s not in a.axes())
+    if (not ks or not rows or not columns or any(s not in a.axes() or s not in b.axes() for s in ks)
+            or any(s not in a.axes() and s not in b.axes() for s in out.axes())):
+        return None
+    return HostProduct(out, a, b, ranges, rows, columns, ks, float(coeff), accumulate=False, dtype=dtypes.pop(),
+                       scalars=tuple(o for o in inputs if not o.steps))
 
 
-def _operand(graph: DataflowGraph, access: str, m: Memlet, t: Tasklet) -> Operand | None:
-    """The strided view of ``m``'s elements over ``t``'s domain, or None where an
-    index component is not affine with integer coefficients."""
+Split = dict  # domain symbol -> (its high symbol, its low symbol, the divisor)
+
+
+def _ranges(t: Tasklet) -> tuple[tuple[str, int, int], ...]:
+    return tuple((s.name, int(b), int(e)) for s, b, e in t.domain)
+
+
+def _split_ranges(t: Tasklet, indices: list[tuple]) -> tuple[tuple | None, Split]:
+    """The domain with every symbol ``s`` that an index reads as ``floor(s / c)``
+    or ``Mod(s, c)`` split into ``s_hi`` over ``extent / c`` and ``s_lo`` over
+    ``c`` (``s = c * s_hi + s_lo``), and those splits; None for the ranges
+    where such a symbol does not start at 0 or ``c`` does not divide its
+    extent, or two divisors split one symbol."""
+    bounds = {s: (b, e) for s, b, e in t.domain}
+    split: Split = {}
+    for index in indices:
+        for component in index:
+            for f in sympy.sympify(component).atoms(sympy.floor, sympy.Mod):
+                s, c = (f.args if isinstance(f, sympy.Mod) else sympy.fraction(f.args[0]))
+                if s not in bounds or not c.is_Integer or c <= 1:
+                    continue
+                b, e = bounds[s]
+                if split.get(s, (None, None, c))[2] != c or b != 0 or not sympy.sympify(e).is_Integer or int(e) % int(c):
+                    return None, {}
+                split[s] = (sympy.Symbol(f"{s.name}_hi", integer=True), sympy.Symbol(f"{s.name}_lo", integer=True),
+                            int(c))
+    ranges = []
+    for s, b, e in t.domain:
+        if s in split:
+            hi, lo, c = split[s]
+            ranges += [(hi.name, 0, int(e) // c), (lo.name, 0, c)]
+        else:
+            ranges.append((s.name, int(b), int(e)))
+    return tuple(ranges), split
+
+
+def _unsplit(e: sympy.Expr, split: Split) -> sympy.Expr:
+    """``e`` over the split symbols: ``floor(s / c)`` is ``s_hi``, ``Mod(s, c)`` is
+    ``s_lo`` and ``s`` elsewhere is ``c * s_hi + s_lo``."""
+    for s, (hi, lo, c) in split.items():
+        e = e.xreplace({sympy.floor(s / c): hi, sympy.Mod(s, c): lo}).subs(s, c * hi + lo)
+    return e
+
+
+def _one_to_one(out: Operand, ranges: tuple) -> bool:
+    """No two points of the output's axes share an element: its strides, in
+    increasing order, each at least the span of the ones before."""
+    extent = {s: e - b for s, b, e in ranges}
+    span = 0
+    for s, stride in sorted(out.steps, key=lambda step: step[1]):
+        if stride <= span:
+            return False
+        span += stride * (extent[s] - 1)
+    return True
+
+
+def _operand(graph: DataflowGraph, access: str, m: Memlet, ranges: tuple, symbols: list,
+             split: Split) -> Operand | None:
+    """The strided view of ``m``'s elements over the (split) domain ``ranges``,
+    or None where an index component is not affine with integer coefficients."""
     shape = [int(n) for n in graph.containers[m.container].shape]
     strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-    symbols = t.index_symbols
-    steps = dict.fromkeys((s.name for s in symbols), 0)
+    steps = dict.fromkeys((s for s, _, _ in ranges), 0)
     offset = 0
-    first = {s: b for s, b, _ in t.domain}
+    first = {s: b for s, b, _ in ranges}
     for component, stride in zip(m.index, strides):
-        form = affine_coefficients(sympy.sympify(component), list(symbols))
+        form = affine_coefficients(_unsplit(sympy.sympify(component), split), symbols)
         if form is None or not all(sympy.sympify(c).is_Integer for c in form.values()):
             return None
-        offset += stride * (int(form[1]) + sum(int(form[s]) * int(first[s]) for s in symbols))
+        offset += stride * (int(form[1]) + sum(int(form[s]) * int(first[s.name]) for s in symbols))
         for s in symbols:
             steps[s.name] += stride * int(form[s])
     return Operand(access, math.prod(shape), tuple((s, n) for s, n in steps.items() if n), offset,

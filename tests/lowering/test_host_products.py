@@ -20,6 +20,7 @@ from symdiff.lowering import host_products, targets
 from symdiff.lowering.export import export
 from symdiff.lowering.plan import plan
 from symdiff.lowering.plan_types import HostKernel
+from symdiff.ir.graph import index_symbol
 from lowering_graphs import G, i, j, k, rng
 from test_matmul import LAYOUTS, b_, matmul_graph
 
@@ -165,4 +166,77 @@ def test_an_index_that_is_not_affine_stays_a_slang_kernel():
     g = G("floor").c("a", (n, n), "argument").c("b", (2 * n, n), "argument").c("c", (n, n), "result")
     g.t("d", [(i, 0, n), (j, 0, n), (k, 0, 2 * n)], g.s("x", "a") * g.s("y", "b"),
         {"x": ("a", (i, sympy.floor(k / 2))), "y": ("b", (k, j))}, ("c", (i, j)), acc="sum")
+    assert on_host(g.g) == 0
+
+
+@pytest.fixture
+def any_size(monkeypatch):
+    """Products of any size go to the host: the forms below at unit-test sizes."""
+    monkeypatch.setattr(host_products, "MIN_WORK", 1)
+
+
+h_, d_ = index_symbol("h"), index_symbol("d")
+
+
+def run_on_host(g: G, inputs: dict, result: str) -> np.ndarray:
+    assert on_host(g.g) == 1
+    return lowering.compile(g.g, "cpu")(inputs)[result]
+
+
+@cpu_only
+def test_a_head_split_reduced_axis_two_reduced_axes_and_a_seed(any_size):
+    """Attention's reverse pass: the heads merged back (``x[b, m // 8, i, m % 8]``,
+    its reduced ``m`` split in two), a weight gradient summed over batch and rows
+    (two reduced symbols), and the seed of the mean as a one-element factor."""
+    nb, nh, n, dh, o = 2, 3, 20, 8, 17
+    m = index_symbol("m")
+    g = (G("merge").c("x", (nb, nh, n, dh), "argument").c("w", (nh * dh, o), "argument").c("s", (), "argument")
+         .c("y", (nb, n, o), "result"))
+    g.t("merge", [(b_, 0, nb), (i, 0, n), (j, 0, o), (m, 0, nh * dh)],
+        g.s("x", "x") * g.s("y", "w") * g.s("z", "s") / 5,
+        {"x": ("x", (b_, sympy.floor(m / dh), i, sympy.Mod(m, dh))), "y": ("w", (m, j)), "z": ("s", ())},
+        ("y", (b_, i, j)), acc="sum")
+    r = rng(4)
+    inputs = {"x": r.standard_normal((nb, nh, n, dh)).astype(np.float32),
+              "w": r.standard_normal((nh * dh, o)).astype(np.float32), "s": np.float32(1.5)}
+    got = run_on_host(g, inputs, "y")
+    merged = np.moveaxis(inputs["x"], 1, 2).reshape(nb, n, nh * dh)
+    want = np.einsum("bik,kj->bij", merged.astype(np.float64), inputs["w"].astype(np.float64)) * 1.5 / 5
+    assert np.all(np.abs(got - want) <= product_bound(merged, inputs["w"], "bik,kj->bij", 0.3))
+
+    q = G("weights").c("x", (nb, n, o), "argument").c("g", (nb, n, dh), "argument").c("dw", (o, dh), "result")
+    q.t("dw", [(b_, 0, nb), (i, 0, n), (j, 0, o), (k, 0, dh)], q.s("x", "x") * q.s("y", "g"),
+        {"x": ("x", (b_, i, j)), "y": ("g", (b_, i, k))}, ("dw", (j, k)), acc="sum")
+    inputs = {"x": r.standard_normal((nb, n, o)).astype(np.float32), "g": r.standard_normal((nb, n, dh)).astype(np.float32)}
+    got = run_on_host(q, inputs, "dw")
+    x2, g2 = inputs["x"].reshape(nb * n, o), inputs["g"].reshape(nb * n, dh)
+    want = x2.T.astype(np.float64) @ g2.astype(np.float64)
+    assert np.all(np.abs(got - want) <= product_bound(x2, g2, "ki,kj->ij"))
+
+
+@cpu_only
+def test_an_output_written_through_a_head_merge(any_size):
+    """``out[b, i, 8 h + d]`` (the heads' gradient written back into one row) is a
+    strided view of the output: the product writes into it in place."""
+    nb, nh, n, dh = 2, 3, 12, 8
+    g = G("split").c("p", (nb, nh, n, n), "argument").c("v", (nb, n, nh * dh), "argument")
+    g.c("o", (nb, n, nh * dh), "result")
+    g.t("pv", [(b_, 0, nb), (h_, 0, nh), (i, 0, n), (d_, 0, dh), (k, 0, n)], g.s("x", "p") * g.s("y", "v"),
+        {"x": ("p", (b_, h_, i, k)), "y": ("v", (b_, k, dh * h_ + d_))}, ("o", (b_, i, dh * h_ + d_)), acc="sum")
+    r = rng(5)
+    inputs = {"p": r.standard_normal((nb, nh, n, n)).astype(np.float32),
+              "v": r.standard_normal((nb, n, nh * dh)).astype(np.float32)}
+    got = run_on_host(g, inputs, "o")
+    heads = inputs["v"].reshape(nb, n, nh, dh).transpose(0, 2, 1, 3)
+    want = (inputs["p"].astype(np.float64) @ heads.astype(np.float64)).transpose(0, 2, 1, 3).reshape(nb, n, nh * dh)
+    bound = product_bound(inputs["p"], heads, "bhik,bhkd->bhid").transpose(0, 2, 1, 3).reshape(nb, n, nh * dh)
+    assert np.all(np.abs(got - want) <= bound)
+
+
+def test_an_output_whose_points_overlap_stays_a_slang_kernel(any_size):
+    """``c[i + j]`` sums several points into one element: no view numpy writes."""
+    n = 30
+    g = G("overlap").c("a", (n, n), "argument").c("b", (n, n), "argument").c("c", (2 * n,), "result")
+    g.t("d", [(i, 0, n), (j, 0, n), (k, 0, n)], g.s("x", "a") * g.s("y", "b"),
+        {"x": ("a", (i, k)), "y": ("b", (k, j))}, ("c", (i + j,)), acc="sum")
     assert on_host(g.g) == 0
