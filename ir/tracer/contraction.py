@@ -73,13 +73,15 @@ def pack(op: str, arr: TracedArray, letters: Sequence[str], merged: Sequence[str
     flat_size = sympy.Mul(*(dims[c] for c in merged))
     out = new_array(arr.trace, tuple(dims[c] for c in kept) + (flat_size,), arr.dtype_name, f"{op}_packed")
     syms = dict(zip(letters, domain_symbols(len(letters), "p")))
+    ones = {c for c in letters if same(dims[c], 1)}   # index 0, outside the domain: a symbol of extent 1 in the
+    at = {c: sympy.Integer(0) if c in ones else syms[c] for c in letters}   # packed index hides its distinctness
     flat = sympy.Integer(0)
     for c in merged:
-        flat = flat * dims[c] + syms[c]
+        flat = flat * dims[c] + at[c]
     reads: dict = {}
-    value = read(arr, tuple(syms[c] for c in letters), "x", reads)
-    write(op, out, tuple(syms[c] for c in kept) + (flat,), tuple((syms[c], 0, dims[c]) for c in letters),
-          value, reads)
+    value = read(arr, tuple(at[c] for c in letters), "x", reads)
+    write(op, out, tuple(at[c] for c in kept) + (flat,),
+          tuple((syms[c], 0, dims[c]) for c in letters if c not in ones), value, reads)
     return out, kept + [into]
 
 

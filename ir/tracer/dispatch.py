@@ -30,6 +30,8 @@ def handler(func) -> Callable:
     try:
         return FUNCTIONS[func]
     except KeyError:
+        from .api_table import REFUSED  # noqa: PLC0415 (the table imports the registry)
         name = getattr(func, "__name__", str(func))
         module = "numpy." if isinstance(func, np.ufunc) or getattr(func, "__module__", "").startswith("numpy") else ""
-        raise UnsupportedOperationError(f"{module}{name}", "is not supported on traced arrays") from None
+        why = f": {REFUSED[name]}" if module and name in REFUSED else ""
+        raise UnsupportedOperationError(f"{module}{name}", f"is not supported on traced arrays{why}") from None

@@ -68,7 +68,10 @@ def result_dtype(trace: context.Trace, operands, rule: str) -> str:
 
 
 def constant_operand(trace: context.Trace, x):
-    """A plain numpy array operand becomes a traced constant (small ones only)."""
+    """A plain numpy array operand becomes a traced constant (small ones only);
+    a 0-d array its numpy scalar, whose type says its dtype."""
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return x[()]
     if isinstance(x, (np.ndarray, list, tuple)) and np.ndim(x) > 0:
         from .creation import constant
         return constant(trace, np.asarray(x), "numpy array operand")

@@ -35,6 +35,8 @@ CASES = {
     "einsum_outer": (lambda xp, u, v: xp.einsum("i,j->ij", u, v), V3, V4),
     "einsum_hadamard": (lambda xp, a, b: xp.einsum("ij,ij->ij", a, b), A, A * 2),
     "einsum_dot": (lambda xp, u, v: xp.einsum("i,i", u, v), V4, V4[::-1]),
+    "einsum_size_1_summed_axes": (lambda xp, a, b: xp.einsum("ngckx,gock->ngox", a, b),
+                                  *arrays((2, 1, 3, 1, 4), (1, 5, 3, 1))),   # packing c and k (size 1)
     "einsum_interleaved": (lambda xp, a, b: xp.einsum(a, [0, 1], b, [1, 2], [0, 2]), A, B),
     "tensordot_2": (lambda xp, t, e: xp.tensordot(t, e, 2), T, arrays((4, 5, 3))[0]),
     "tensordot_1": (lambda xp, a, b: xp.tensordot(a, b, 1), A, B),
