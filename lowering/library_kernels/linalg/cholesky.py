@@ -31,7 +31,7 @@ def build(target: Target, batch: tuple[int, ...], n: int, dtype: str) -> Kernel:
         {s.flat("e")} = (e % {n}) <= (e / {n}) ? a[g * {n * n} + e] : {zero};
     {bar}
     int info_ = 0;
-    for (int k = 0; k < {n}; k++)
+    [loop] for (int k = 0; k < {n}; k++)
     {{
         {scalar(dtype)} d = {s.at("k", "k")};
         if (!(d > {zero})) {{ info_ = k + 1; break; }}

@@ -39,11 +39,11 @@ def _factor(f: Form, s: Matrix, x: Matrix | None, n: int, k: int, dtype: str, ba
                 {x.at("p", "c")} = v;
             }}""" if x is not None else ""
     return f"""
-    for (int kk = 0; kk < {n}; kk++)
+    [loop] for (int kk = 0; kk < {n}; kk++)
     {{
         int p = kk;
         {ty} best = abs({s.at("kk", "kk")});
-        for (int i = kk + 1; i < {n}; i++)
+        [loop] for (int i = kk + 1; i < {n}; i++)
         {{
             {ty} v = abs({s.at("i", "kk")});
             if (v > best) {{ best = v; p = i; }}
@@ -126,13 +126,13 @@ def build(target: Target, mode: str, a_batch: tuple[int, ...], n: int, dtype: st
         if mode == "det":
             finish = f"""
         {ty} det_ = {sign};
-        for (int i = 0; i < {n}; i++) det_ = det_ * {s.at("i", "i")};
+        [loop] for (int i = 0; i < {n}; i++) det_ = det_ * {s.at("i", "i")};
         det[g] = det_;"""
             params += [("det", ty)]
         else:
             finish = f"""
         {ty} sign_ = {sign}, log_ = {zero};
-        for (int i = 0; i < {n}; i++)
+        [loop] for (int i = 0; i < {n}; i++)
         {{
             {ty} d = {s.at("i", "i")};
             sign_ = d < {zero} ? -sign_ : sign_;

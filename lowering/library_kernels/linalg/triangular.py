@@ -33,7 +33,7 @@ def substitution(f: Form, a: Matrix, x: Matrix, n: int, k: int, lower: bool, dty
             {x.at("j", "c")} = {x.at("j", "c")} / d;
         {bar}"""
     return f"""
-    for (int s = 0; s < {n}; s++)
+    [loop] for (int s = 0; s < {n}; s++)
     {{
         int j = {j};{divide}
         {f.spread("e", "0", f"({n} - 1 - s) * {k}")}

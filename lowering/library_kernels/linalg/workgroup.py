@@ -52,10 +52,13 @@ class Form:
         return "GroupMemoryBarrierWithGroupSync();" if shared_only else "AllMemoryBarrierWithGroupSync();"
 
     def spread(self, var: str, start: str, stop: str) -> str:
-        """A loop header giving each thread every ``threads``-th value of ``[start, stop)``."""
+        """A loop header giving each thread every ``threads``-th value of
+        ``[start, stop)``.  Every loop of these kernels is ``[loop]`` (not
+        unrolled): lavapipe compiles a shader at its first dispatch and unrolls
+        constant-trip loops, and unrolling a step loop gains nothing."""
         if self.threads == 1:
-            return f"for (int {var} = {start}; {var} < {stop}; {var}++)"
-        return f"for (int {var} = {start} + t; {var} < {stop}; {var} += {self.threads})"
+            return f"[loop] for (int {var} = {start}; {var} < {stop}; {var}++)"
+        return f"[loop] for (int {var} = {start} + t; {var} < {stop}; {var} += {self.threads})"
 
 
 def form(target: Target) -> Form:
