@@ -5,15 +5,15 @@ runs its forward and backward as symdiff's generated kernels, holding the
 model's own parameters.  A deep copy trains in plain torch on the same random
 MNIST-shaped batches (28x28, 10 classes), and a float64 copy in plain torch
 serves as the reference (examples/in_step.py): the script prints the losses and
-how far each float32 run's weights drifted from the float64 one.  Per step, symdiff's gradients
-agree with torch's to ~1e-6 relative.  Over 100 steps the runs can part at a
-max-pooling near-tie: two window values within float32 rounding of each other,
-where float32 and float64 (or two float32 summation orders) pick different
-winners and route that step's gradient to a different input position (the
-convolution weight gradient moves by ~1e-3, its bias gradient not at all).
-After such a step the float32 runs differ by a few 1e-2 from each other and
-from float64, whichever side symdiff or torch fell on; without one (most runs
-of the first 30-50 steps) they agree to 1e-6.
+how far each float32 run's weights drifted from the float64 one.  Per step,
+symdiff's gradients agree with torch's to ~1e-6 relative.  Over 100 steps the
+runs can part at a max-pooling near-tie: two window values within float32
+rounding of each other, where float32 and float64 (or two float32 summation
+orders) pick different winners and route that step's gradient to a different
+input position (the convolution weight gradient moves by ~1e-3, its bias
+gradient not at all).  After such a step the float32 runs differ by a few 1e-2
+from each other and from float64, whichever side symdiff or torch fell on;
+without one (most runs of the first 30-50 steps) they agree to 1e-6.
 
 Run:  python examples/torch_lenet.py [--steps 100] [--device cpu|vulkan|numpy] [--batch 16]
 """

@@ -5,8 +5,11 @@ embeddings, an `nn.TransformerEncoder` (multi-head self-attention with a key
 padding mask, pre-norm layers, GELU feed-forward), mean pooling over the real
 tokens and a linear head.  `sd.compile_module` runs the encoder layers from
 their maths (torch.fx cannot trace their fused fast paths), forward and
-backward as symdiff's kernels, holding the model's own parameters; Adam steps
-them.  As in torch_lenet.py a plain-torch float32 copy and a float64 reference
+backward as symdiff's kernels, holding the model's own parameters; SGD with
+momentum steps them (Adam would do too, but it divides each gradient by its
+running magnitude, so a near-zero gradient's float32 rounding moves a weight
+by a whole step: the float32 runs would part from float64 by ~1e-2, symdiff's
+and torch's alike, and say nothing about either).  As in torch_lenet.py a plain-torch float32 copy and a float64 reference
 train on the same batches (examples/in_step.py), and the script prints how far
 each float32 run's weights drifted from the float64 one.  The task: sequences
 of random tokens, padded to a common length, whose class is which of the first

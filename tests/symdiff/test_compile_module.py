@@ -416,17 +416,73 @@ def test_inputs_by_name_and_wrong_count():
         compiled(x)
 
 
-def test_tasklets_carry_module_paths():
-    """The graph view groups by tasklet source: here the model's structure."""
+class Nested(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv1d(2, 3, 3), nn.ReLU())
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(3, 2))
+
+    def forward(self, x):
+        return torch.tanh(self.head(self.features(x))).sum()
+
+
+def test_graph_view_groups_tasklets_by_module_path():
+    """Each tasklet's source is the module it comes from; the view's groups
+    are those modules (forward, and backward apart), each holding only its
+    module's tasklets."""
     torch.manual_seed(10)
-    module = nn.Sequential(nn.Conv1d(2, 3, 3), nn.ReLU(), nn.Flatten(), nn.Linear(3, 2))
-    compiled = sd.compile_module(module, torch.randn(4, 2, 3), device="numpy")
+    compiled = sd.compile_module(Nested(), torch.randn(4, 2, 3), device="numpy")
     graph = compiled.program.backward_graph()
     forward = {t.source for t in graph.tasklets() if not t.backward}
-    assert {"model.0 (Conv1d)", "model.1 (ReLU)", "model.3 (Linear)"} <= forward
+    assert forward == {"model.features.0 (Conv1d)", "model.features.1 (ReLU)", "model.head.1 (Linear)",
+                       "model (Nested)"}  # Flatten is a view: no tasklet
     assert {t.source for t in graph.tasklets() if t.backward} <= forward
-    view = compiled.program.view(device="numpy", collapse=True)
-    assert "model.0 (Conv1d)" in str(view.groupings()[0].labels)
+    conv = [t for t in graph.tasklets() if t.source == "model.features.0 (Conv1d)" and not t.backward]
+    assert {t.meta["torch_op"] for t in conv} == {"torch.nn.functional.conv1d"}
+    (grouping,) = compiled.program.view(device="numpy", collapse=True).groupings()
+    labels = set(grouping.labels.values())
+    assert {"model.features.0 (Conv1d)", "model.head.1 (Linear)", "model.features.0 (Conv1d), backward"} <= labels
+    for gid, members in grouping.members.items():
+        tasklets = [graph.node(v) for v in members if v in {t.name for t in graph.tasklets()}]
+        path, backward = grouping.labels[gid].removesuffix(", backward"), grouping.labels[gid].endswith("backward")
+        assert tasklets and all(t.source == path and t.backward == backward for t in tasklets), gid
+
+
+class Cumulative(nn.Module):
+    def forward(self, x):
+        return x.cumsum(1)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(4, 2, dropout=0.1)
+        self.scan = Cumulative()
+
+    def forward(self, x):
+        return self.scan(self.attn(x, x, x)[0])
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.ModuleList([Block()])
+
+    def forward(self, x):
+        return self.layer[0](x)
+
+
+def test_refusal_names_the_nested_module_and_what_works():
+    """The issue's form: ``model.layer.0.attn (MultiheadAttention)``, the
+    operator or argument, and what to write instead."""
+    module = Stack()
+    with pytest.raises(sd.ProgramError, match=r"model\.layer\.0\.attn \(MultiheadAttention\): .*dropout=0\.0"):
+        sd.compile_module(module)
+    module.layer[0].attn.dropout = 0.0
+    with pytest.raises(sd.ProgramError) as err:
+        sd.compile_module(module)
+    assert "model.layer.0.scan (Cumulative): calls the tensor method .cumsum()" in str(err.value)
+    assert "Supported methods: abs, add," in str(err.value)
 
 
 class Mutates(nn.Module):

@@ -1,0 +1,114 @@
+"""A training step of a PyTorch model: sd.compile_module against torch eager and torch.compile.
+
+    python -m bench.training [--device cpu] [--models lenet transformer] [--budget 2]
+
+One step is what a training loop does per batch: ``zero_grad``, the forward
+pass (the loss), ``backward``, an SGD step with momentum.  Three copies of
+one model start from the same weights: plain torch (eager autograd),
+``torch.compile(model)`` (inductor: C++ kernels through g++ on the CPU) and
+``sd.compile_module(model)`` on the symdiff device; each steps its own
+parameters with its own optimiser on the same batch.  The models are the
+examples' (examples/torch_lenet.py, examples/torch_transformer.py at their
+default sizes).  Times: ``min / median`` ms of warm steps (bench.timing),
+``first`` the first step's seconds (symdiff's includes tracing the backward
+and compiling its kernels; compile_module itself traced and compiled the
+forward before, timed as ``compile``).  Before the timing, the first step's
+parameter gradients of each copy are compared with eager torch's (max
+relative L2 error over parameters); a copy above 1e-3 shows WRONG, not times.
+torch runs on the CPU with its default threads (both cores here); the load
+average is printed at the start and the end.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+import symdiff as sd
+from bench.timing import describe, measure, timed
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import torch_lenet  # noqa: E402
+import torch_transformer  # noqa: E402
+
+TOLERANCE = 1e-3  # float32 gradients after one step: ~1e-6 apart when right
+
+
+def models() -> dict[str, Callable[[], tuple[torch.nn.Module, tuple]]]:
+    """name -> (model, one batch) at the examples' default sizes."""
+    def lenet():
+        return torch_lenet.LeNet5(), torch_lenet.batches(1, 16)[0]
+
+    def transformer():
+        return torch_transformer.Classifier(32, 4, 2, 12), torch_transformer.batches(1, 16, 12)[0]
+
+    return {"lenet": lenet, "transformer": transformer}
+
+
+def stepper(net: Any, params: list[torch.nn.Parameter], batch: tuple) -> Callable[[], list[torch.Tensor]]:
+    """One training step of ``net`` on ``batch``; returns the gradients it used."""
+    opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+
+    def step() -> list[torch.Tensor]:
+        opt.zero_grad()
+        net(*batch).backward()
+        grads = [p.grad.clone() for p in params]
+        opt.step()
+        return grads
+    return step
+
+
+def error(grads: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    return max((torch.linalg.norm(g.double() - r.double()) / max(torch.linalg.norm(r.double()), 1e-30)).item()
+               for g, r in zip(grads, reference))
+
+
+def rows(name: str, device: str, budget: float) -> list[tuple[str, str, str, str]]:
+    """(model, runner, first step / compile, steady step) cells."""
+    torch.manual_seed(0)
+    model, batch = models()[name]()
+    eager, inductor, ours = model, copy.deepcopy(model), copy.deepcopy(model)
+    compile_seconds, compiled = timed(lambda: sd.compile_module(ours, *batch, device=device))
+    runners = {"torch eager": stepper(eager, list(eager.parameters()), batch),
+               "torch.compile": stepper(torch.compile(inductor), list(inductor.parameters()), batch),
+               f"symdiff {device}": stepper(compiled, list(ours.parameters()), batch)}
+    out, reference = [], None
+    for runner, step in runners.items():
+        try:
+            first, grads = timed(step)
+            reference = grads if reference is None else reference
+            wrong = error(grads, reference)
+            if wrong > TOLERANCE:
+                out.append((name, runner, f"{first:.1f} s", f"WRONG (grad err {wrong:.1e})"))
+                continue
+            timing, _ = measure(step, budget=budget, k_max=50, limit=600.0)
+        except Exception as exc:  # a runner that fails is a row saying so
+            out.append((name, runner, "", describe(exc)))
+            continue
+        setup = f" (+ compile {compile_seconds:.1f} s)" if runner.startswith("symdiff") else ""
+        out.append((name, runner, f"{first:.1f} s{setup}",
+                    f"{timing.min * 1e3:8.2f} / {timing.median * 1e3:8.2f} ms (k={timing.k}, grad err {wrong:.0e})"))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", help="symdiff's device (cpu, vulkan, numpy)")
+    parser.add_argument("--models", nargs="+", default=list(models()), choices=list(models()))
+    parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed steps per runner")
+    opts = parser.parse_args()
+    print(f"load average at start {os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}")
+    print(f"{'model':<12} {'runner':<14} {'first step':<24} step min / median")
+    for name in opts.models:
+        for model, runner, first, steady in rows(name, opts.device, opts.budget):
+            print(f"{model:<12} {runner:<14} {first:<24} {steady}", flush=True)
+    print(f"load average at end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
