@@ -219,8 +219,7 @@ class HostSteps:
                 launch = self._launch(step, bound)
                 reads, writes = ordered_edges(g, step)
                 if launch is not None:
-                    values.update(zip(writes, launch([runtime.asarray(_on(values[a], self.device), self.device)
-                                                      for a in reads])))
+                    values.update(zip(writes, launch([_on(values[a], self.device) for a in reads])))
                     continue
                 host = {a: _host(values[a]) for a in reads}
                 run_node(g, step, host)

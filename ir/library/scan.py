@@ -64,26 +64,35 @@ def _restored(y: np.ndarray, axis: int, reverse: bool) -> np.ndarray:
     return np.moveaxis(y[..., ::-1] if reverse else y, -1, axis)
 
 
+def _wide(dtype: np.dtype) -> np.dtype:
+    """What a scan of ``dtype`` accumulates in: float64 for floats, so a long
+    float32 line's results are their own rounding, not a running sum's drift
+    (as the device kernels, ``lowering.library_kernels.scans``)."""
+    return np.dtype(np.float64) if dtype.kind == "f" else dtype
+
+
 def _add_numpy(x: np.ndarray, axis: int, reverse: bool = False) -> tuple:
-    return (_restored(np.cumsum(_oriented(x, axis, reverse), -1, dtype=x.dtype), axis, reverse),)
+    y = np.cumsum(_oriented(x, axis, reverse), -1, dtype=_wide(x.dtype))
+    return (_restored(y, axis, reverse).astype(x.dtype),)
 
 
 def _multiply_numpy(x: np.ndarray, axis: int, reverse: bool = False) -> tuple:
-    return (_restored(np.cumprod(_oriented(x, axis, reverse), -1, dtype=x.dtype), axis, reverse),)
+    y = np.cumprod(_oriented(x, axis, reverse), -1, dtype=_wide(x.dtype))
+    return (_restored(y, axis, reverse).astype(x.dtype),)
 
 
 def _linear_numpy(a: np.ndarray, b: np.ndarray, axis: int, reverse: bool = False) -> tuple:
     """By recursive doubling: log2(n) vectorised steps, each combining every
     element's (a, b) with the one ``d`` before it.  O(n log n) operations, but
     whole-array ones (numpy has no recurrence); the device kernels do O(n)."""
-    acc_a = _oriented(a, axis, reverse).copy()
-    acc_b = _oriented(b, axis, reverse).copy()
+    acc_a = _oriented(a, axis, reverse).astype(_wide(a.dtype))
+    acc_b = _oriented(b, axis, reverse).astype(_wide(b.dtype))
     n, d = acc_a.shape[-1], 1
     while d < n:
         acc_b[..., d:] = acc_a[..., d:] * acc_b[..., :-d] + acc_b[..., d:]
         acc_a[..., d:] = acc_a[..., d:] * acc_a[..., :-d]
         d *= 2
-    return (_restored(acc_b, axis, reverse),)
+    return (_restored(acc_b, axis, reverse).astype(b.dtype),)
 
 
 def shifted(x: TracedArray, axis: int, fill: float, reverse: bool) -> TracedArray:

@@ -2,7 +2,9 @@
 ``lowering.host_steps`` takes instead of a host step where the op has one.
 
 One ``Launch`` per node and size binding: the module compiled once (cached
-by its text), the scratch buffers kept; each call records a clear of the
+by its text), the scratch buffers kept, and one buffer kept per input that
+comes as a host array (a program's argument, a host step's result), which
+each call uploads into; each call records a clear of the
 scratch and the dispatches into one command encoder and submits it without
 waiting (the next piece's submission queues behind it), and hands its
 results over as device arrays whose buffers come back to the launch's
@@ -16,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import backends, cache, dlpack
-from ..buffer_plan import buffer_bytes
+from ..buffer_plan import STORAGE, buffer_bytes
 from ..runtime import DeviceArray
 from . import Kernel, Spec
 
@@ -32,6 +34,7 @@ class Launch:
         self.kernels = cache.kernels(device, dev, kernel.source, entries, at="maximal")
         self.scratch = [self.backend.new_buffer(buffer_bytes(dtype, count)) for dtype, count in kernel.scratch]
         self._spares: dict[int, list] = {}
+        self._uploads: dict[int, object] = {}  # input position -> the buffer its host arrays go to
 
     def _output(self, shape: tuple[int, ...], dtype: str) -> DeviceArray:
         size = buffer_bytes(dtype, math.prod(shape))
@@ -39,9 +42,20 @@ class Launch:
         buffer = spares.pop() if spares else self.backend.new_buffer(size)
         return DeviceArray.pooled_in(spares, buffer, shape, dtype, self.device)
 
-    def __call__(self, inputs: Sequence[DeviceArray]) -> list[DeviceArray]:
+    def _uploaded(self, k: int, array: np.ndarray):
+        """Input ``k``'s host array in this launch's buffer for it (bool as int32 words)."""
+        host = np.ascontiguousarray(array, dtype=STORAGE.get(array.dtype.name, array.dtype))
+        buffer = self._uploads.get(k)
+        if buffer is None or buffer.size < max(host.nbytes, 1):
+            buffer = self._uploads[k] = self.backend.new_buffer(max(host.nbytes, 1))
+        if host.size:
+            dlpack.upload(buffer, host.reshape(-1))
+        return buffer
+
+    def __call__(self, inputs: Sequence[DeviceArray | np.ndarray]) -> list[DeviceArray]:
         outs = [self._output(shape, dtype) for shape, dtype in self.outputs]
-        buffers = {**{f"in{k}": a.buffer for k, a in enumerate(inputs)},
+        buffers = {**{f"in{k}": a.buffer if isinstance(a, DeviceArray) else self._uploaded(k, a)
+                      for k, a in enumerate(inputs)},
                    **{f"out{k}": a.buffer for k, a in enumerate(outs)},
                    **{f"scratch{k}": b for k, b in enumerate(self.scratch)}}
         dev = self.backend.device()

@@ -46,25 +46,34 @@ _STATES = {
     "scan.linear": (("a", "b"), ("1", "0"), ("l.a * r.a", "r.a * l.b + r.b"), "b"),
 }
 # the sequential step from the previous result ``y`` (the identity's result field before the first)
-_STEPS = {"scan.add": "y + in0[p]", "scan.multiply": "y * in0[p]", "scan.linear": "in0[p] * y + in1[p]"}
+_STEPS = {"scan.add": "y + A(in0[p])", "scan.multiply": "y * A(in0[p])", "scan.linear": "A(in0[p]) * y + A(in1[p])"}
+
+
+def _accumulator(dtype: str) -> str:
+    """The graph dtype a scan of ``dtype`` accumulates in: double for floats.
+    A float32 running sum's error grows with the line (16M elements: 3e-2 of
+    the largest value, sequentially); in double each result is its float32
+    rounding, and + and * cost the same (also on lavapipe, whose double
+    arithmetic is right)."""
+    return "float64" if dtype.startswith("float") else dtype
 
 
 def _prelude(op: str, dtype: str) -> str:
     fields, identity, combine, _ = _STATES[op]
-    t = SLANG_TYPES[dtype]
     inputs = ", ".join(f"RWStructuredBuffer<T> in{k}" for k in range(len(fields)))
     return "\n".join([
-        f"// {op} ({dtype}): a scan of states under an associative combine, left earlier",
-        f"typealias T = {t};",
-        "struct S { " + " ".join(f"T {f};" for f in fields) + " };",
-        "S identity() { S s; " + " ".join(f"s.{f} = T({i});" for f, i in zip(fields, identity)) + " return s; }",
+        f"// {op} ({dtype}): a scan of states under an associative combine, left earlier, in A",
+        f"typealias T = {SLANG_TYPES[dtype]};",
+        f"typealias A = {SLANG_TYPES[_accumulator(dtype)]};",
+        "struct S { " + " ".join(f"A {f};" for f in fields) + " };",
+        "S identity() { S s; " + " ".join(f"s.{f} = A({i});" for f, i in zip(fields, identity)) + " return s; }",
         "S combine(S l, S r) { S s; " + " ".join(f"s.{f} = {c};" for f, c in zip(fields, combine))
         + " return s; }",
-        f"S load({inputs}, int p) {{ S s; " + " ".join(f"s.{f} = in{k}[p];" for k, f in enumerate(fields))
+        f"S load({inputs}, int p) {{ S s; " + " ".join(f"s.{f} = A(in{k}[p]);" for k, f in enumerate(fields))
         + " return s; }",
-        "S load_scratch(RWStructuredBuffer<T> scratch0, int q) { S s; "
+        "S load_scratch(RWStructuredBuffer<A> scratch0, int q) { S s; "
         + " ".join(f"s.{f} = scratch0[q * {len(fields)} + {k}];" for k, f in enumerate(fields)) + " return s; }",
-        "void store_scratch(RWStructuredBuffer<T> scratch0, int q, S s) { "
+        "void store_scratch(RWStructuredBuffer<A> scratch0, int q, S s) { "
         + " ".join(f"scratch0[q * {len(fields)} + {k}] = s.{f};" for k, f in enumerate(fields)) + " }",
         "",
     ])
@@ -84,9 +93,9 @@ def _sequential(op: str, outer: int, n: int, inner: int, reverse: bool, arity: i
     first = _STATES[op][1][_STATES[op][0].index(_STATES[op][3])]
     order = f"{n - 1} - kk" if reverse else "kk"
     if inner == 1:
-        body = (f"    for (int o = 0; o < {outer}; o++)\n    {{\n        T y = T({first});\n"
+        body = (f"    for (int o = 0; o < {outer}; o++)\n    {{\n        A y = A({first});\n"
                 f"        for (int kk = 0; kk < {n}; kk++)\n        {{\n"
-                f"            int p = o * {n} + {order};\n            y = {step};\n            out0[p] = y;\n"
+                f"            int p = o * {n} + {order};\n            y = {step};\n            out0[p] = T(y);\n"
                 f"        }}\n    }}\n")
     else:
         back = f"p + {inner}" if reverse else f"p - {inner}"
@@ -94,8 +103,8 @@ def _sequential(op: str, outer: int, n: int, inner: int, reverse: bool, arity: i
                 f"        for (int kk = 0; kk < {n}; kk++)\n"
                 f"            for (int i = 0; i < {inner}; i++)\n            {{\n"
                 f"                int p = (o * {n} + {order}) * {inner} + i;\n"
-                f"                T y = kk == 0 ? T({first}) : out0[{back}];\n"
-                f"                out0[p] = {step};\n            }}\n")
+                f"                A y = kk == 0 ? A({first}) : A(out0[{back}]);\n"
+                f"                out0[p] = T({step});\n            }}\n")
     source = (f"[shader(\"compute\")]\n[numthreads(1, 1, 1)]\n"
               f"void scan_sequential(uint3 t: SV_DispatchThreadID{inputs}, RWStructuredBuffer<T> out0)\n{{\n"
               f"{body}}}\n")
@@ -124,7 +133,7 @@ def _per_line(op: str, lines: int, n: int, inner: int, reverse: bool, arity: int
               f"    S acc = identity();\n"
               f"    for (int k = 0; k < {n}; k++)\n    {{\n"
               f"        int p = pos(line, k);\n        acc = combine(acc, load({args}, p));\n"
-              f"        out0[p] = acc.{result};\n    }}\n}}\n")
+              f"        out0[p] = T(acc.{result});\n    }}\n}}\n")
     buffers = {**{f"in{k}": f"in{k}" for k in range(arity)}, "out0": "out0"}
     return source, Dispatch("scan_lines", threads, buffers)
 
@@ -133,7 +142,7 @@ def _workgroups(op: str, dtype: str, lines: int, n: int, inner: int, reverse: bo
                 arity: int) -> tuple[str, tuple[Dispatch, ...], tuple[tuple[str, int], ...]]:
     """The reduce-then-scan of few long lines (GPU targets; see the module docstring)."""
     fields = len(_STATES[op][0])
-    size = fields * (8 if dtype == "float64" else 4)
+    size = fields * (8 if _accumulator(dtype) == "float64" else 4)
     per_thread = max(1, SHARED_BYTES // (GROUP * size))
     block = GROUP * per_thread
     blocks = -(-n // block)
@@ -172,16 +181,16 @@ def _workgroups(op: str, dtype: str, lines: int, n: int, inner: int, reverse: bo
         "        GroupMemoryBarrierWithGroupSync();\n"
         "        for (int e = 0; e < PER_THREAD; e++)\n        {\n"
         "            int k = k0 + e * GROUP + j;\n"
-        f"            if (k < {n}) out0[pos(line, k)] = tile[e * GROUP + j].{result};\n        }}\n    }}\n"
+        f"            if (k < {n}) out0[pos(line, k)] = T(tile[e * GROUP + j].{result});\n        }}\n    }}\n"
         "    return total;\n}\n\n"
         f"[shader(\"compute\")]\n[numthreads({GROUP}, 1, 1)]\n"
         f"void block_totals(uint3 g: SV_GroupID, uint3 l: SV_GroupThreadID{inputs}, RWStructuredBuffer<T> out0, "
-        "RWStructuredBuffer<T> scratch0)\n{\n"
+        "RWStructuredBuffer<A> scratch0)\n{\n"
         f"    int q = int(g.x) + int(g.y) * {width};\n    if (q >= {groups}) return;\n"
         f"    S total = block_scan(q / {blocks}, q % {blocks}, int(l.x), identity(), false, {args}, out0);\n"
         "    if (l.x == 0) store_scratch(scratch0, q, total);\n}\n\n"
         f"[shader(\"compute\")]\n[numthreads({GROUP}, 1, 1)]\n"
-        "void scan_totals(uint3 g: SV_GroupID, uint3 l: SV_GroupThreadID, RWStructuredBuffer<T> scratch0)\n{\n"
+        "void scan_totals(uint3 g: SV_GroupID, uint3 l: SV_GroupThreadID, RWStructuredBuffer<A> scratch0)\n{\n"
         "    int line = int(g.x), j = int(l.x);\n    S carry = identity();\n"
         f"    for (int c = 0; c < {blocks}; c += GROUP)\n    {{\n"
         f"        int t = c + j;\n        part[j] = t < {blocks} ? load_scratch(scratch0, line * {blocks} + t) "
@@ -192,14 +201,14 @@ def _workgroups(op: str, dtype: str, lines: int, n: int, inner: int, reverse: bo
         "        carry = combine(carry, part[GROUP - 1]);\n        GroupMemoryBarrierWithGroupSync();\n    }\n}\n\n"
         f"[shader(\"compute\")]\n[numthreads({GROUP}, 1, 1)]\n"
         f"void block_outputs(uint3 g: SV_GroupID, uint3 l: SV_GroupThreadID{inputs}, RWStructuredBuffer<T> out0, "
-        "RWStructuredBuffer<T> scratch0)\n{\n"
+        "RWStructuredBuffer<A> scratch0)\n{\n"
         f"    int q = int(g.x) + int(g.y) * {width};\n    if (q >= {groups}) return;\n"
         f"    block_scan(q / {blocks}, q % {blocks}, int(l.x), load_scratch(scratch0, q), true, {args}, out0);\n}}\n")
     ins = {f"in{k}": f"in{k}" for k in range(arity)}
     dispatches = (Dispatch("block_totals", threads, {**ins, "out0": "out0", "scratch0": "scratch0"}),
                   Dispatch("scan_totals", (lines * GROUP, 1, 1), {"scratch0": "scratch0"}),
                   Dispatch("block_outputs", threads, {**ins, "out0": "out0", "scratch0": "scratch0"}))
-    return source, dispatches, ((dtype, groups * fields),)
+    return source, dispatches, ((_accumulator(dtype), groups * fields),)
 
 
 def build(target: targets.Target, inputs: Sequence[Spec], outputs: Sequence[Spec], params: dict,
