@@ -29,7 +29,7 @@ GROUPS = {
     "sorting": "Selection (int32 results usable as indices)",
     "histogram": "Statistics",
     "indexing": "Views, indexing and stores",
-    "indirect": "Index arrays (gathers, `np.add.at`)",
+    "indirect": "Index arrays (gathers, stores, `np.add.at`)",
     "masks": "Boolean masks",
     "reshuffle": "Index reshuffles (index maps, no copy where a view suffices)",
     "stacking": "Stacking",
@@ -44,7 +44,8 @@ GROUPS = {
 
 # operations without a numpy function, under the names the registry keys them by
 _OPERATORS = {"getitem": "`x[key]` (slices, ints, None, `...`, index arrays, a boolean mask in a reduction)",
-              "setitem": "`x[key] = v` (also `x[mask] = v`)",
+              "setitem": "`x[key] = v` (also `x[mask] = v`, and index arrays: the last of repeated "
+                                "positions wins, as numpy)",
               "inplace": "`x += v` and the other in-place operators",
               "astype": "`x.astype(dtype)`",
               "add.at": "`np.add.at(x, idx, v)`"}
@@ -75,7 +76,6 @@ REFUSED_FORMS = {
     "`x[lo:hi]` with a traced bound": "data-dependent shape; `np.where((i >= lo) & (i < hi), x, 0)` with "
                                       "`i = np.arange(n)`",
     "`np.arange` with a traced bound": "data-dependent length; `lo + np.arange(n) * h` with a Python int `n`",
-    "`x[idx] = v` with an index array": "repeated indices would race; `np.add.at(x, idx, v)`",
     "`np.max`/`np.min` with `where=` and no `initial=`": "numpy refuses it too; give `initial=`",
     "`if x > 0:` / `while x > tol:` on a traced value": "`np.where(cond, a, b)` / `sd.while_loop`",
     "complex numbers": "not supported by symdiff; carry real and imaginary parts as two float arrays",

@@ -12,7 +12,7 @@ from .elementwise import copy as copy_array
 from .emit import (as_arith, as_bool, broadcast_index, broadcast_shapes, domain_symbols, new_array, read, same,
                    scalar_expr, shape_str, write)
 from .errors import ShapeMismatchError, TraceIndexError, UnsupportedOperationError
-from .indirect import getitem_indirect, is_index_array
+from .indirect import getitem_indirect, is_index_array, setitem_indirect
 from .maps import MapValue, as_map_operand, map_read, map_write
 from .masks import HINT as MASK_HINT
 from .masks import is_mask, select, store
@@ -148,9 +148,9 @@ def setitem(arr: TracedArray, key, value) -> None:
         store(arr, mask, value)
         return
     items = _expand_key(op, key, arr.ndim)
-    if any(is_index_array(item) for item in items):
-        raise UnsupportedOperationError(op, "storing through an index array is not traceable (repeated indices "
-                                        "would race); accumulate with np.add.at(out, idx, v)")
+    if any(is_index_array(item) for item in items) and not any(isinstance(item, MapValue) for item in items):
+        setitem_indirect(arr, items, value)
+        return
     if isinstance(value, MapValue) or any(isinstance(item, MapValue) for item in items):
         if any(item is None or isinstance(item, slice) for item in items):
             raise UnsupportedOperationError(op, "inside an sd.map body, write one element (out[i, j] = v); "

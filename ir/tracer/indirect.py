@@ -1,5 +1,5 @@
-"""Indirect accesses at array level: ``a[idx]``, ``np.take`` and ``np.add.at``
-with integer index arrays.
+"""Indirect accesses at array level: ``a[idx]``, ``np.take``, ``np.add.at``,
+``a[idx] = v`` and ``np.put_along_axis`` with integer index arrays.
 
 Each is one tasklet whose memlet index uses the integer connector reading
 ``idx`` (graph.py's gather/scatter form), so the reverse pass sees an ordinary
@@ -61,14 +61,14 @@ def take(a, indices, axis=None, out=None, mode=None):
     return gather("numpy.take", a, idx, normalize_axes("numpy.take", axis, a.ndim)[0])
 
 
-def getitem_indirect(arr: TracedArray, items: list):
-    """``arr[...]`` with index arrays among slices, ints and None (one item
-    per dimension, plus Nones), as numpy's advanced indexing: the index arrays
-    (and ints, which count as 0-d index arrays then) broadcast together, and
-    their dimensions replace the indexed ones where those are adjacent, else
-    go first.  Basic indexing (the slices and Nones) is a view; the gather is
-    one tasklet reading every index array through its own connector."""
-    op = "getitem"
+def _advanced(op: str, arr: TracedArray, items: list) -> tuple:
+    """What a read and a store through index arrays share: ``(basic, shape,
+    syms, reads, position)``.  ``basic`` is the view the slices and Nones
+    make, ``shape`` numpy's result shape with domain symbols ``syms`` (the
+    index arrays, and ints, which count as 0-d index arrays then, broadcast
+    together; their dimensions replace the indexed ones where those are
+    adjacent, else go first), ``position`` the element of ``basic`` a point
+    of that domain names, through the index arrays' connectors in ``reads``."""
     from .indexing import _int_index  # noqa: PLC0415 (indexing imports this module)
     advanced = [k for k, item in enumerate(items) if item is not None and not isinstance(item, slice)]
     adjacent = advanced == list(range(advanced[0], advanced[-1] + 1))
@@ -79,7 +79,6 @@ def getitem_indirect(arr: TracedArray, items: list):
     at = sum(1 for k in rest if k < advanced[0]) if adjacent else 0
     shape = tuple(basic.sym_shape[k] for k in rest)
     shape = shape[:at] + bshape + shape[at:]
-    out = new_array(arr.trace, shape, arr.dtype_name, "gather")
     syms = domain_symbols(len(shape))
     bsyms = syms[at:at + len(bshape)]
     rest_syms = dict(zip(rest, syms[:at] + syms[at + len(bshape):]))
@@ -92,9 +91,59 @@ def getitem_indirect(arr: TracedArray, items: list):
             position.append(_int_index(op, items[k], basic.sym_shape[k], k))
         else:
             position.append(rest_syms[k])
-    value = read(basic, tuple(position), "x", reads)
+    return basic, shape, syms, reads, tuple(position)
+
+
+def getitem_indirect(arr: TracedArray, items: list) -> TracedArray:
+    """``arr[...]`` with index arrays among slices, ints and None (one item
+    per dimension, plus Nones), as numpy's advanced indexing (``_advanced``):
+    basic indexing is a view, the gather one tasklet reading every index
+    array through its own connector."""
+    op = "getitem"
+    basic, shape, syms, reads, position = _advanced(op, arr, items)
+    out = new_array(arr.trace, shape, arr.dtype_name, "gather")
+    value = read(basic, position, "x", reads)
     write(op, out, syms, tuple((s, 0, d) for s, d in zip(syms, shape)), value, reads)
     return out
+
+
+def setitem_indirect(arr: TracedArray, items: list, value) -> None:
+    """``arr[...] = value`` with index arrays, numpy's buffered store: of
+    several points naming one element, the last in C order wins (so
+    ``x[idx] += v`` adds once per element, the value of its last occurrence;
+    ``np.add.at`` adds them all).  Three steps, each race-free:
+
+    * a scatter with ``"max"`` of each point's C-order number into a float32
+      array over the target (``-inf``, the identity, where no point lands):
+      the winner of every element (float32, whose compare-and-swap every
+      device has; exact up to 2**24 points, more are refused);
+    * the value broadcast to the indexed shape, flattened, gathered at the
+      winners;
+    * ``where(hit, gathered, old)`` stored over the target view.
+
+    The gradient follows: an overwritten element passes none to the old
+    array, each winner's value gets its element's cotangent, a losing
+    duplicate none (JAX's rule for ``.at[].set`` too)."""
+    op = "setitem"
+    trace = arr.trace
+    basic, shape, syms, reads, position = _advanced(op, arr, items)
+    size = sympy.Mul(*shape)
+    if size.is_Integer and size > 2 ** 24:
+        raise UnsupportedOperationError(op, f"a store through index arrays of {size} points: the winners are "
+                                        "numbered in float32, exact up to 2**24 points; split the store")
+    winner = new_array(trace, basic.sym_shape, "float32", "store_winner")   # float32: every device has its CAS
+    number = sympy.Integer(0)
+    for s, d in zip(syms, shape):
+        number = number * d + s
+    write(op, winner, position, tuple((s, 0, d) for s, d in zip(syms, shape)), number, reads, accumulate="max")
+    value = constant_operand(trace, value)
+    if isinstance(value, TracedArray):
+        if broadcast_shapes(op, value.sym_shape, shape) != tuple(sympy.sympify(d) for d in shape):
+            raise ShapeMismatchError(op, f"could not broadcast a value of shape {shape_str(value.sym_shape)} into "
+                                     f"the indexed shape {shape_str(shape)}")
+        flat = np.reshape(np.broadcast_to(value, shape), -1)
+        value = gather(op, flat, np.maximum(winner, 0).astype(np.int32), 0)
+    basic[...] = np.where(winner >= 0, value, basic)
 
 
 @implements("add.at")
@@ -153,3 +202,29 @@ def take_along_axis(arr, indices, axis=-1):
     at[axis] = position
     write(op, out, syms, tuple((s, 0, d) for s, d in zip(syms, shape)), read(arr, tuple(at), "x", reads), reads)
     return out
+
+
+@implements(np.put_along_axis)
+def put_along_axis(arr, indices, values, axis) -> None:
+    """``arr[i0, ..., indices, ..., in] = values`` with iotas along the other
+    axes, as numpy builds it: a store through index arrays
+    (``setitem_indirect``, differentiable in ``arr`` and ``values``)."""
+    op = "numpy.put_along_axis"
+    if not isinstance(arr, TracedArray):
+        raise UnsupportedOperationError(op, "needs a traced array to store into")
+    idx = _index_array(op, indices, arr.trace)
+    if axis is None:
+        if idx.ndim != 1:
+            raise ShapeMismatchError(op, "with axis=None the indices must be 1-d (they index the flattened array)")
+        flat = np.reshape(arr, -1)
+        if flat.container != arr.container:
+            raise UnsupportedOperationError(op, "axis=None stores into the flattened array, which is a copy for "
+                                            "this view; pass np.ravel of a contiguous array, or an axis")
+        arr, axis = flat, 0
+    if idx.ndim != arr.ndim:
+        raise ShapeMismatchError(op, f"indices of shape {shape_str(idx.sym_shape)} need as many dimensions as the "
+                                 f"array, shape {shape_str(arr.sym_shape)}")
+    axis = normalize_axes(op, axis, arr.ndim)[0]
+    key = [idx if k == axis else np.arange(int(n)).reshape([-1 if j == k else 1 for j in range(arr.ndim)])
+           for k, n in enumerate(arr.shape)]
+    setitem_indirect(arr, key, values)
