@@ -20,8 +20,9 @@ running mean and variance of each such batch norm.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -76,6 +77,32 @@ class _Run:
 
     def factor(self, path: str) -> Array:
         return self.arrays[_join(path, "@momentum")]
+
+    @contextmanager
+    def within(self, path: str, module: "torch.nn.Module") -> Iterator[None]:
+        """Label the tasklets made inside as ``module``'s (at ``path``), so
+        that a layer kept whole shows its submodules in the graph view."""
+        trace = context.active()
+        before = {t.name for t in trace.graph.tasklets()} if trace is not None else set()
+        yield
+        if trace is not None:
+            label(trace.graph, before, where(path, type(module).__name__), type(module).__name__)
+
+
+def where(path: str, kind: str) -> str:
+    """``model.layer.0.attn (MultiheadAttention)``: how errors and the graph name a module."""
+    return f"{_join('model', path) if path else 'model'} ({kind})"
+
+
+def label(graph: Any, before: set[str], source: str, op: str) -> None:
+    """Tasklets made since ``before`` (their names) and not labelled yet (by
+    a submodule run inside) take ``source`` as their source, so graph views
+    and ``explain`` group and name them by the model's structure; the
+    operator goes in ``meta["torch_op"]``."""
+    for t in graph.tasklets():
+        if t.name not in before and "torch_op" not in t.meta:
+            t.source = source
+            t.meta["torch_op"] = op
 
 
 def _argument_name(name: str, taken: set[str]) -> str:
@@ -154,7 +181,7 @@ class ModuleGraph:
             stack = node.meta.get("nn_module_stack") or {}
             path, cls = list(stack.values())[-1] if stack else ("", type(self.module))
             kind = getattr(cls, "__name__", str(cls)) if path else self.root
-        return f"{'.'.join(['model', path]) if path else 'model'} ({kind})"
+        return where(path, kind)
 
     def _refuse(self, node: "torch.fx.Node", what: str, why: str) -> ModuleCompileError:
         return ModuleCompileError(f"sd.compile_module: {self.where(node)}: {what} {why}")
@@ -271,7 +298,8 @@ class ModuleGraph:
             try:
                 env[node] = self._evaluate(node, step, args, kwargs)
                 if trace is not None:
-                    self._label(node, trace.graph, before)
+                    label(trace.graph, before, self.where(node), torch_ops.display_name(node.target)
+                          if node.op == "call_function" else str(node.target))
             except ModuleCompileError:
                 raise
             except Exception as err:
@@ -281,17 +309,6 @@ class ModuleGraph:
                 env[node.args[0]] = env[node]  # later uses see the updated tensor, as in torch
         leaves = [env[x] if isinstance(x, torch.fx.Node) else x for x in self.output_leaves]
         return leaves, step
-
-    def _label(self, node: "torch.fx.Node", graph: Any, before: set[str]) -> None:
-        """The tasklets a node made carry its module path as their source
-        (``model.features.0 (Conv2d)``), so graph views and ``explain`` group
-        and name them by the model's structure; the operator goes in ``meta``."""
-        where = self.where(node)
-        what = torch_ops.display_name(node.target) if node.op == "call_function" else str(node.target)
-        for t in graph.tasklets():
-            if t.name not in before:
-                t.source = where
-                t.meta["torch_op"] = what
 
     @staticmethod
     def _in_place(node: "torch.fx.Node") -> bool:

@@ -8,15 +8,17 @@ trace; they are written here from their documented maths.
 
 A layer's implementation gets the ``Step`` that runs the graph: it reads the
 layer's parameters and buffers there (program inputs), takes the next dropout
-noise, and hands back new running statistics, which the compiled module
-copies into the buffers after the call.
+noise, hands back new running statistics, which the compiled module copies
+into the buffers after the call, and runs each submodule ``within`` its path,
+so the graph view shows an encoder's layers, their attention, linear and norm
+modules rather than one box for the whole encoder.
 """
 from __future__ import annotations
 
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Protocol
 
 import numpy as np
 
@@ -35,6 +37,7 @@ class Step(Protocol):
     def noise(self, x: Array, p: float, feature: bool) -> Array: ...
     def running_update(self, path: str, mean: Array, var: Array) -> None: ...
     def factor(self, path: str) -> Array: ...
+    def within(self, path: str, module: "torch.nn.Module") -> ContextManager[None]: ...
 
 
 def updates_running_stats(module: "torch.nn.Module") -> bool:
@@ -141,8 +144,9 @@ def attention(step: Step, path: str, module: "torch.nn.Module", query: Array, ke
         scores = _masked(scores, key_padding_mask[:, None, None, :])
     weights_ = nn.softmax(scores, -1)
     out = np.transpose(weights_ @ v, (2, 0, 1, 3)).reshape((length, batch, embed))
-    out = _project(out, step.state(name("out_proj.weight")),
-                   step.state(name("out_proj.bias")) if module.out_proj.bias is not None else None)
+    with step.within(name("out_proj"), module.out_proj):
+        out = _project(out, step.state(name("out_proj.weight")),
+                       step.state(name("out_proj.bias")) if module.out_proj.bias is not None else None)
     if module.batch_first and not unbatched:
         out = np.swapaxes(out, 0, 1)
     if unbatched:
@@ -172,16 +176,19 @@ def encoder_layer(step: Step, path: str, module: "torch.nn.Module", src: Array, 
 
     def norm(which: str, x: Array) -> Array:
         layer = getattr(module, which)
-        return nn.layer_norm(x, layer.normalized_shape, step.state(name(f"{which}.weight")),
-                             step.state(name(f"{which}.bias")) if layer.bias is not None else None, layer.eps)
+        with step.within(name(which), layer):
+            return nn.layer_norm(x, layer.normalized_shape, step.state(name(f"{which}.weight")),
+                                 step.state(name(f"{which}.bias")) if layer.bias is not None else None, layer.eps)
 
     def linear(which: str, x: Array) -> Array:
         bias = step.state(name(f"{which}.bias")) if getattr(module, which).bias is not None else None
-        return nn.linear(x, step.state(name(f"{which}.weight")), bias)
+        with step.within(name(which), getattr(module, which)):
+            return nn.linear(x, step.state(name(f"{which}.weight")), bias)
 
     def self_attention(x: Array) -> Array:
-        out, _ = attention(step, name("self_attn"), module.self_attn, x, x, x, src_key_padding_mask, False,
-                           src_mask, True, is_causal)
+        with step.within(name("self_attn"), module.self_attn):
+            out, _ = attention(step, name("self_attn"), module.self_attn, x, x, x, src_key_padding_mask, False,
+                               src_mask, True, is_causal)
         return dropout(step, name("dropout1"), module.dropout1, out)
 
     def feed_forward(x: Array) -> Array:
@@ -231,12 +238,14 @@ def encoder(step: Step, path: str, module: "torch.nn.Module", src: Array, mask: 
     name = (lambda n: f"{path}.{n}" if path else n)
     x = src
     for k, layer in enumerate(module.layers):
-        x = encoder_layer(step, name(f"layers.{k}"), layer, x, mask, src_key_padding_mask, bool(is_causal))
+        with step.within(name(f"layers.{k}"), layer):
+            x = encoder_layer(step, name(f"layers.{k}"), layer, x, mask, src_key_padding_mask, bool(is_causal))
     if module.norm is None:
         return x
     norm = module.norm
-    return nn.layer_norm(x, norm.normalized_shape, step.state(name("norm.weight")),
-                         step.state(name("norm.bias")) if norm.bias is not None else None, norm.eps)
+    with step.within(name("norm"), norm):
+        return nn.layer_norm(x, norm.normalized_shape, step.state(name("norm.weight")),
+                             step.state(name("norm.bias")) if norm.bias is not None else None, norm.eps)
 
 
 def _encoder_stack_check(module: "torch.nn.Module") -> str | None:

@@ -400,6 +400,21 @@ def test_transformer_encoder(options):
     _compare(Encoder(**options), (_x(2, 4, 8), causal))
 
 
+def test_encoder_tasklets_carry_submodule_paths():
+    """Layers kept whole label their submodules' tasklets with the submodules' paths."""
+    torch.manual_seed(8)
+    compiled = sd.compile_module(Encoder(), _x(2, 4, 8).detach(), torch.zeros(4, 4, dtype=torch.bool),
+                                 device="numpy")
+    sources = {t.source for t in compiled.program.graph.tasklets()}
+    layer = "model.encoder.layers.1"
+    assert {f"{layer} (TransformerEncoderLayer)", f"{layer}.self_attn (MultiheadAttention)",
+            f"{layer}.self_attn.out_proj (NonDynamicallyQuantizableLinear)", f"{layer}.linear1 (Linear)",
+            f"{layer}.linear2 (Linear)", f"{layer}.norm1 (LayerNorm)", f"{layer}.norm2 (LayerNorm)",
+            "model.head (Linear)"} <= sources
+    (grouping,) = compiled.program.view(device="numpy", collapse=True).groupings()
+    assert f"{layer}.self_attn (MultiheadAttention)" in grouping.labels.values()
+
+
 def test_attention_dropout_in_training_is_refused():
     module = nn.TransformerEncoderLayer(8, 2, 16)  # dropout=0.1
     with pytest.raises(sd.ProgramError, match=r"model \(TransformerEncoderLayer\).*dropout=0\.0"):
