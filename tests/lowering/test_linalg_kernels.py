@@ -10,6 +10,7 @@ import pytest
 
 from symdiff.lowering import devices, library_kernels, runtime, targets
 from symdiff.lowering.library_kernels.launch import Launch
+from symdiff.lowering.library_kernels import linalg
 from symdiff.lowering.library_kernels.linalg import workgroup
 
 scipy_linalg = pytest.importorskip("scipy.linalg")
@@ -116,7 +117,11 @@ def test_singular_determinants_are_numpys():
 
 
 def test_host_steps_past_the_kernels_limits():
-    """None (the node stays a host step): past MAX_N, and slogdet in float64 where double log is wrong."""
+    """None (the node stays a host step): past MAX_N, past HOST_LAPACK_N on the CPU device, and
+    slogdet in float64 where double log is wrong."""
+    small = linalg.HOST_LAPACK_N + 1
+    assert library_kernels.build("linalg.cholesky", targets.CPU, [((small, small), "float32")],
+                                 [((small, small), "float32")], {}) is None
     n = workgroup.MAX_N + 1
     assert library_kernels.build("linalg.solve", targets.VULKAN, [((n, n), "float64"), ((n, 1), "float64")],
                                  [((n, 1), "float64")], {}) is None

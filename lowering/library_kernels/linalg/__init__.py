@@ -7,8 +7,14 @@ node stays a host step (numpy's LAPACK), where:
 
 * a matrix is larger than ``workgroup.MAX_N`` (64): one workgroup per matrix
   suits small matrices only, and no multi-workgroup (blocked) kernel is
-  written; on the CPU device the host step is LAPACK itself, faster there at
-  those sizes than any kernel here (measured: docs/guide.md);
+  written;
+* on a target whose buffers are host memory that numpy computes in
+  (``Target.host_blas``: the CPU device), a matrix is larger than
+  ``HOST_LAPACK_N`` (16): there the host step is LAPACK reading the piece's
+  buffers in place, and one thread per matrix loses to it past tiny sizes
+  (value_and_grad, 1 BLAS thread: solve 64 x 32 x 32 5.2 ms against 2.1 ms,
+  one 64 x 64 0.60 against 0.49 ms; 256 x 8 x 8 0.94 against 1.17 ms, and
+  Cholesky's 64 x 16 x 16 1.05 against 3.8 ms: docs/guide.md);
 * the batch has more matrices than two dispatch axes of workgroups hold;
 * slogdet is float64 on a target whose double ``log`` is wrong (lavapipe,
   ``Target.float64_transcendentals``).
@@ -25,20 +31,24 @@ from . import cholesky, lu, triangular
 from .workgroup import MAX_GROUPS, MAX_N
 
 
-def _fits(batch: tuple[int, ...], n: int) -> bool:
-    return n <= MAX_N and math.prod(batch) <= MAX_GROUPS * MAX_GROUPS
+HOST_LAPACK_N = 16
+
+
+def _fits(target: Target, batch: tuple[int, ...], n: int) -> bool:
+    limit = HOST_LAPACK_N if target.host_blas else MAX_N
+    return n <= limit and math.prod(batch) <= MAX_GROUPS * MAX_GROUPS
 
 
 def _cholesky(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
     ((shape, dtype),) = inputs
-    return cholesky.build(target, shape[:-2], shape[-1], dtype) if _fits(shape[:-2], shape[-1]) else None
+    return cholesky.build(target, shape[:-2], shape[-1], dtype) if _fits(target, shape[:-2], shape[-1]) else None
 
 
 def _solves(triangular_: bool):
     def build(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
         ((a_shape, dtype), (b_shape, _)), ((x_shape, _),) = inputs, outputs
         n, k = x_shape[-2:]
-        if not _fits(x_shape[:-2], n):
+        if not _fits(target, x_shape[:-2], n):
             return None
         if triangular_:
             return triangular.build(target, a_shape[:-2], b_shape[:-2], x_shape[:-2], n, k, dtype,
@@ -50,7 +60,7 @@ def _solves(triangular_: bool):
 def _factorised(mode: str):
     def build(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
         ((shape, dtype),) = inputs
-        return lu.build(target, mode, shape[:-2], shape[-1], dtype) if _fits(shape[:-2], shape[-1]) else None
+        return lu.build(target, mode, shape[:-2], shape[-1], dtype) if _fits(target, shape[:-2], shape[-1]) else None
     return build
 
 

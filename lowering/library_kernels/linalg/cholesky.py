@@ -3,7 +3,7 @@
 Right-looking, column by column, reading ``a``'s lower triangle as LAPACK's
 ``potrf`` does: step ``k`` takes the square root of the pivot, scales the
 column below it (threads over rows), then subtracts the column's outer product
-from the trailing lower triangle (threads over its elements).  A pivot that
+from the trailing lower triangle (``Form.grid``).  A pivot that
 is not positive (or NaN) stops the matrix with ``info = k + 1``: the launch
 raises numpy's ``LinAlgError`` as the host step would.
 """
@@ -23,6 +23,7 @@ def build(target: Target, batch: tuple[int, ...], n: int, dtype: str) -> Kernel:
     s = Matrix("S", n, n, shared, "l", f"g * {n * n}")
     bar = f.barrier(shared)
     zero = literal(0.0, dtype)
+    update = f"{s.at('i', 'j')} = {s.at('i', 'j')} - {s.at('i', 'k')} * {s.at('j', 'k')};"
     store = f"""    {f.spread("e", "0", str(n * n))}
         l[g * {n * n} + e] = {s.flat("e")};
 """ if shared else ""
@@ -40,12 +41,7 @@ def build(target: Target, batch: tuple[int, ...], n: int, dtype: str) -> Kernel:
             {s.at("i", "k")} = {s.at("i", "k")} / r;
         {bar}
         if (t == 0) {s.at("k", "k")} = r;
-        int m = {n} - k - 1, md = max(m, 1);  // a constant 0 divisor is a compile error, even unreached
-        {f.spread("e", "0", "m * m")}
-        {{
-            int i = k + 1 + e / md, j = k + 1 + e % md;
-            if (j <= i) {s.at("i", "j")} = {s.at("i", "j")} - {s.at("i", "k")} * {s.at("j", "k")};
-        }}
+        {f.grid(("k + 1", str(n)), ("k + 1", str(n)), update, lower=True)}
         {bar}
     }}
     {bar}

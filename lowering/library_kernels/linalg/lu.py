@@ -31,6 +31,7 @@ MODES = ("solve", "inv", "det", "slogdet")
 
 def _factor(f: Form, s: Matrix, x: Matrix | None, n: int, k: int, dtype: str, bar: str) -> str:
     ty, zero = scalar(dtype), literal(0.0, dtype)
+    update = f"{s.at('i', 'j')} = {s.at('i', 'j')} - {s.at('i', 'kk')} * {s.at('kk', 'j')};"
     swap_x = f"""
             {f.spread("c", "0", str(k))}
             {{
@@ -65,12 +66,7 @@ def _factor(f: Form, s: Matrix, x: Matrix | None, n: int, k: int, dtype: str, ba
         {f.spread("i", "kk + 1", str(n))}
             {s.at("i", "kk")} = {s.at("i", "kk")} / d;
         {bar}
-        int m = {n} - kk - 1, md = max(m, 1);  // a constant 0 divisor is a compile error, even unreached
-        {f.spread("e", "0", "m * m")}
-        {{
-            int i = kk + 1 + e / md, j = kk + 1 + e % md;
-            {s.at("i", "j")} = {s.at("i", "j")} - {s.at("i", "kk")} * {s.at("kk", "j")};
-        }}
+        {f.grid(("kk + 1", str(n)), ("kk + 1", str(n)), update)}
         {bar}
     }}"""
 

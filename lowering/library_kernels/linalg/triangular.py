@@ -4,8 +4,8 @@ workgroup per right-hand-side matrix.
 Only ``a``'s lower (``lower``) or upper triangle is read, as LAPACK's
 ``trtrs``.  Substitution row by row (forward for lower, backward for upper):
 step ``s`` divides pivot row ``j`` of ``x`` by ``a[j, j]`` (threads over the
-right-hand sides), then subtracts it from the rows still to come (threads
-over their elements).  The rules ask for transposed and unit-diagonal solves
+right-hand sides), then subtracts it from the rows still to come
+(``Form.grid``).  The rules ask for transposed and unit-diagonal solves
 by transposing or rebuilding ``a`` before the node (``ir.library.linalg.api``),
 so the node, and this kernel, only ever see ``lower``.  A zero on the
 diagonal stops the matrix with ``info = j + 1`` (numpy's ``LinAlgError``).
@@ -24,23 +24,19 @@ def substitution(f: Form, a: Matrix, x: Matrix, n: int, k: int, lower: bool, dty
     """Slang overwriting ``x`` (n x k) with ``a^-1 x`` for ``a``'s lower or upper
     triangle (``unit``: its diagonal taken as ones, nothing checked); sets
     ``info_`` on a zero pivot.  Shared with ``lu``'s two substitutions."""
-    j = "s" if lower else f"{n - 1} - s"
-    rows = f"s + 1 + e / {k}" if lower else f"e / {k}"
+    p = "s" if lower else f"{n - 1} - s"
+    rows = ("s + 1", str(n)) if lower else ("0", f"{n - 1} - s")
     divide = "" if unit else f"""
-        {scalar(dtype)} d = {a.at("j", "j")};
-        if (d == {literal(0.0, dtype)}) {{ info_ = j + 1; break; }}
+        {scalar(dtype)} d = {a.at("p", "p")};
+        if (d == {literal(0.0, dtype)}) {{ info_ = p + 1; break; }}
         {f.spread("c", "0", str(k))}
-            {x.at("j", "c")} = {x.at("j", "c")} / d;
+            {x.at("p", "c")} = {x.at("p", "c")} / d;
         {bar}"""
     return f"""
     [loop] for (int s = 0; s < {n}; s++)
     {{
-        int j = {j};{divide}
-        {f.spread("e", "0", f"({n} - 1 - s) * {k}")}
-        {{
-            int i = {rows}, c = e % {k};
-            {x.at("i", "c")} = {x.at("i", "c")} - {a.at("i", "j")} * {x.at("j", "c")};
-        }}
+        int p = {p};{divide}
+        {f.grid(rows, ("0", str(k)), f"{x.at('i', 'j')} = {x.at('i', 'j')} - {a.at('i', 'p')} * {x.at('p', 'j')};")}
         {bar}
     }}"""
 

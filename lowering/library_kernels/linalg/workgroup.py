@@ -61,6 +61,20 @@ class Form:
         return f"[loop] for (int {var} = {start} + t; {var} < {stop}; {var} += {self.threads})"
 
 
+    def grid(self, rows: tuple[str, str], cols: tuple[str, str], body: str, lower: bool = False) -> str:
+        """``body`` for every ``(i, j)`` of ``rows x cols`` (``lower``: only
+        ``j <= i``).  Threads take columns and loop down them (consecutive
+        threads touch consecutive elements of a row-major matrix: no
+        groupshared bank conflicts); one thread loops along rows instead
+        (consecutive elements in its inner loop)."""
+        (r0, r1), (c0, c1) = rows, cols
+        if self.concurrent:
+            return (f"[loop] for (int j = {c0} + t; j < {c1}; j += {self.threads}) "
+                    f"[loop] for (int i = {f'max({r0}, j)' if lower else r0}; i < {r1}; i++) {{ {body} }}")
+        return (f"[loop] for (int i = {r0}; i < {r1}; i++) "
+                f"[loop] for (int j = {c0}; j < {'i + 1' if lower else c1}; j++) {{ {body} }}")
+
+
 def form(target: Target) -> Form:
     return Form(1, False) if target.sequential else Form(THREADS, True)
 
