@@ -135,14 +135,23 @@ class HostProduct:
 
 
 def _blasable(m: np.ndarray) -> np.ndarray:
-    """``m`` itself where its last two axes are row-major and contiguous, else a
-    row-major copy: numpy's matmul took 1.3 ms for a 256x256 @ 256x64 product
-    whose operands were both transposed views, 0.05 ms on row-major ones
-    (this machine), and the copy costs a pass over one operand.  (A broadcast
-    batch axis, stride 0, is read in place.)"""
+    """``m`` itself where numpy's matmul hands its last two axes to BLAS as
+    they are (one of them of unit stride, the other a whole row or column
+    apart: a row-major matrix or a transposed one), else a row-major copy.
+    numpy falls back to its own loops for any other strides: a 256x256 @
+    256x64 product took 1.3 ms over such views and 0.05 ms over row-major
+    ones; but a copy of a transposed or head-split operand costs more than it
+    saves (this machine, one BLAS thread: 64x256 @ a transposed 256x256 view
+    70 us, copied first 124 us; attention's batched ``q @ k^T`` over
+    head-split views 0.76 ms, copied first 2.2 ms).  A broadcast batch axis
+    (stride 0) is read in place."""
+    if m.ndim < 2:
+        return m
     item = m.itemsize
-    row_major = m.ndim < 2 or (m.strides[-1] == item and m.strides[-2] == m.shape[-1] * item)
-    return m if row_major else np.ascontiguousarray(m)
+    (rows, columns), (row_step, column_step) = m.shape[-2:], m.strides[-2:]
+    row_major = column_step == item and row_step % item == 0 and row_step >= columns * item
+    column_major = row_step == item and column_step % item == 0 and column_step >= rows * item
+    return m if row_major or column_major else np.ascontiguousarray(m)
 
 
 def host_product(graph: DataflowGraph, t: Tasklet, target: "targets.Target | None") -> HostProduct | None:
