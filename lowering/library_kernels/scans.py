@@ -5,8 +5,9 @@ An array of shape ``(outer, n, inner)`` around the scanned axis holds
 ``outer * inner`` *lines* of ``n`` elements, ``inner`` apart.
 
 * Sequential targets (the CPU device): one loop in memory order, the
-  running value of each element read from the one before it along the axis
-  (for ``inner == 1`` a register), so g++ vectorises across ``inner``.
+  running values of a row of ``inner`` lines in a scratch row (for
+  ``inner == 1`` a register), so g++ vectorises across ``inner``; the sizes
+  are uniforms, so one module serves every shape.
 * GPU targets with many lines (or short ones): a thread per line, looping
   along it (neighbouring threads read neighbouring elements).
 * GPU targets with few long lines: a reduce-then-scan in workgroups of
@@ -87,29 +88,33 @@ def _grid(groups: int, size: int) -> tuple[tuple[int, int, int], int]:
 
 
 def _sequential(op: str, outer: int, n: int, inner: int, reverse: bool, arity: int) -> tuple[str, Dispatch]:
-    """One thread running every line in memory order (the CPU device)."""
+    """One thread running every line in memory order (the CPU device).  The
+    sizes are uniforms, so one module (one g++ compile) serves every scan of
+    an op and dtype: a program's cumsum and its reverse pass's reversed one."""
     inputs = "".join(f", RWStructuredBuffer<T> in{k}" for k in range(arity))
     step = _STEPS[op]
     first = _STATES[op][1][_STATES[op][0].index(_STATES[op][3])]
-    order = f"{n - 1} - kk" if reverse else "kk"
-    if inner == 1:
-        body = (f"    for (int o = 0; o < {outer}; o++)\n    {{\n        A y = A({first});\n"
-                f"        for (int kk = 0; kk < {n}; kk++)\n        {{\n"
-                f"            int p = o * {n} + {order};\n            y = {step};\n            out0[p] = T(y);\n"
-                f"        }}\n    }}\n")
-    else:
-        back = f"p + {inner}" if reverse else f"p - {inner}"
-        body = (f"    for (int o = 0; o < {outer}; o++)\n"
-                f"        for (int kk = 0; kk < {n}; kk++)\n"
-                f"            for (int i = 0; i < {inner}; i++)\n            {{\n"
-                f"                int p = (o * {n} + {order}) * {inner} + i;\n"
-                f"                A y = kk == 0 ? A({first}) : A(out0[{back}]);\n"
-                f"                out0[p] = T({step});\n            }}\n")
-    source = (f"[shader(\"compute\")]\n[numthreads(1, 1, 1)]\n"
-              f"void scan_sequential(uint3 t: SV_DispatchThreadID{inputs}, RWStructuredBuffer<T> out0)\n{{\n"
-              f"{body}}}\n")
-    buffers = {**{f"in{k}": f"in{k}" for k in range(arity)}, "out0": "out0"}
-    return source, Dispatch("scan_sequential", (1, 1, 1), buffers)
+    source = (
+        f"[shader(\"compute\")]\n[numthreads(1, 1, 1)]\n"
+        f"void scan_sequential(uint3 t: SV_DispatchThreadID, uniform int outer, uniform int n, uniform int inner, "
+        f"uniform int reverse{inputs}, RWStructuredBuffer<T> out0, RWStructuredBuffer<A> scratch0)\n{{\n"
+        "    for (int o = 0; o < outer; o++)\n    {\n"
+        "        if (inner == 1)  // a line is contiguous: its running value in a register\n        {\n"
+        f"            A y = A({first});\n"
+        "            for (int kk = 0; kk < n; kk++)\n            {\n"
+        "                int p = o * n + (reverse != 0 ? n - 1 - kk : kk);\n"
+        f"                y = {step};\n                out0[p] = T(y);\n            }}\n"
+        "            continue;\n        }\n"
+        "        for (int kk = 0; kk < n; kk++)  // rows of lines: the running values in a row of scratch\n        {\n"
+        "            int row = (o * n + (reverse != 0 ? n - 1 - kk : kk)) * inner;\n"
+        "            for (int i = 0; i < inner; i++)\n            {\n"
+        "                int p = row + i;\n"
+        f"                A y = kk == 0 ? A({first}) : scratch0[i];\n"
+        f"                y = {step};\n                scratch0[i] = y;\n                out0[p] = T(y);\n"
+        "            }\n        }\n    }\n}\n")
+    buffers = {**{f"in{k}": f"in{k}" for k in range(arity)}, "out0": "out0", "scratch0": "scratch0"}
+    uniforms = {"outer": outer, "n": n, "inner": inner, "reverse": int(reverse)}
+    return source, Dispatch("scan_sequential", (1, 1, 1), buffers, uniforms)
 
 
 def _position(n: int, inner: int, reverse: bool) -> str:
@@ -223,7 +228,7 @@ def build(target: targets.Target, inputs: Sequence[Spec], outputs: Sequence[Spec
     prelude = _prelude(op, dtype)
     if target.sequential:
         source, dispatch = _sequential(op, outer, n, inner, reverse, arity)
-        return Kernel(prelude + source, (dispatch,))
+        return Kernel(prelude + source, (dispatch,), ((_accumulator(dtype), inner),))
     if lines >= FEW_LINES or n <= GROUP * 2:
         source, dispatch = _per_line(op, lines, n, inner, reverse, arity)
         return Kernel(prelude + source, (dispatch,))

@@ -1,0 +1,91 @@
+"""The scans' device kernels (``lowering.library_kernels.scans``) against JAX
+in float64: every strategy (the CPU device's loop in memory order, with and
+without a trailing axis; lavapipe's thread per line for small integer and
+float64 scans, and its workgroup reduce-then-scan), forward and reversed, for
+add, multiply and the linear recurrence cumprod's gradient runs; and that the
+programs run no host step.  Also that a scan's graph stays O(n): one library
+node each way, no triangular sum."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import symdiff as sd
+from symdiff.ir.library import library_nodes
+
+jax.config.update("jax_enable_x64", True)
+
+DEVICES = [pytest.param(d, marks=[pytest.mark.vulkan] if d == "vulkan" else []) for d in ("cpu", "vulkan")]
+
+
+def _scans(x, y, xp=np):
+    """cumsum and cumprod both ways (the gradient of a cumprod is a reversed linear recurrence), a scan
+    along the leading axis, and the differences and trapezoid rule (index maps) in the same program."""
+    return (xp.cumsum(x, axis=1) + xp.cumprod(y, axis=1)[:, ::-1] + xp.cumsum(x[:, ::-1], axis=1),
+            xp.cumsum(y, axis=0), xp.trapezoid(xp.diff(x, n=2, axis=1, prepend=0.5), dx=0.5, axis=1))
+
+
+def _reference(x, y, cts):
+    """Values and the VJP of ``_scans`` by JAX in float64."""
+    values, pullback = jax.vjp(lambda x, y: _scans(x, y, jnp), x.astype(np.float64), y.astype(np.float64))
+    return values, *pullback(tuple(ct.astype(np.float64) for ct in cts))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scan_kernels_match_float64(device):
+    """On lavapipe lines of 1500 take the workgroup scan (two blocks); the CPU device's loop is one either way."""
+    if device not in sd.available_devices():
+        pytest.skip(f"{device} is not available here")
+    n = 1500
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    y = rng.uniform(0.995, 1.005, size=(3, n)).astype(np.float32)
+    y[1, 4] = 0.0                                   # a zero: cumprod's gradient without division
+    cts = tuple(rng.standard_normal(s).astype(np.float32) for s in [(3, n), (3, n), (3,)])
+    prog = sd.differentiable_program(lambda x, y: _scans(x, y))
+    values, grads = prog.vjp(x, y, cotangent=cts, device=device)
+    want_values, want_x, want_y = _reference(x, y, cts)
+    for got, want in zip(values, want_values):
+        np.testing.assert_allclose(got, want, rtol=3e-6, atol=3e-6 * np.abs(want).max())
+    np.testing.assert_allclose(grads["x"], want_x, rtol=3e-6, atol=3e-6 * np.abs(want_x).max())
+    np.testing.assert_allclose(grads["y"], want_y, rtol=3e-5, atol=3e-5 * np.abs(want_y).max())
+    assert all(s["host_steps"] == 0 and s["library_kernels"] > 0 for s in prog.stats().values())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_integer_scans_and_float64_on_the_device(device):
+    if device not in sd.available_devices():
+        pytest.skip(f"{device} is not available here")
+    ints = np.arange(-6, 18, dtype=np.int32).reshape(4, 6)
+    wide = np.linspace(0.5, 1.5, 24).reshape(4, 6)
+    prog = sd.differentiable_program(lambda i, w: (np.cumsum(i, axis=0), np.cumprod(i[:, :3], axis=1),
+                                                   np.cumprod(w, axis=0)))
+    got = prog(ints, wide, device=device)
+    np.testing.assert_array_equal(got[0], np.cumsum(ints, 0))
+    np.testing.assert_array_equal(got[1], np.cumprod(ints[:, :3], 1))
+    np.testing.assert_allclose(got[2], np.cumprod(wide, 0), rtol=1e-14)
+    assert got[0].dtype == np.int32
+    assert all(s["host_steps"] == 0 for s in prog.stats().values())
+
+
+def test_a_scan_is_one_node_of_linear_size():
+    """cumsum's value and gradient: one scan node each way, and no tasklet with more points than elements."""
+    n = 4096
+    prog = sd.differentiable_program(lambda x: np.sum(np.cumsum(x) ** 2))
+    prog(np.ones(n))
+    graph = prog.backward_graph()
+    assert sorted(node.op for node in library_nodes(graph)) == ["scan.add", "scan.add"]
+    for t in graph.tasklets():
+        points = int(np.prod([int(end) - int(begin) for _, begin, end in t.domain]))
+        assert points <= n, f"{t.name} runs over {points} points"
+
+
+def test_without_a_kernel_the_node_is_a_host_step():
+    """An op with no device kernel for its dtype (the scan of bools is cast first, so take a user op)
+    still runs, as a host step, and says so in stats()."""
+    double = sd.library_node("test.scan_fallback_double", shape=lambda x: x, numpy=lambda x: 2 * x)
+    prog = sd.differentiable_program(lambda x: np.cumsum(double(x)))
+    x = np.arange(5.0)
+    np.testing.assert_allclose(prog(x, device="cpu"), np.cumsum(2 * x))
+    (stats,) = prog.stats().values()
+    assert stats["host_steps"] == 1 and stats["library_kernels"] == 1
