@@ -25,7 +25,9 @@ def needed_reads(graph: DataflowGraph, t: Tasklet, exprs: Iterable) -> dict[str,
             continue
         kept[conn] = reads[conn]
         pending += [conn_of[s] for i in reads[conn][1] for s in sympy.sympify(i).free_symbols if s in conn_of]
-    return kept
+    # in the tasklet's own read order: ``free_symbols`` is a set, whose order depends on the
+    # process's string hashing, and the rebuilt tasklet's edge order is its generated load order
+    return {c: r for c, r in reads.items() if c in kept}
 
 
 def drop_outputs(graph: DataflowGraph, name: str, connectors: set[str]) -> Tasklet | None:

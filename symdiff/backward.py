@@ -215,14 +215,18 @@ def add_forward_reads(graph: DataflowGraph, tasklet: str, reads: dict[str, tuple
     needed = set().union(*(e.free_symbols for e in exprs))
     for index in indices:
         needed |= set().union(*(sympy.sympify(i).free_symbols for i in index))
-    pending = [s.name for s in needed if s.name in forward]
+    # in the forward tasklet's order, not a set's: a set of symbols iterates in an order that
+    # depends on the process's string hashing (PYTHONHASHSEED), and the order of ``reads`` is
+    # the order of the generated loads, so the module's text and its on-disk cache keys would too
+    names = {s.name for s in needed}
+    pending = [c for c in reversed(forward) if c in names]
     while pending:
         conn = pending.pop()
         if conn in reads:
             continue
         reads[conn] = forward[conn]
         for i in forward[conn][1]:
-            pending.extend(s.name for s in sympy.sympify(i).free_symbols if s.name in forward)
+            pending.extend(sorted((s.name for s in sympy.sympify(i).free_symbols if s.name in forward), reverse=True))
 
 
 class _ReversePass:
