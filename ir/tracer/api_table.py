@@ -26,6 +26,7 @@ GROUPS = {
     "nanreductions": "NaN-skipping reductions",
     "statistics": "Statistics",
     "argextrema": "Selection (int32 results usable as indices)",
+    "scans": "Scans (library ops doing O(n) work) and differences",
     "sorting": "Selection (int32 results usable as indices)",
     "histogram": "Statistics",
     "indexing": "Views, indexing and stores",
@@ -60,9 +61,6 @@ REFUSED = {
     "unique": "data-dependent shape",
     "bincount": "data-dependent length (the largest value); count into fixed bins with "
                 "`np.add.at(np.zeros(n, np.int32), x, 1)` or `np.histogram(x, n, range=(0, n))`",
-    "cumsum": "not yet traceable (issue 31: scans)",
-    "cumprod": "not yet traceable (issue 31: scans)",
-    "diff": "not yet traceable; write `x[1:] - x[:-1]`",
     "searchsorted": "not traceable; compare with the bin edges and count (`np.sum(x[:, None] >= edges, axis=1)`)",
     "convolve": "not traceable; write the sum of shifted slices (`sum(w[k] * x[k:k + m] for k in range(K))`)",
     "fft": "complex numbers are not supported by symdiff; carry real and imaginary parts as two float arrays",
