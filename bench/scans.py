@@ -14,20 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 
 import symdiff as sd
 
-
-def timed(f, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3
+from .profile import best_of
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,8 +48,9 @@ def main(argv: list[str] | None = None) -> None:
              for name, g in (("symdiff", ours[1]["x"]), ("jax", theirs[1]))}
     best = {"symdiff": float("inf"), "jax": float("inf")}
     for _ in range(2):  # interleaved: the machine's load changes between them alike
-        best["symdiff"] = min(best["symdiff"], timed(lambda: program.value_and_grad(x, device="cpu"), args.repeats))
-        best["jax"] = min(best["jax"], timed(lambda: jax.block_until_ready(jax_vg(x)), args.repeats))
+        best["symdiff"] = min(best["symdiff"], 1e3 * best_of(lambda: program.value_and_grad(x, device="cpu"),
+                                                             args.repeats))
+        best["jax"] = min(best["jax"], 1e3 * best_of(lambda: jax.block_until_ready(jax_vg(x)), args.repeats))
     print(f"value_and_grad of mean(cumsum(x) ** 2), {n} float32, cpu device, best of {2 * args.repeats}")
     print(f"  symdiff {best['symdiff']:8.2f} ms   host steps {steps}   gradient error {error['symdiff']:.1e}")
     print(f"  jax     {best['jax']:8.2f} ms   (jit(value_and_grad))   gradient error {error['jax']:.1e}")
