@@ -1,7 +1,8 @@
 """np.linalg's device kernels (lowering.library_kernels.linalg) launched on
 their own, on device arrays, against numpy's LAPACK (scipy's for triangular
-solves): one workgroup per matrix on lavapipe (groupshared memory, or device
-memory past its size), one thread per matrix on the CPU device.  Whole
+solves): a GPU's cooperative workgroup per matrix on lavapipe (groupshared
+memory, or device memory past its size), one thread per matrix on the CPU
+device.  Whole
 programs through them: tests/symdiff/test_linalg_device_kernels.py."""
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ rng = np.random.default_rng(5)
 
 
 def _launch(kind: str, op: str, inputs: list[np.ndarray], outputs: list[tuple], params: dict | None = None):
+    """On lavapipe the kernels of a GPU's Vulkan (cooperative workgroups, which lavapipe's own target
+    leaves for one thread per matrix: the whole programs run that form there)."""
     specs = [(a.shape, str(a.dtype)) for a in inputs]
-    kernel = library_kernels.build(op, devices.target(kind), specs, outputs, params or {})
+    target = targets.VULKAN if kind == "vulkan" else devices.target(kind)
+    kernel = library_kernels.build(op, target, specs, outputs, params or {})
     assert kernel is not None, f"{op} has no kernel for {specs}"
     return [o.numpy() for o in Launch(kind, kernel, outputs)([runtime.asarray(a, kind) for a in inputs])]
 
@@ -139,6 +143,9 @@ def test_workgroup_forms():
     assert "groupshared" in gpu.source and "GroupMemoryBarrierWithGroupSync" in gpu.source
     assert "groupshared" not in cpu.source and "Barrier" not in cpu.source
     assert gpu.dispatches[0].threads == (workgroup.THREADS, 1, 1) and cpu.dispatches[0].threads == (1, 1, 1)
+    batch = [((40, 8, 8), "float32")]   # lavapipe: one thread per matrix, 32 to a workgroup
+    lavapipe = library_kernels.build("linalg.cholesky", targets.LAVAPIPE, batch, batch, {})
+    assert "Barrier" not in lavapipe.source and lavapipe.dispatches[0].threads == (2 * workgroup.MATRICES, 1, 1)
     big = [((64, 64), "float64")]   # 32 KiB: past the 16 KiB groupshared budget
     on_device = library_kernels.build("linalg.inv", targets.CUDA, big, big, {})
     assert "groupshared" not in on_device.source and "AllMemoryBarrierWithGroupSync" in on_device.source

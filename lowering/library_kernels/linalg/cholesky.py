@@ -50,5 +50,5 @@ def build(target: Target, batch: tuple[int, ...], n: int, dtype: str) -> Kernel:
     ty = scalar(dtype)
     source = entry_point("cholesky", f, [("a", ty), ("l", ty), ("info", "int")], body, groups,
                          [s.declaration(dtype)])
-    return kernel(source, "cholesky", groups, f.threads, {"a": "in0", "l": "out0"},
+    return kernel(source, "cholesky", groups, f, {"a": "in0", "l": "out0"},
                   failure="Matrix is not positive definite")

@@ -150,6 +150,6 @@ def build(target: Target, mode: str, a_batch: tuple[int, ...], n: int, dtype: st
     buffers = {**{p: f"in{j}" for j, p in enumerate(inputs)}, **{p: f"out{j}" for j, p in enumerate(outputs)}}
     if not shared[0]:
         buffers["work"] = "scratch1"
-    return kernel(source, f"lu_{mode}", groups, f.threads, buffers,
+    return kernel(source, f"lu_{mode}", groups, f, buffers,
                   scratch=() if shared[0] else ((dtype, groups * n * n),),
                   failure="Singular matrix" if sides else None)

@@ -66,5 +66,5 @@ def build(target: Target, a_batch: tuple[int, ...], b_batch: tuple[int, ...], ou
     ty = scalar(dtype)
     source = entry_point("solve_triangular", f, [("a", ty), ("b", ty), ("x", ty), ("info", "int")], body,
                          groups, [a.declaration(dtype), x.declaration(dtype)])
-    return kernel(source, "solve_triangular", groups, f.threads, {"a": "in0", "b": "in1", "x": "out0"},
+    return kernel(source, "solve_triangular", groups, f, {"a": "in0", "b": "in1", "x": "out0"},
                   failure="Singular matrix")

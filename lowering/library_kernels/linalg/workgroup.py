@@ -3,10 +3,12 @@
 A batch of small matrices is one dispatch with one workgroup per matrix (per
 output matrix of a broadcast batch).  Inside it the matrix steps of the
 algorithm (a pivot column, a trailing update) are spread over the
-workgroup's threads, with a barrier between steps.  What a target allows is
-derived from ``Target.sequential`` (no field of its own): slangpy's CPU device
-runs a dispatch's threads one after another and has no barriers, so there a
-"workgroup" is one thread running the same steps in order (``Form``).
+workgroup's threads, with a barrier between steps.  Where that does not pay
+(``form``, derived from ``Target.sequential`` and
+``Target.workgroup_reductions``, no field of its own) a matrix is one thread
+running the same steps in order, without barriers: on slangpy's CPU device,
+which runs a dispatch's threads one after another and has no barriers, and on
+lavapipe, whose barriers cost more than the work between them.
 
 Where the matrices live while the kernel works: in ``groupshared`` memory
 when all of them fit ``SHARED_BYTES`` (Vulkan's guaranteed minimum of
@@ -34,15 +36,24 @@ from .. import Dispatch, Kernel
 SHARED_BYTES = 16384
 MAX_N = 64
 THREADS = 64          # a workgroup's threads on a concurrent target (two NVIDIA warps, eight lavapipe waves)
+MATRICES = 32         # matrices to a workgroup of one thread each (lavapipe: four of its 8-wide waves)
 MAX_GROUPS = 65535    # workgroups along one dispatch axis
 
 
 @dataclass(frozen=True)
 class Form:
-    """How a workgroup runs on one target."""
+    """How a target runs the kernels: ``threads`` cooperating on each matrix
+    (``concurrent``: with barriers), or one thread per matrix and
+    ``matrices`` of them to a workgroup."""
 
     threads: int
     concurrent: bool
+    matrices: int = 1
+
+    @property
+    def size(self) -> int:
+        """Threads in a workgroup."""
+        return self.threads * self.matrices
 
     def barrier(self, shared_only: bool) -> str:
         """The barrier between steps: none where the threads are one; group
@@ -76,7 +87,15 @@ class Form:
 
 
 def form(target: Target) -> Form:
-    return Form(1, False) if target.sequential else Form(THREADS, True)
+    """Cooperative workgroups where a target's workgroups are worth their
+    barriers (``Target.workgroup_reductions``, which says that of its
+    reductions: Vulkan and CUDA on a GPU); one thread per matrix elsewhere:
+    the CPU device has no barriers, and lavapipe's cost more than the work
+    between them (value_and_grad of a solve over 64 matrices of 32 x 32:
+    96 ms cooperative, measured)."""
+    if target.sequential:
+        return Form(1, False)
+    return Form(THREADS, True) if target.workgroup_reductions else Form(1, False, MATRICES)
 
 
 def scalar(dtype: str) -> str:
@@ -139,15 +158,22 @@ def batch_offset(out_batch: tuple[int, ...], batch: tuple[int, ...], per_matrix:
     return " + ".join(terms) or "0"
 
 
-def kernel(source: str, entry: str, groups: int, threads: int, buffers: dict[str, str],
+def kernel(source: str, entry: str, groups: int, form_: Form, buffers: dict[str, str],
            scratch: tuple[tuple[str, int], ...] = (), failure: str | None = None) -> Kernel:
-    """The hook's ``Kernel``: one dispatch of ``groups`` workgroups (over two
-    axes past ``MAX_GROUPS``), and ``info`` bound to scratch0 (one int32 per
-    matrix), whose nonzero entries raise numpy's ``LinAlgError(failure)``."""
-    x = min(groups, MAX_GROUPS)
-    dispatch = Dispatch(entry, (x * threads, -(-groups // x), 1), {**buffers, "info": "scratch0"})
+    """The hook's ``Kernel``: one dispatch of the workgroups for ``groups``
+    matrices (over two axes past ``MAX_GROUPS``), and ``info`` bound to
+    scratch0 (one int32 per matrix), whose nonzero entries raise numpy's
+    ``LinAlgError(failure)``."""
+    x, y = _workgroups(groups, form_)
+    dispatch = Dispatch(entry, (x * form_.size, y, 1), {**buffers, "info": "scratch0"})
     return Kernel(source, (dispatch,), (("int32", groups),) + scratch,
                   failure=None if failure is None else (0, failure))
+
+
+def _workgroups(groups: int, form_: Form) -> tuple[int, int]:
+    count = -(-groups // form_.matrices)
+    x = min(count, MAX_GROUPS)
+    return x, -(-count // x)
 
 
 def entry_point(name: str, form_: Form, params: list[tuple[str, str]], body: str, groups: int,
@@ -155,17 +181,19 @@ def entry_point(name: str, form_: Form, params: list[tuple[str, str]], body: str
     """The kernel's text: groupshared declarations, then the entry point with
     ``g`` (the matrix) and ``t`` (the thread in its workgroup) defined."""
     args = ", ".join(f"RWStructuredBuffer<{ty}> {n}" for n, ty in params)
-    x = min(groups, MAX_GROUPS)
+    x, _ = _workgroups(groups, form_)
     head = "\n".join(d for d in declarations if d)
+    workgroup = f"int(gid.y) * {x} + int(gid.x)"
+    g, t = (workgroup, "int(lid.x)") if form_.concurrent else (f"({workgroup}) * {form_.matrices} + int(lid.x)", "0")
     return f"""{head}
 
 [shader("compute")]
-[numthreads({form_.threads}, 1, 1)]
+[numthreads({form_.size}, 1, 1)]
 void {name}(uint3 gid: SV_GroupID, uint3 lid: SV_GroupThreadID, {args})
 {{
-    int g = int(gid.y) * {x} + int(gid.x);
+    int g = {g};
     if (g >= {groups}) return;
-    int t = int(lid.x);
+    int t = {t};
 {body}
 }}
 """
