@@ -9,9 +9,11 @@ function; ``sd.library_node`` is the same for users):
   ``(shape, dtype)`` per argument (shapes are tuples of sympy expressions);
   it returns one ``(shape, dtype)`` per result, or raises a ``TraceError``
   naming what is wrong (the tracer adds the user's line).
-* ``numpy(*arrays, **params)``: the implementation every device runs today
-  (on the host, between compiled kernels: ``lowering.host_steps``); returns a
-  tuple with one array per result.
+* ``numpy(*arrays, **params)``: the implementation the numpy device runs,
+  and the Slang devices too where the op has no device kernel for the shapes
+  (on the host, between compiled kernels: ``lowering.host_steps``;
+  ``lowering.library_kernels`` has the kernels); returns a tuple with one
+  array per result.
 * ``vjp(params, inputs, outputs, cotangents)`` and ``jvp(params, inputs,
   outputs, tangents)``: the derivative rules, written with traced numpy
   (``np.matmul``, other library calls...).  They are *traced* into the graph
