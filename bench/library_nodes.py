@@ -4,10 +4,13 @@ one device (default the CPU device), in one process.
 
     python -m bench.library_nodes [--n 512] [--device cpu] [--repeats 7]
 
-Per row: min / median ms of each, and their ratio.  On the Slang devices a library
-node runs on the host through numpy's LAPACK between the compiled pieces of the
-program (``lowering.host_steps``), so the rows measure that split: the pieces'
-kernels, the host's LAPACK, and the copies between them.
+Per row: min / median ms of each, and their ratio.  At 512 a library node is past
+the device kernels' sizes (``lowering.library_kernels.linalg``): on the Slang
+devices it runs on the host through numpy's LAPACK between the compiled pieces of
+the program (``lowering.host_steps``), so the rows measure that split: the pieces'
+kernels, the host's LAPACK, and the copies between them.  On a loaded machine,
+run with ``OPENBLAS_NUM_THREADS=1``: OpenBLAS's threads spin against the load
+and made both sides 5-10x slower (docs/benchmarks.md).
 """
 from __future__ import annotations
 
