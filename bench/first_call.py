@@ -45,13 +45,14 @@ import sys
 import tempfile
 import tracemalloc
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ("trace", "validate", "differentiate", "validate_bw", "plan", "codegen", "compile", "run")
+STAGES = ("device", "trace", "validate", "differentiate", "validate_bw", "plan", "codegen", "compile", "run")
 
 
 def _polybench():
@@ -131,12 +132,58 @@ def _inputs(name: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarr
 def cpu_seconds() -> float:
     """CPU seconds of this process and its finished children (g++ on the CPU device): unlike
     wall time, not inflated by other work on a shared machine."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime + children_seconds()
 
 
-def measure(name: str, device: str) -> dict[str, float]:
-    """CPU seconds per stage of one cold first call of kernel ``name`` (run in this process)."""
+@dataclass(frozen=True)
+class Case:
+    """One program the stage table measures: an NPBench kernel (float64, every
+    argument differentiated) or a ``python -m bench`` workload at one size."""
+
+    body: Callable
+    specs: dict[str, Any]  # argument -> sd.f32[...] / sd.f64[...] / sd.i32[...]
+    wrt: tuple[str, ...]
+    inputs: Callable[[], dict[str, np.ndarray]]
+    tol: float  # relative L2 error of each gradient against the numpy device
+    options: dict = field(default_factory=dict)  # sd.differentiable_program keywords
+
+
+def case(name: str, size: str = "small") -> Case:
+    """The kernel or bench workload ``name`` (workloads at ``size``)."""
+    if name in kernels():
+        body, shapes = kernels()[name]
+        return Case(body, {n: sd_module().f64[s] for n, s in shapes.items()}, tuple(shapes),
+                    lambda: _inputs(name, shapes), 1e-9)
+    from .symdiff_runner import program_function
+    from .workloads import WORKLOADS
+    w = next((w for w in WORKLOADS if w.name == name), None)
+    if w is None:
+        raise SystemExit(f"no kernel or workload {name!r}: kernels {list(kernels())}, "
+                         f"workloads {[w.name for w in WORKLOADS]}")
+    fn = program_function(w, w.size(size))
+    return Case(fn, dict(fn.__annotations__), w.wrt, lambda: w.inputs(w.size(size)), w.tol, dict(w.options))
+
+
+def sd_module():
+    import symdiff as sd
+    return sd
+
+
+def _relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def children_seconds() -> float:
+    """CPU seconds of this process's finished child processes: g++ (and its wrapper) on the CPU device."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return children.ru_utime + children.ru_stime
+
+
+def measure(name: str, device: str, size: str = "small") -> dict[str, float]:
+    """CPU seconds per stage of one cold first call of kernel or workload ``name`` (run in
+    this process); ``gxx``: CPU seconds of g++ (the compile stage's child processes), so
+    ``compile - gxx`` is Slang's own work (front end and C++ generation)."""
     from symdiff import ir
     from symdiff import lowering
     import symdiff as sd
@@ -144,8 +191,7 @@ def measure(name: str, device: str) -> dict[str, float]:
     from symdiff.lowering.codegen import generate
     from symdiff.lowering.plan import plan
 
-    body, shapes = kernels()[name]
-    specs = [sd.f64[s] for s in shapes.values()]
+    c = case(name, size)
     t: dict[str, float] = {}
 
     def stage(key: str, fn: Callable):
@@ -154,57 +200,64 @@ def measure(name: str, device: str) -> dict[str, float]:
         t[key] = cpu_seconds() - start
         return out
 
-    graph = stage("trace", lambda: ir.trace(body, *specs))
+    dev = stage("device", lambda: devices.get_device(device))
+    graph = stage("trace", lambda: ir.trace(c.body, *c.specs.values()))
     stage("validate", graph.validate)
     backward = graph.copy()
-    grads = stage("differentiate", lambda: sd.add_backward_pass(backward, inputs=list(shapes),
-                                                                outputs=backward.results))
+    grads = stage("differentiate", lambda: sd.add_backward_pass(backward, inputs=list(c.wrt),
+                                                                outputs=backward.results, **c.options))
     stage("validate_bw", backward.validate)
     target = devices.target(device)
     p = stage("plan", lambda: plan(backward, {}, target))
     module = stage("codegen", lambda: generate(p, target))
-    dev = devices.get_device(device)
     entries = module.entry_points(target.sequential)
     before = dict(cache.stats)
     work = sum(max(k.work, k.threads) for k in module.kernels)
+    gxx = children_seconds()
     stage("compile", lambda: cache.kernels(device, dev, module.source, entries, work=work))
+    t["gxx"] = children_seconds() - gxx
     t["front_end_wall"] = cache.stats["front_end_seconds"] - before["front_end_seconds"]
     t["backend_wall"] = cache.stats["backend_seconds"] - before["backend_seconds"]
     t["level"] = cache.optimization(device, module.source, work)
-    inputs = _inputs(name, shapes)
+    t["source_chars"] = len(module.source)
+    inputs = c.inputs()
     seeds = {s: np.ones(()) for s in backward.meta["seeds"].values()}
 
     exe = lowering.compile(backward, device=device)  # repeats validate, plan and codegen (compile is cached)
     results = stage("run", lambda: exe({**inputs, **seeds}))
     reference = lowering.compile(backward, device="numpy")({**inputs, **seeds})
     for w, g in grads.items():
-        want, got = np.asarray(reference[g]), np.asarray(results[g])
-        if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
-            raise AssertionError(f"{name}: gradient of {w} on {device} differs from the numpy device")
+        err = _relative_error(np.asarray(results[g], np.float64), np.asarray(reference[g], np.float64))
+        if not err <= c.tol:
+            raise AssertionError(f"{name}: gradient of {w} on {device} differs from the numpy device ({err:.1e})")
     t["tasklets_fw"] = len(graph.tasklets())
     t["tasklets_bw"] = len(backward.tasklets())
     t["kernels"] = len(p.kernels)
     return t
 
 
-def first_call(name: str, device: str) -> dict[str, Any]:
-    """CPU and wall seconds of one real first ``value_and_grad`` of kernel ``name`` in this
-    process (whatever the on-disk caches hold), checked against the numpy device."""
+def first_call(name: str, device: str, size: str = "small") -> dict[str, Any]:
+    """CPU and wall seconds of one real first ``value_and_grad`` of kernel or workload ``name``
+    in this process (whatever the on-disk caches hold), checked against the numpy device;
+    ``device``: what creating the device took before (not in the call's seconds)."""
     import symdiff as sd
     from symdiff.lowering import cache, devices, disk_cache
 
-    body, shapes = kernels()[name]
+    c = case(name, size)
+    start = time.perf_counter()
     devices.get_device(device)  # created before the clock starts, as in the stage table
-    inputs = _inputs(name, shapes)
-    program = sd.differentiable_program(body)
-    cpu, wall = cpu_seconds(), time.perf_counter()
-    _, grads = program.value_and_grad(*inputs.values(), device=device)
-    cpu, wall = cpu_seconds() - cpu, time.perf_counter() - wall
-    _, want = program.value_and_grad(*inputs.values(), device="numpy")
+    made = time.perf_counter() - start
+    inputs = c.inputs()
+    program = sd.differentiable_program(c.body, **c.options)
+    cpu, wall, gxx = cpu_seconds(), time.perf_counter(), children_seconds()
+    _, grads = program.value_and_grad(*inputs.values(), wrt=list(c.wrt), device=device)
+    cpu, wall, gxx = cpu_seconds() - cpu, time.perf_counter() - wall, children_seconds() - gxx
+    _, want = program.value_and_grad(*inputs.values(), wrt=list(c.wrt), device="numpy")
     for w in want:
-        if not np.allclose(np.asarray(grads[w]), want[w], rtol=1e-9, atol=1e-12):
-            raise AssertionError(f"{name}: gradient of {w} on {device} differs from the numpy device")
-    return {"cpu": cpu, "wall": wall, "disk": dict(disk_cache.stats), "compile": dict(cache.stats)}
+        err = _relative_error(np.asarray(grads[w], np.float64), np.asarray(want[w], np.float64))
+        if not err <= c.tol:
+            raise AssertionError(f"{name}: gradient of {w} on {device} differs from the numpy device ({err:.1e})")
+    return {"cpu": cpu, "wall": wall, "gxx": gxx, "device": made, "disk": dict(disk_cache.stats), "compile": dict(cache.stats)}
 
 
 def workloads_child(device: str) -> dict[str, Any]:
@@ -249,18 +302,25 @@ def _twice(args: list[str]) -> list[dict[str, Any]]:
     return runs
 
 
-def second_table(names: list[str], device: str) -> None:
-    print(f"first value_and_grad, device={device}: cold (fresh process, empty caches) and a second process "
-          "(on-disk caches from the first); CPU s (g++ included) and wall s")
-    print(f"{'kernel':<12} {'cold cpu':>9} {'cold wall':>9} {'2nd cpu':>9} {'2nd wall':>9}  2nd-process disk hits")
+def workload_names() -> list[str]:
+    from .workloads import WORKLOADS
+    return [w.name for w in WORKLOADS]
+
+
+def second_table(names: list[str], device: str, size: str = "small") -> None:
+    print(f"first value_and_grad, device={device}, workloads at size {size}: cold (fresh process, empty caches) "
+          "and a second process (on-disk caches from the first); CPU s (g++ included) and wall s, device "
+          "creation (wall s) not included")
+    print(f"| program | cold cpu | cold wall | of which g++ | 2nd cpu | 2nd wall | of which g++ | 2nd-process disk hits |\n"
+          "|---|---|---|---|---|---|---|")
     for name in names:
         try:
-            cold, second = _twice(["--child-first", "--device", device, name])
+            cold, second = _twice(["--child-first", "--device", device, "--size", size, name])
         except RuntimeError as exc:
-            print(f"{name:<12} FAILED: {exc}")
+            print(f"| {name} | FAILED: {exc} |")
             continue
-        print(f"{name:<12} {cold['cpu']:>9.2f} {cold['wall']:>9.2f} {second['cpu']:>9.2f} {second['wall']:>9.2f}  "
-              f"{second['disk']['hits']}", flush=True)
+        print(f"| {name} | {cold['cpu']:.2f} | {cold['wall']:.2f} | {cold['gxx']:.2f} | {second['cpu']:.2f} | "
+              f"{second['wall']:.2f} | {second['gxx']:.2f} | {second['disk']['hits']} |", flush=True)
 
 
 def workloads_table(device: str) -> None:
@@ -277,14 +337,14 @@ def workloads_table(device: str) -> None:
               + ("" if second[name]["disk_hits"] else "  (no disk hit)"), flush=True)
 
 
-def child(name: str, device: str, profile: int) -> None:
+def child(name: str, device: str, profile: int, size: str) -> None:
     if profile:
         prof = cProfile.Profile()
-        result = prof.runcall(measure, name, device)
+        result = prof.runcall(measure, name, device, size)
         stats = pstats.Stats(prof, stream=sys.stderr)
         stats.sort_stats("cumulative").print_stats(profile)
     else:
-        result = measure(name, device)
+        result = measure(name, device, size)
     print(json.dumps(result))
 
 
@@ -397,7 +457,9 @@ def fori_table(device: str, steps: int, n: int, cubic: bool = False, budget: flo
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kernels", nargs="*", help="kernel names (default: all)")
+    parser.add_argument("kernels", nargs="*", help="kernel or bench workload names (default: the kernels)")
+    parser.add_argument("--bench", action="store_true", help="every python -m bench workload instead")
+    parser.add_argument("--size", default="small", choices=("small", "large"), help="workloads' size")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions per kernel")
     parser.add_argument("--fori", action="store_true", help="the fori_loop jacobi-2d row instead")
@@ -424,40 +486,38 @@ def main(argv: list[str] | None = None) -> None:
     if args.workloads:
         workloads_table(args.device)
         return
-    names = args.kernels or list(kernels())
+    names = args.kernels or (workload_names() if args.bench else list(kernels()))
     if args.child_first:
-        print(json.dumps(first_call(names[0], args.device)))
+        print(json.dumps(first_call(names[0], args.device, args.size)))
         return
     if args.second:
-        second_table(names, args.device)
+        second_table(names, args.device, args.size)
         return
     if args.child:
-        child(names[0], args.device, args.profile)
+        child(names[0], args.device, args.profile, args.size)
         return
-    print(f"first value_and_grad call, device={args.device}, CPU seconds per stage (g++ included; cold: fresh "
-          "process, empty shader cache); wall: the whole child process")
-    header = (f"{'kernel':<12} {'tasklets':>9} {'kernels':>7} " + " ".join(f"{s:>13}" for s in STAGES)
-              + f" {'total':>7} {'wall':>6}  compile wall: Slang front end / backend (Slang codegen + g++ or driver), level")
-    print(header)
+    print(f"first value_and_grad call, device={args.device}, workloads at size {args.size}: CPU seconds per "
+          "stage (cold: fresh process, empty caches); compile = Slang (front end and C++ generation) + g++ "
+          "(its child processes' CPU s); wall: the whole child process, Python's start and imports included")
+    print("| program | tasklets fw/bw | kernels | " + " | ".join(STAGES) + " | of which g++ | total | wall | level |")
+    print("|---" * (len(STAGES) + 7) + "|")
     for name in names:
         with tempfile.TemporaryDirectory() as cache_home:
             env = dict(os.environ, XDG_CACHE_HOME=cache_home, SYMDIFF_CACHE_DIR=cache_home)
             cmd = [sys.executable, "-m", "bench.first_call", "--child", "--device", args.device,
-                   "--profile", str(args.profile), name]
+                   "--profile", str(args.profile), "--size", args.size, name]
             start = time.perf_counter()
             proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
             wall = time.perf_counter() - start
         if args.profile:
             print(proc.stderr, file=sys.stderr)
         if proc.returncode:
-            print(f"{name:<12} FAILED: {proc.stderr.strip().splitlines()[-1:]}")
+            print(f"| {name} | FAILED: {proc.stderr.strip().splitlines()[-1:]} |")
             continue
         t = json.loads(proc.stdout.strip().splitlines()[-1])
-        tasklets = f"{t['tasklets_fw']}/{t['tasklets_bw']}"
-        print(f"{name:<12} {tasklets:>9} {t['kernels']:>7} " + " ".join(f"{t[s]:>13.2f}" for s in STAGES)
-              + f" {sum(t[s] for s in STAGES):>7.2f} {wall:>6.1f}  {t['front_end_wall']:.2f} / {t['backend_wall']:.2f}, "
-              f"{t['level']}", flush=True)
-
+        print(f"| {name} | {t['tasklets_fw']}/{t['tasklets_bw']} | {t['kernels']} | "
+              + " | ".join(f"{t[s]:.2f}" for s in STAGES)
+              + f" | {t['gxx']:.2f} | {sum(t[s] for s in STAGES):.2f} | {wall:.1f} | {t['level']} |", flush=True)
 
 if __name__ == "__main__":
     main()

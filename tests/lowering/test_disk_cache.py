@@ -2,11 +2,14 @@
 process gets the same numbers from them, anything that changes the generated
 code misses, and a corrupt entry is rebuilt, never used.  Every test points
 SYMDIFF_CACHE_DIR at a temporary directory: the user's cache is never touched."""
+import ctypes
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -292,3 +295,40 @@ def test_generated_source_does_not_depend_on_string_hashing():
                              capture_output=True, text=True, check=True)
         digests.add(run.stdout.strip().splitlines()[-1])
     assert len(digests) == 1
+
+
+PRELUDE = "#include <vector>\n#include <functional>\nstatic int twice(int x) { return 2 * x; }\n"
+
+
+@pytest.mark.skipif(os.name != "posix" or shutil.which("g++") is None, reason="needs g++ and the POSIX wrapper")
+def test_shared_prelude_is_precompiled_once_and_used(tmp_path, monkeypatch):
+    """The first library compile starts a background build of its prelude's
+    precompiled header (the text before the first ``#line``); a later module
+    with the same prelude compiles through it, to a library computing the same."""
+    monkeypatch.delenv(compiler_cache.EXTRA_ENV, raising=False)
+    store, bin_dir = tmp_path / "binaries", str(tmp_path / "bin")
+
+    def compile_(own: str) -> ctypes.CDLL:
+        src, out = tmp_path / f"unknown-{abs(hash(own))}.cpp", tmp_path / f"lib{abs(hash(own))}.so"
+        src.write_text(PRELUDE + '#line 1 "core"\n' + own)
+        assert compiler_cache.main([str(store), bin_dir, "g++", "-O1", "-fPIC", "-shared", "-o", str(out),
+                                    str(src)]) == 0
+        return ctypes.CDLL(str(out))
+
+    assert compile_('extern "C" int f(int x) { return twice(x) + 1; }').f(20) == 41
+    header = next(store.glob("pch/*/*/prelude.h"))
+    assert header.read_text() == PRELUDE
+    deadline = time.monotonic() + 60
+    while not Path(f"{header}.gch").exists():  # built by a detached process
+        assert time.monotonic() < deadline, "no precompiled header after 60 s"
+        time.sleep(0.1)
+    included = []
+    real_call = subprocess.call
+
+    def call(args, **kwargs):
+        sources = [a for a in args if str(a).endswith(".cpp")]
+        included.extend(Path(s).read_text().splitlines()[0] for s in sources)
+        return real_call(args, **kwargs)
+    monkeypatch.setattr(compiler_cache.subprocess, "call", call)
+    assert compile_('extern "C" int g(int x) { return twice(x) - 1; }').g(20) == 39
+    assert included == [f'#include "{header}"']
