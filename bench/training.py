@@ -1,6 +1,6 @@
 """A training step of a PyTorch model: sd.compile_module against torch eager and torch.compile.
 
-    python -m bench.training [--device cpu] [--models lenet transformer] [--budget 2]
+    python -m bench.training [--device cpu] [--models lenet transformer] [--warmup 20] [--budget 2] [--threads N]
 
 One step is what a training loop does per batch: ``zero_grad``, the forward
 pass (the loss), ``backward``, an SGD step with momentum.  Three copies of
@@ -9,14 +9,21 @@ one model start from the same weights: plain torch (eager autograd),
 ``sd.compile_module(model)`` on the symdiff device; each steps its own
 parameters with its own optimiser on the same batch.  The models are the
 examples' (examples/torch_lenet.py, examples/torch_transformer.py at their
-default sizes).  Times: ``min / median`` ms of warm steps (bench.timing),
-``first`` the first step's seconds (symdiff's includes tracing the backward
-and compiling its kernels; compile_module itself traced and compiled the
-forward before, timed as ``compile``).  Before the timing, the first step's
+default sizes).  Times: ``min / median`` ms of steps (bench.timing) after
+``--warmup`` seconds of steps, ``first`` the first step's seconds (symdiff's
+includes tracing the backward and compiling its kernels; compile_module
+itself traced and compiled the forward before, timed as ``compile``).  The
+warm-up matters on symdiff's CPU device: a module of many kernels over few
+points compiles at g++ -O0 first and again at -O3 once its calls have cost
+twice that compile (``lowering.runtime``'s hot recompile), which takes a LeNet
+step some 10-20 s; a training run of any length pays it once.  Before the timing, the first step's
 parameter gradients of each copy are compared with eager torch's (max
 relative L2 error over parameters); a copy above 1e-3 shows WRONG, not times.
-torch runs on the CPU with its default threads (both cores here); the load
-average is printed at the start and the end.
+torch runs on the CPU with its default threads (both cores here) unless
+``--threads`` says otherwise: on a loaded machine its threads wait for each
+other at every operator (a transformer step took 1.5 s at load 12, 2 threads),
+so compare with ``--threads 1`` there.  The load average is printed at the
+start and the end.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import argparse
 import copy
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,7 +76,16 @@ def error(grads: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
                for g, r in zip(grads, reference))
 
 
-def rows(name: str, device: str, budget: float) -> list[tuple[str, str, str, str]]:
+def warm(step: Callable[[], Any], seconds: float) -> int:
+    """Steps run for ``seconds``: how many."""
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        count += 1
+    return count
+
+
+def rows(name: str, device: str, warmup: float, budget: float) -> list[tuple[str, str, str, str]]:
     """(model, runner, first step / compile, steady step) cells."""
     torch.manual_seed(0)
     model, batch = models()[name]()
@@ -86,13 +103,15 @@ def rows(name: str, device: str, budget: float) -> list[tuple[str, str, str, str
             if wrong > TOLERANCE:
                 out.append((name, runner, f"{first:.1f} s", f"WRONG (grad err {wrong:.1e})"))
                 continue
+            warmed = warm(step, warmup)
             timing, _ = measure(step, budget=budget, k_max=50, limit=600.0)
         except Exception as exc:  # a runner that fails is a row saying so
             out.append((name, runner, "", describe(exc)))
             continue
         setup = f" (+ compile {compile_seconds:.1f} s)" if runner.startswith("symdiff") else ""
         out.append((name, runner, f"{first:.1f} s{setup}",
-                    f"{timing.min * 1e3:8.2f} / {timing.median * 1e3:8.2f} ms (k={timing.k}, grad err {wrong:.0e})"))
+                    f"{timing.min * 1e3:8.2f} / {timing.median * 1e3:8.2f} ms (k={timing.k} after {warmed} steps; "
+                    f"grad err {wrong:.0e})"))
     return out
 
 
@@ -100,12 +119,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="symdiff's device (cpu, vulkan, numpy)")
     parser.add_argument("--models", nargs="+", default=list(models()), choices=list(models()))
+    parser.add_argument("--warmup", type=float, default=20.0, help="seconds of steps per runner before timing")
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed steps per runner")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     opts = parser.parse_args()
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
     print(f"load average at start {os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}")
     print(f"{'model':<12} {'runner':<14} {'first step':<24} step min / median")
     for name in opts.models:
-        for model, runner, first, steady in rows(name, opts.device, opts.budget):
+        for model, runner, first, steady in rows(name, opts.device, opts.warmup, opts.budget):
             print(f"{model:<12} {runner:<14} {first:<24} {steady}", flush=True)
     print(f"load average at end {os.getloadavg()[0]:.2f}")
 

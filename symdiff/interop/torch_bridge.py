@@ -54,6 +54,21 @@ def _torch_dtype(dtype: np.dtype) -> "torch.dtype":
     return getattr(torch, np.dtype(dtype).name)
 
 
+def as_tensor(out: Any, arrays: Sequence[np.ndarray], like: Sequence["torch.Tensor"]) -> "torch.Tensor":
+    """A program result as a new tensor on the arguments' device: a view of the
+    kernels' buffer where it is host memory, else the host array (copied when
+    it is an argument returned as is, or read-only)."""
+    import torch
+    if isinstance(out, lowering.DeviceArray):
+        tensor = torch.from_dlpack(out)  # a view of the kernels' buffer
+    else:
+        out = np.asarray(out)
+        if not out.flags.writeable or any(np.may_share_memory(out, a) for a in arrays):
+            out = out.copy()  # an argument returned as is (numpy device): a custom op's output is new
+        tensor = torch.from_numpy(out)
+    return tensor.to(like[0].device) if like else tensor
+
+
 class TorchFunction:
     """A program as a torch function (made by ``sd.to_torch``).
 
@@ -89,21 +104,10 @@ class TorchFunction:
     # -- the op's parts: forward, fake, autograd ---------------------------------------
     def _forward(self, *tensors: "torch.Tensor") -> list["torch.Tensor"]:
         """Run the program on the tensors' memory; results as new tensors."""
-        import torch
         arrays = [t.detach().cpu().numpy() for t in tensors]
         device = self.device or self.program.device
         outs = self.program(*arrays, device=device, device_arrays=dlpack.in_host_memory(resolve(device)))
-        results = []
-        for out in outs if isinstance(outs, tuple) else (outs,):
-            if isinstance(out, lowering.DeviceArray):
-                tensor = torch.from_dlpack(out)  # a view of the kernels' buffer
-            else:
-                out = np.asarray(out)
-                if not out.flags.writeable or any(np.may_share_memory(out, a) for a in arrays):
-                    out = out.copy()  # an argument returned as is (numpy device): a custom op's output is new
-                tensor = torch.from_numpy(out)
-            results.append(tensor.to(tensors[0].device) if tensors else tensor)
-        return results
+        return [as_tensor(out, arrays, tensors) for out in (outs if isinstance(outs, tuple) else (outs,))]
 
     def _fake(self, *tensors: "torch.Tensor") -> list["torch.Tensor"]:
         """Outputs' shapes and dtypes, for torch.compile's tracing (no run)."""

@@ -1,14 +1,15 @@
 """``sd.compile_module``: a PyTorch module whose forward is a symdiff program
 and whose backward is that program's generated backward pass.
 
-The compiled module holds the original module as its child, so its
-parameters and buffers *are* the original ones: an optimiser stepping either
-module's ``parameters()`` changes what both compute.  Each call passes the
-parameters and buffers to the program as arguments (nothing is copied at
-compile time), through the ``sd.to_torch`` bridge, which gives torch's
-autograd the program's VJP.  Before a call in training it draws each
-dropout's noise from torch's generator, as torch's CPU dropout does (same
-order, same values); after it, copies each batch norm's new running
+The compiled module holds the original module as its child, so its parameters
+and buffers *are* the original ones: an optimiser stepping either module's
+``parameters()`` changes what both compute.  Each call passes the parameters
+and buffers to the program as arguments (nothing is copied at compile time),
+through the ``sd.to_torch`` bridge, which gives torch's autograd the
+program's VJP; a scalar loss in training runs the program's fused value and
+gradient instead, once (``fused_loss``).  Before a call in training it draws
+each dropout's noise from torch's generator, as torch's CPU dropout does
+(same order, same values); after it, copies each batch norm's new running
 statistics into its buffers and counts the batch, as torch does.
 
 Per combination of training modes the module is traced once with
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from ..program import differentiable_program
+from .fused_loss import fused_loss
 from .programs import output_specs
 from .torch_bridge import TorchFunction, _numpy_dtype
 from .torch_graph import ModuleCompileError, ModuleGraph, modes
@@ -36,6 +38,7 @@ class _Compiled:
         self.program = differentiable_program(self.graph.program_function(), device=device, **options)
         self.bridge = TorchFunction(self.program, None, device)
         self.noise_shapes: dict[tuple, list] = {}
+        self.scalar: dict[tuple, bool] = {}  # argument shapes -> whether the one output is a float scalar
 
     def arguments(self, inputs: tuple, draw: bool = True) -> list[torch.Tensor]:
         if len(inputs) != len(self.graph.inputs):
@@ -63,6 +66,18 @@ class _Compiled:
             out.append(torch.empty(shape, dtype=getattr(torch, dtype)).bernoulli_(keep).div_(keep))
         return out
 
+    def _loss_in_training(self, arguments: list[torch.Tensor]) -> bool:
+        """Whether the call's one output is a float scalar that torch will
+        differentiate: then ``fused_loss`` runs forward and backward at once."""
+        if self.graph.batchnorms or len(self.graph.output_leaves) != 1 or not torch.is_grad_enabled() or \
+                not any(t.requires_grad for t in arguments):
+            return False
+        key = tuple((tuple(t.shape), t.dtype) for t in arguments)
+        if key not in self.scalar:
+            ((shape, dtype),) = output_specs(self.program, [(k[0], _numpy_dtype(k[1])) for k in key])
+            self.scalar[key] = shape == () and dtype.kind == "f" and not self.graph.cast_back
+        return self.scalar[key]
+
     def trace(self, inputs: tuple) -> None:
         """Trace the program for these inputs now (errors at compile time)."""
         tensors = self.arguments(inputs, draw=False)
@@ -74,7 +89,8 @@ class _Compiled:
             layer = self.graph.module.get_submodule(path)
             if layer.num_batches_tracked is not None:
                 layer.num_batches_tracked.add_(1)
-        outs = self.bridge(*self.arguments(inputs))
+        arguments = self.arguments(inputs)
+        outs = fused_loss(self.bridge, arguments) if self._loss_in_training(arguments) else self.bridge(*arguments)
         outs = list(outs) if isinstance(outs, tuple) else [outs]
         count = len(self.graph.output_leaves)
         with torch.no_grad():

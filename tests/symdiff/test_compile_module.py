@@ -193,6 +193,28 @@ def test_operator_matches_torch(name):
     _compare(module, make_inputs(), steps=2 if name.startswith("batch_norm") else 1, rtol=LOOSER.get(name, RTOL))
 
 
+def test_scalar_loss_runs_fused_and_differentiates_twice():
+    """A scalar loss in training comes from one value_and_grad run; backward
+    scales its gradient by the cotangent, and create_graph=True still gives
+    torch's second derivatives (through the VJP program)."""
+    torch.manual_seed(4)
+    module = Fn(lambda x, w: torch.tanh(x @ w).sum(), (5, 3))
+    twin = __import__("copy").deepcopy(module)
+    compiled = sd.compile_module(module, _x(4, 5).detach(), device="numpy")
+    x = _x(4, 5)
+    loss = compiled(x)
+    assert type(loss.grad_fn).__name__ == "FusedLossBackward"
+    (ours,) = torch.autograd.grad(loss * 3, list(module.parameters()))
+    (theirs,) = torch.autograd.grad(twin(x) * 3, list(twin.parameters()))
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=RTOL, atol=ATOL)
+    for net in (compiled, twin):
+        (grad,) = torch.autograd.grad(net(x), list(net.parameters()), create_graph=True)
+        (curvature,) = torch.autograd.grad((grad * grad).sum(), list(net.parameters()))
+        if net is compiled:
+            ours = curvature
+    np.testing.assert_allclose(ours.numpy(), curvature.numpy(), rtol=RTOL, atol=ATOL)
+
+
 def test_batch_norm_eval_uses_running_stats():
     torch.manual_seed(1)
     module = nn.Sequential(nn.Linear(3, 4, dtype=torch.float64), nn.BatchNorm1d(4, dtype=torch.float64))
