@@ -40,6 +40,12 @@ def _pivoting(*shape, dtype="float64"):
     return a.astype(dtype)
 
 
+def _zero_below(a):
+    """Column 1 zero below the diagonal: LAPACK makes no reflection there (its sign stays)."""
+    a[2:, 1], a[1, 1] = 0.0, -2.0
+    return a
+
+
 def _tol(dtype):
     return dict(rtol=2e-4, atol=2e-5) if dtype == "float32" else dict(rtol=1e-10, atol=1e-12)
 
@@ -57,21 +63,25 @@ CASES = {
     "inv": ("linalg.inv", lambda: [_pivoting(2, 5, 5)], {}),
     "det": ("linalg.det", lambda: [_pivoting(2, 5, 5)], {}),
     "slogdet_f32": ("linalg.slogdet", lambda: [_pivoting(2, 5, 5, dtype="float32")], {}),
+    "qr_tall": ("linalg.qr", lambda: [_zero_below(rng.normal(size=(7, 4)))], {}),
+    "qr_wide_f32": ("linalg.qr", lambda: [rng.normal(size=(2, 3, 5)).astype("float32")], {}),
 }
-ON_CPU = ("cholesky_batch_f32", "solve_batch")   # one thread per matrix: the same steps; g++ compiles each
+ON_CPU = ("cholesky_batch_f32", "solve_batch", "qr_tall")   # one thread per matrix: the same steps; g++ compiles each
 
 
 def _numpy(op: str, inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
     a = inputs[0].astype(np.float64)
     if op == "linalg.solve_triangular":
-        b = np.broadcast_to(inputs[1], np.broadcast_shapes(a.shape[:-2], inputs[1].shape[:-2]) + inputs[1].shape[-2:])
+        batch = np.broadcast_shapes(a.shape[:-2], inputs[1].shape[:-2])
+        b = np.broadcast_to(inputs[1], batch + inputs[1].shape[-2:])
         a = np.broadcast_to(a, b.shape[:-2] + a.shape[-2:])
         pairs = zip(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
-        return [np.stack([scipy_linalg.solve_triangular(x, y, lower=params["lower"]) for x, y in pairs]).reshape(b.shape)]
+        solved = [scipy_linalg.solve_triangular(x, y, lower=params["lower"]) for x, y in pairs]
+        return [np.stack(solved).reshape(b.shape)]
     if op == "linalg.solve":
         return [np.linalg.solve(a, inputs[1])]
     out = getattr(np.linalg, op.split(".")[1])(a)
-    return list(out) if op == "linalg.slogdet" else [out]
+    return list(out) if op in ("linalg.slogdet", "linalg.qr") else [out]
 
 
 def _device_cases():

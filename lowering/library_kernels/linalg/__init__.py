@@ -1,6 +1,6 @@
 """Device kernels for ``np.linalg``'s library ops (``ir.library.linalg``):
-Cholesky, triangular solves and LU with partial pivoting (solve, inv, det,
-slogdet), one workgroup per matrix (``workgroup``).
+Cholesky, triangular solves, LU with partial pivoting (solve, inv, det,
+slogdet) and Householder QR, one workgroup per matrix (``workgroup``).
 
 Each builder takes the node's concrete shapes and returns None, so that the
 node stays a host step (numpy's LAPACK), where:
@@ -19,7 +19,7 @@ node stays a host step (numpy's LAPACK), where:
 * slogdet is float64 on a target whose double ``log`` is wrong (lavapipe,
   ``Target.float64_transcendentals``).
 
-qr, eigh and svd have no kernel yet: they run as host steps everywhere.
+eigh and svd have no kernel yet: they run as host steps everywhere.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import math
 
 from ...targets import Target
 from .. import Kernel, Spec, register
-from . import cholesky, lu, triangular
+from . import cholesky, lu, qr, triangular
 from .workgroup import MAX_GROUPS, MAX_N
 
 
@@ -42,6 +42,12 @@ def _fits(target: Target, batch: tuple[int, ...], n: int) -> bool:
 def _cholesky(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
     ((shape, dtype),) = inputs
     return cholesky.build(target, shape[:-2], shape[-1], dtype) if _fits(target, shape[:-2], shape[-1]) else None
+
+
+def _qr(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
+    ((shape, dtype),) = inputs
+    m, n = shape[-2:]
+    return qr.build(target, shape[:-2], m, n, dtype) if _fits(target, shape[:-2], max(m, n)) else None
 
 
 def _solves(triangular_: bool):
@@ -65,6 +71,7 @@ def _factorised(mode: str):
 
 
 register("linalg.cholesky", _cholesky)
+register("linalg.qr", _qr)
 register("linalg.solve_triangular", _solves(True))
 register("linalg.solve", _solves(False))
 for _mode in ("inv", "det", "slogdet"):
