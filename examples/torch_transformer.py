@@ -7,15 +7,16 @@ tokens and a linear head.  `sd.compile_module` runs the encoder layers from
 their maths (torch.fx cannot trace their fused fast paths), forward and
 backward as symdiff's kernels, holding the model's own parameters; SGD with
 momentum steps them (Adam would do too, but it divides each gradient by its
-running magnitude, so a near-zero gradient's float32 rounding moves a weight
-by a whole step: the float32 runs would part from float64 by ~1e-2, symdiff's
-and torch's alike, and say nothing about either).  As in torch_lenet.py a plain-torch float32 copy and a float64 reference
-train on the same batches (examples/in_step.py), and the script prints how far
-each float32 run's weights drifted from the float64 one.  The task: sequences
-of random tokens, padded to a common length, whose class is which of the first
-three tokens occurs most often.  The encoder's dropout is 0.0: torch draws
-attention dropout inside its fused kernels, which a compiled module cannot
-reproduce (sd.compile_module refuses it in training).
+running magnitude, so a near-zero gradient's float32 rounding moves a weight by
+a whole step: the float32 runs would part from float64 by ~1e-2, symdiff's and
+torch's alike, and say nothing about either).  As in torch_lenet.py a
+plain-torch float32 copy and a float64 reference train on the same batches
+(examples/in_step.py), and the script prints how far each float32 run's weights
+drifted from the float64 one.  The task: sequences of random tokens, padded to
+a common length, whose class is which of the first three tokens occurs most
+often.  The encoder's dropout is 0.0: torch draws attention dropout inside its
+fused kernels, which a compiled module cannot reproduce (sd.compile_module
+refuses it in training).
 
 Run:  python examples/torch_transformer.py [--steps 100] [--device cpu|vulkan|numpy] [--dim 32] [--batch 16]
 """
