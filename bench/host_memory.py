@@ -11,12 +11,15 @@ first call the executable's buffers and compiled code), and ``planned`` the
 executables' buffers for intermediates and results (``stats()["peak_bytes"]``;
 0 on the numpy device, which plans none; argument uploads come on top).  On slangpy's CPU
 device and on lavapipe device memory is host memory, so this counts it too.
-``--memory-budget F`` runs the program under ``memory_budget`` of F times x's
+``held once dropped`` (the last call's row): what stays over the resident memory
+before the first call once the program, its results and ``sd.clear_caches()``
+are gone (compiled code stays).  ``--memory-budget F`` runs the program under ``memory_budget`` of F times x's
 bytes (store vs recompute, ``symdiff.memory_budget``).  Linux only.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import subprocess
 import sys
@@ -46,6 +49,7 @@ def child(device: str, n: int, calls: int, budget: float | None = None) -> list[
 
     x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
     out, rows = None, []
+    start = _status("VmRSS")
     for k in range(calls):
         out = None  # the caller drops the previous result first
         base = _status("VmRSS")
@@ -58,6 +62,10 @@ def child(device: str, n: int, calls: int, budget: float | None = None) -> list[
         rows.append({"call": k, "peak": (_status("VmHWM") - base) / x.nbytes,
                      "after": (_status("VmRSS") - base) / x.nbytes, "planned": planned / x.nbytes,
                      "seconds": seconds})
+    out = loss = None  # the program, its results and the caches dropped: what stays is held by nobody's data
+    sd.clear_caches()
+    gc.collect()
+    rows[-1]["dropped"] = (_status("VmRSS") - start) / x.nbytes
     return rows
 
 
@@ -77,7 +85,7 @@ def main() -> None:
     print(f"value_and_grad of mean(tanh(x) * x), x {n:,} float32 ({4 * n / 2**30:.2f} GiB)"
           + (f", memory_budget {args.memory_budget}x its bytes" if budget else "")
           + ": process peak over the resident memory before the call, in units of x's bytes\n")
-    print("| device | call | peak | after | planned | s |\n|---|---|---|---|---|---|")
+    print("| device | call | peak | after | planned | s | held once dropped |\n|---|---|---|---|---|---|---|")
     for device in args.devices:
         proc = subprocess.run([sys.executable, "-m", "bench.host_memory", "--child", device, "--n", str(n),
                                "--calls", str(args.calls), *budget], capture_output=True, text=True)
@@ -87,7 +95,8 @@ def main() -> None:
             continue
         for row in json.loads(proc.stdout.strip().splitlines()[-1]):
             print(f"| {device} | {row['call'] + 1} | +{row['peak']:.2f}x | +{row['after']:.2f}x | "
-                  f"{row['planned']:.2f}x | {row['seconds']:.2f} |")
+                  f"{row['planned']:.2f}x | {row['seconds']:.2f} | "
+                  + (f"+{row['dropped']:.2f}x |" if "dropped" in row else "|"))
 
 
 if __name__ == "__main__":

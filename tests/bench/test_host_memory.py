@@ -12,6 +12,7 @@ def test_child_measures_each_call():
     assert [r["call"] for r in rows] == [0, 1]
     for r in rows:
         assert r["peak"] >= r["after"] and isinstance(r["seconds"], float)  # a time is recorded; speed is bench's
+    assert isinstance(rows[-1]["dropped"], float)  # what stays once everything is dropped: reported, not bounded
 
 
 
