@@ -29,6 +29,9 @@ class Trace:
         # an array of an enclosing trace used here (a loop body's closure) -> an array of this trace;
         # None: such a use is an error (see traced_array.localized and symdiff.loops)
         self.capture = None
+        # container -> weak references to the read-only views standing for numpy copies of it (np.roll,
+        # np.tile...: traced_array.TracedArray); a write to the container makes them copies first (emit.write)
+        self.copies: dict[str, list] = {}
 
     def fresh(self, base: str) -> str:
         """A name unique within this trace (connectors, map symbols)."""

@@ -173,6 +173,7 @@ def write(op: str, target: TracedArray, view_index, domain: tuple[Range, ...], e
         made_by = target.writable if isinstance(target.writable, str) else "np.broadcast_to"
         raise UnsupportedOperationError(op, f"cannot write into a read-only view ({made_by}); write into a copy "
                                             "of it (.copy()) instead")
+    _materialize_copies(trace, target.container)
     if empty_domain(domain):
         _write_empty(op, target, view_index, domain, accumulate)
         return
@@ -202,6 +203,23 @@ def write(op: str, target: TracedArray, view_index, domain: tuple[Range, ...], e
             if not full and not _known_zero(trace, cur):
                 _copy(trace, cur, dst, None, sympy.Not(cond))
     add_tasklet(trace, op, domain, {OUT: expr}, reads, {OUT: (dst, index, accumulate)})
+
+
+def _materialize_copies(trace: Trace, name: str) -> None:
+    """Before ``name`` changes: each live read-only view of it that stands for
+    a numpy copy (``np.roll``, ``np.tile``...: an index map, no tasklet, as
+    long as nothing writes the container) becomes a copy of its current
+    values, so it keeps them, as numpy's copy does."""
+    for ref in trace.copies.pop(name, ()):
+        view = ref()
+        if view is None:
+            continue
+        out = new_array(trace, view.sym_shape, view.dtype_name, "copy")
+        syms = domain_symbols(len(view.sym_shape))
+        reads: dict = {}
+        write("copy", out, syms, tuple((s, 0, d) for s, d in zip(syms, view.sym_shape)),
+              read(view, syms, "x", reads), reads)
+        view.container, view.index = out.container, out.index
 
 
 def _write_empty(op: str, target: TracedArray, view_index, domain: tuple[Range, ...],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import weakref
 
 import numpy as np
 import sympy
@@ -136,8 +137,11 @@ class TracedArray(Operators):
         # container index as a function of this view's placeholders (identity for a whole container)
         # (sympified: a view map may hold a plain 0, e.g. a broadcast axis, that a later view substitutes into)
         self.index = tuple(sympy.sympify(e) for e in index) if index is not None else placeholders(len(self._shape))
-        # True, False, or the name of the op whose result this read-only view is (a message names it)
+        # True, False, or the name of the op whose result this read-only view is (a message names it): a
+        # numpy copy, so a later write to the container must not show through it (emit.write copies it first)
         self.writable = writable
+        if isinstance(writable, str):
+            trace.copies.setdefault(container, []).append(weakref.ref(self))
         # numpy's a[0] on a 1-d array is a scalar copy: in-place ops on it must not write through
         self.scalar_copy = scalar_copy
 
