@@ -463,6 +463,7 @@ class Generator:
             kinds += ["matmul", "matmul"]
         if shape:
             kinds += ["gather"]
+        kinds += ["einsum", "reshuffle", "diagonal", "select", "scan"]   # issue 31's operations
         for _ in range(4):
             node = getattr(self, "gen_" + self.pick(kinds))(shape, depth - 1)
             if node is not None:
@@ -640,6 +641,141 @@ class Generator:
         else:
             tpl = f"{{ns}}.take({{0}}, {idx}, axis={axis})"
         return Node(tpl, [self.expr(inner, depth)], shape, refs=(idx,))
+
+    # -- issue 31: contractions, index reshuffles, diagonals, selections, scans
+    def gen_einsum(self, shape, depth):
+        """A two-operand einsum (summed letters, shared batch letters, sometimes a
+        diagonal read) or tensordot whose result has ``shape``."""
+        if shape and self.p(0.3):
+            cut = int(self.rng.integers(0, len(shape) + 1))
+            summed = tuple(self.extent() for _ in range(self.pick([1, 1, 2])))
+            a, b = shape[:cut] + summed, summed + shape[cut:]
+            if max(len(a), len(b)) > MAX_NDIM:
+                return None
+            return Node(f"{{ns}}.tensordot({{0}}, {{1}}, {len(summed)})", [self.expr(a, depth), self.expr(b, depth)],
+                        shape)
+        out = "abc"[:len(shape)]
+        summed = "xy"[:self.pick([1, 1, 2])]
+        size = dict(zip(out, shape)) | {c: self.extent() for c in summed}
+        la, lb = list(summed), list(summed)
+        for c in out:
+            side = self.pick(["a", "b", "both"])
+            (la if side != "b" else lb).append(c)
+            if side == "both":
+                lb.append(c)
+        la, lb = ([str(c) for c in self.rng.permutation(x)] for x in (la, lb))
+        if self.p(0.2):   # a diagonal: one summed letter twice in an operand
+            la.insert(int(self.rng.integers(0, len(la) + 1)), summed[0])
+        if len(la) > MAX_NDIM or len(lb) > MAX_NDIM:
+            return None
+        spec = f"{''.join(la)},{''.join(lb)}->{out}"
+        kids = [self.expr(tuple(size[c] for c in la), depth), self.expr(tuple(size[c] for c in lb), depth)]
+        return Node(f"{{ns}}.einsum('{spec}', {{0}}, {{1}})", kids, shape)
+
+    def gen_reshuffle(self, shape, depth):
+        """roll, flip, pad (every mode), tile or repeat with result ``shape``."""
+        if not shape:
+            return None
+        nd = len(shape)
+        ax = int(self.rng.integers(nd))
+        kind = self.pick(["roll", "flip", "pad", "tile", "repeat"])
+        if kind == "roll":
+            shift = int(self.rng.integers(-7, 8))
+            where = "" if self.p(0.3) else f", axis={ax - nd if self.p(0.3) else ax}"
+            return Node(f"{{ns}}.roll({{0}}, {shift}{where})", [self.expr(shape, depth)], shape)
+        if kind == "flip":
+            where = "" if self.p(0.2) else f", axis={ax}"
+            return Node(f"{{ns}}.flip({{0}}{where})", [self.expr(shape, depth)], shape)
+        if kind == "pad":
+            mode = self.pick(["constant", "edge", "reflect", "symmetric", "wrap"])
+            least = 1 if mode in ("constant", "edge") else 2
+            room = shape[ax] - least
+            if room < 1:
+                return None
+            total = int(self.rng.integers(1, room + 1))
+            if mode in ("reflect", "symmetric", "wrap"):
+                total = min(total, shape[ax] - total)   # pads no wider than the array they mirror
+                if total < 1:
+                    return None
+            before = int(self.rng.integers(0, total + 1))
+            inner = shape[:ax] + (shape[ax] - total,) + shape[ax + 1:]
+            widths = tuple((before, total - before) if k == ax else (0, 0) for k in range(nd))
+            return Node(f"{{ns}}.pad({{0}}, {widths}, mode='{mode}')", [self.expr(inner, depth)], shape)
+        reps = [r for r in (2, 3) if shape[ax] % r == 0]
+        if not reps:
+            return None
+        r = self.pick(reps)
+        inner = shape[:ax] + (shape[ax] // r,) + shape[ax + 1:]
+        if kind == "tile":
+            counts = tuple(r if k == ax else 1 for k in range(nd))
+            return Node(f"{{ns}}.tile({{0}}, {counts})", [self.expr(inner, depth)], shape)
+        return Node(f"{{ns}}.repeat({{0}}, {r}, axis={ax})", [self.expr(inner, depth)], shape)
+
+    def gen_diagonal(self, shape, depth):
+        """triu/tril, trace, diag (both ways) or diagonal with result ``shape``."""
+        if len(shape) >= 2 and self.p(0.4):
+            k = int(self.rng.integers(-1, 2))
+            return Node(f"{{ns}}.{self.pick(['triu', 'tril'])}({{0}}, {k})", [self.expr(shape, depth)], shape)
+        if len(shape) == 2 and shape[0] == shape[1] and self.p(0.5):
+            return Node("{ns}.diag({0})", [self.expr(shape[:1], depth)], shape)
+        if len(shape) < MAX_NDIM - 1 or (not shape and self.p(0.5)):
+            n = self.extent()
+            if not shape:
+                return Node("{ns}.trace({0})", [self.expr((n, self.extent()), depth)], shape)
+            if len(shape) == 1 and self.p(0.5):
+                k = int(self.rng.integers(-1, 2))
+                inner = (shape[0] + max(-k, 0), shape[0] + max(k, 0))
+                return Node(f"{{ns}}.diag({{0}}, {k})", [self.expr(inner, depth)], shape)
+            inner = (shape[0], n) + shape[1:] if self.p(0.5) else shape + (n,)
+            a1, a2 = (0, len(inner) - 1) if inner[0] == shape[0] and inner[1] == n else (len(inner) - 1, 0)
+            if inner[a1] != inner[a2]:
+                inner = tuple(shape[0] if k in (a1, a2) else d for k, d in enumerate(inner))
+                rest = tuple(d for k, d in enumerate(inner) if k not in (a1, a2)) + (shape[0],)
+                if rest != shape:
+                    return None
+            fn = self.pick([f"{{ns}}.diagonal({{0}}, 0, {a1}, {a2})", f"{{ns}}.trace({{0}}, 0, {a1}, {a2})"])
+            out = tuple(d for k, d in enumerate(inner) if k not in (a1, a2))
+            if fn.startswith("{ns}.diagonal"):
+                out = out + (inner[a1],)
+            return Node(fn, [self.expr(inner, depth)], shape) if out == shape else None
+        return None
+
+    def gen_select(self, shape, depth):
+        """sort, a gather through argsort, take_along_axis with an index
+        argument, or a quantile / median reduction to ``shape``."""
+        r = self.rng.random()
+        if shape and r < 0.25:
+            ax = int(self.rng.integers(len(shape)))
+            return Node(f"{{ns}}.sort({{0}}, axis={ax - len(shape) if self.p(0.3) else ax})",
+                        [self.expr(shape, depth)], shape)
+        if shape and r < 0.45:
+            ax = int(self.rng.integers(len(shape)))
+            return Node(f"{{ns}}.take_along_axis({{0}}, {{ns}}.argsort({{1}}, axis={ax}), axis={ax})",
+                        [self.expr(shape, depth), self.expr(shape, depth)], shape)
+        if len(shape) == 1 and r < 0.55:
+            m = self.extent()
+            idx = self.new_index(shape[0], m)
+            return Node(f"{{ns}}.take_along_axis({{0}}, {idx}, axis=0)", [self.expr((m,), depth)], shape,
+                        refs=(idx,))
+        if len(shape) >= MAX_NDIM:
+            return None
+        at = int(self.rng.integers(0, len(shape) + 1))
+        inner = shape[:at] + (self.extent(),) + shape[at:]
+        q = self.pick([0.0, 0.25, 0.5, 0.7, 1.0])
+        fn = self.pick([f"{{ns}}.median({{0}}, axis={at})", f"{{ns}}.quantile({{0}}, {q}, axis={at})",
+                        f"{{ns}}.percentile({{0}}, {100 * q}, axis={at})"])
+        return Node(fn, [self.expr(inner, depth)], shape)
+
+    def gen_scan(self, shape, depth):
+        """cumsum, cumprod or diff along an axis of ``shape``."""
+        if not shape:
+            return None
+        ax = int(self.rng.integers(len(shape)))
+        kind = self.pick(["cumsum", "cumsum", "cumprod", "diff"])
+        if kind == "diff":
+            inner = shape[:ax] + (shape[ax] + 1,) + shape[ax + 1:]
+            return Node(f"{{ns}}.diff({{0}}, axis={ax})", [self.expr(inner, depth)], shape)
+        return Node(f"{{ns}}.{kind}({{0}}, axis={ax})", [self.expr(shape, depth)], shape)
 
     # -- statements
     def owned(self) -> list[str]:

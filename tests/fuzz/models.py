@@ -5,7 +5,7 @@ model (issue 29: a Gaussian mixture's broadcast over three axes, two
 max-subtractions over different axes, reductions feeding each other) are out of
 its reach.  This generator composes *blocks* instead: dense layers,
 normalisations (layer, batch, RMS, over any axis), softmax and logsumexp with
-max-subtraction over any axis, attention-like contractions, pairwise
+max-subtraction over any axis, attention-like contractions (``@`` or einsum), pairwise
 broadcasts over 3-4 axes, nested reductions, masked and piecewise terms, and
 unrolled residual loops of such blocks, ending in a scalar loss.
 
@@ -303,11 +303,13 @@ class ModelGenerator:
         q = self.let(ew(f"({{0}} * {s:.6g})", matmul(x, wq)))
         k = self.let(ew(f"({{0}} * {s:.6g})", matmul(src, wk)))
         v = self.let(matmul(src, wv))
-        if len(k.shape) == 2 and self.p(0.5):
-            kt = Node("{0}.T", [k], (k.shape[1], k.shape[0]), view=True)
+        if self.p(0.3):     # issue 31: the einsum spelling of q k^T
+            scores = Node("{ns}.einsum('...qd,...kd->...qk', {0}, {1})", [q, k], q.shape[:-1] + k.shape[-2:-1])
+        elif len(k.shape) == 2 and self.p(0.5):
+            scores = matmul(q, Node("{0}.T", [k], (k.shape[1], k.shape[0]), view=True))
         else:
             kt = Node("{ns}.swapaxes({0}, -1, -2)", [k], k.shape[:-2] + (k.shape[-1], k.shape[-2]), view=True)
-        scores = matmul(q, kt, self.pick(["({0} @ {1})", "{ns}.matmul({0}, {1})"]))
+            scores = matmul(q, kt, self.pick(["({0} @ {1})", "{ns}.matmul({0}, {1})"]))
         scores = ew(f"({{0}} * {1 / math.sqrt(d):.6g})", scores)
         if not cross and self.p(0.4):
             mask = Node(f"({{ns}}.arange({n})[:, None] >= {{ns}}.arange({n})[None, :])", [], (n, n))
@@ -315,7 +317,7 @@ class ModelGenerator:
         elif self.p(0.3):
             scores = ew("{ns}.where({0} > -0.5, {1}, -30.0)", self.param(scores.shape[-2:], "k"), scores)
         p = self.softmax(self.let(scores), len(scores.shape) - 1, self.p(0.5))
-        o = matmul(p, v)
+        o = matmul(p, v, self.pick(["({0} @ {1})", "{ns}.einsum('...qk,...kd->...qd', {0}, {1})"]))
         if d != x.shape[-1] or self.p(0.6):    # back to the stream's width
             o = matmul(o, self.param((d, x.shape[-1]), "w"))
         return self.let(o)
@@ -431,8 +433,9 @@ class ModelGenerator:
         return self.param(shape, "x")
 
     def loss(self, x: Arg) -> Arg:
-        """A scalar: a mixture's negative log-likelihood, cross-entropy, MSE, Huber or a weighted mean."""
-        kind = self.pick(["nll", "nll", "xent", "mse", "huber", "dot"])
+        """A scalar: a mixture's negative log-likelihood, cross-entropy, MSE, Huber, a quantile of the
+        squared residuals or a weighted mean."""
+        kind = self.pick(["nll", "nll", "xent", "mse", "huber", "dot", "quantile"])
         if kind == "nll":
             axis = len(x.shape) - 1 if self.p(0.6) else int(self.rng.integers(len(x.shape)))
             lse = self.logsumexp(x, axis, keep=False)
@@ -446,6 +449,11 @@ class ModelGenerator:
         t = self.param(x.shape, "t")
         if kind == "mse":
             return self.let(reduce("mean", ew("(({0} - {1}) ** 2)", x, t), None))
+        if kind == "quantile":   # a robust loss: the median (or another quantile) of the residuals per row
+            q = self.pick(["{ns}.median({0}, axis=-1)", "{ns}.quantile({0}, 0.8, axis=-1)",
+                           "{ns}.percentile({0}, 25.0, axis=-1)"])
+            r = self.let(ew("(({0} - {1}) ** 2)", x, t))
+            return self.let(reduce("mean", Node(q, [r], r.shape[:-1]), None))
         if kind == "huber":
             r = self.let(ew("({0} - {1})", x, t))
             return self.let(reduce("mean", ew("{ns}.where({ns}.abs({0}) < 1.0, 0.5 * {0} * {0}, {ns}.abs({0}) - 0.5)",
