@@ -8,7 +8,8 @@ Modules, one job each: ``traced_array`` (the array/view model), ``emit``
 ``contraction`` (the one product tasklet), ``einsum`` (and tensordot, inner, vdot, multi_dot), ``products``
 (kron, cross), ``norms`` (np.linalg norms without decompositions),
 ``masks`` (x[mask] as where), ``nanreductions``, ``statistics`` (average, cov, corrcoef), ``argextrema``
-(argmax/argmin), ``scans`` (cumsum, cumprod, diff, trapezoid), ``sorting`` (sort, argsort, median, quantiles), ``histogram``, ``maps`` (sd.map), ``trace`` (entry point, results, cache), ``errors``.
+(argmax/argmin), ``scans`` (cumsum, cumprod, diff, trapezoid), ``sorting`` (sort, argsort, median,
+quantiles), ``histogram``, ``maps`` (sd.map), ``trace`` (entry point, results, cache), ``errors``.
 """
 from . import (creation, elementwise, indexing, indirect, linalg, reductions, reshuffle,  # noqa: F401 (register the ops)
                einsum, grids, norms, numeric, products, stacking, argextrema, nanreductions, statistics, sorting,
