@@ -119,6 +119,25 @@ def test_one_singular_matrix_in_a_batch_raises(name):
 
 
 @pytest.mark.vulkan
+def test_jacobi_eigh_against_lapack():
+    """Eigenvalues as numpy's; eigenvectors up to sign (orthonormal, reconstructing the matrix
+    read from the named triangle, the projector of a simple eigenvalue as numpy's)."""
+    _present("vulkan")
+    x = rng.normal(size=(3, 9, 9))
+    a = x + np.swapaxes(x, -1, -2)
+    a[..., 0, 8] += 5.0    # junk in the triangle UPLO="L" does not read
+    want_w, want_v = np.linalg.eigh(a)
+    w, v = _launch("vulkan", "linalg.eigh", [a], [(want_w.shape, "float64"), (want_v.shape, "float64")],
+                   {"UPLO": "L"})
+    np.testing.assert_allclose(w, want_w, rtol=1e-12, atol=1e-12)
+    vt = np.swapaxes(v, -1, -2)
+    np.testing.assert_allclose(v @ vt, np.broadcast_to(np.eye(9), v.shape), atol=1e-13)
+    np.testing.assert_allclose(v @ (w[..., None] * vt), np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2), atol=1e-12)
+    np.testing.assert_allclose(v[..., :, :1] * v[..., None, :, 0], want_v[..., :, :1] * want_v[..., None, :, 0],
+                               atol=1e-12)
+
+
+@pytest.mark.vulkan
 def test_singular_determinants_are_numpys():
     _present("vulkan")
     a = _pivoting(2, 5, 5)

@@ -1,6 +1,7 @@
 """Device kernels for ``np.linalg``'s library ops (``ir.library.linalg``):
 Cholesky, triangular solves, LU with partial pivoting (solve, inv, det,
-slogdet) and Householder QR, one workgroup per matrix (``workgroup``).
+slogdet) and Householder QR, one workgroup per matrix (``workgroup``), and
+cyclic Jacobi ``eigh``, one thread per matrix.
 
 Each builder takes the node's concrete shapes and returns None, so that the
 node stays a host step (numpy's LAPACK), where:
@@ -19,7 +20,7 @@ node stays a host step (numpy's LAPACK), where:
 * slogdet is float64 on a target whose double ``log`` is wrong (lavapipe,
   ``Target.float64_transcendentals``).
 
-eigh and svd have no kernel yet: they run as host steps everywhere.
+svd has no kernel yet: it runs as a host step everywhere.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import math
 
 from ...targets import Target
 from .. import Kernel, Spec, register
-from . import cholesky, lu, qr, triangular
+from . import cholesky, eigh, lu, qr, triangular
 from .workgroup import MAX_GROUPS, MAX_N
 
 
@@ -48,6 +49,13 @@ def _qr(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], par
     ((shape, dtype),) = inputs
     m, n = shape[-2:]
     return qr.build(target, shape[:-2], m, n, dtype) if _fits(target, shape[:-2], max(m, n)) else None
+
+
+def _eigh(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
+    ((shape, dtype),) = inputs
+    if not _fits(target, shape[:-2], shape[-1]):
+        return None
+    return eigh.build(target, shape[:-2], shape[-1], dtype, params.get("UPLO", "L").upper() == "L")
 
 
 def _solves(triangular_: bool):
@@ -72,6 +80,7 @@ def _factorised(mode: str):
 
 register("linalg.cholesky", _cholesky)
 register("linalg.qr", _qr)
+register("linalg.eigh", _eigh)
 register("linalg.solve_triangular", _solves(True))
 register("linalg.solve", _solves(False))
 for _mode in ("inv", "det", "slogdet"):
