@@ -145,8 +145,11 @@ class Case:
     specs: dict[str, Any]  # argument -> sd.f32[...] / sd.f64[...] / sd.i32[...]
     wrt: tuple[str, ...]
     inputs: Callable[[], dict[str, np.ndarray]]
-    tol: float  # relative L2 error of each gradient against the numpy device
+    tol: float  # relative L2 error of each gradient against the reference
     options: dict = field(default_factory=dict)  # sd.differentiable_program keywords
+    # {argument: gradient} to check against; None: the numpy device's (the IR interpreter is
+    # too slow at the bench's large sizes, where JAX's jit(value_and_grad) is the reference, as in bench)
+    reference: Callable[[], dict[str, np.ndarray]] | None = None
 
 
 def case(name: str, size: str = "small") -> Case:
@@ -162,7 +165,23 @@ def case(name: str, size: str = "small") -> Case:
         raise SystemExit(f"no kernel or workload {name!r}: kernels {list(kernels())}, "
                          f"workloads {[w.name for w in WORKLOADS]}")
     fn = program_function(w, w.size(size))
-    return Case(fn, dict(fn.__annotations__), w.wrt, lambda: w.inputs(w.size(size)), w.tol, dict(w.options))
+    return Case(fn, dict(fn.__annotations__), w.wrt, lambda: w.inputs(w.size(size)), w.tol, dict(w.options),
+                None if size == "small" else lambda: _jax_grads(w, size))
+
+
+def _jax_grads(workload, size: str) -> dict[str, np.ndarray]:
+    from .peers import JaxPeer
+    run = JaxPeer().runner(workload, workload.inputs(workload.size(size)))
+    return run.to_numpy(run.value_and_grad())[1]
+
+
+def _check(name: str, device: str, c: Case, got: dict[str, Any], numpy_grads: Callable[[], dict]) -> None:
+    """Raise unless every gradient in ``got`` is within ``c.tol`` of the reference."""
+    want = c.reference() if c.reference is not None else numpy_grads()
+    for w, g in want.items():
+        err = _relative_error(np.asarray(got[w], np.float64), np.asarray(g, np.float64))
+        if not err <= c.tol:
+            raise AssertionError(f"{name}: gradient of {w} on {device} differs from the reference ({err:.1e})")
 
 
 def sd_module():
@@ -225,11 +244,9 @@ def measure(name: str, device: str, size: str = "small") -> dict[str, float]:
 
     exe = lowering.compile(backward, device=device)  # repeats validate, plan and codegen (compile is cached)
     results = stage("run", lambda: exe({**inputs, **seeds}))
-    reference = lowering.compile(backward, device="numpy")({**inputs, **seeds})
-    for w, g in grads.items():
-        err = _relative_error(np.asarray(results[g], np.float64), np.asarray(reference[g], np.float64))
-        if not err <= c.tol:
-            raise AssertionError(f"{name}: gradient of {w} on {device} differs from the numpy device ({err:.1e})")
+    _check(name, device, c, {w: results[g] for w, g in grads.items()},
+           lambda: {w: r[g] for r in [lowering.compile(backward, device="numpy")({**inputs, **seeds})]
+                    for w, g in grads.items()})
     t["tasklets_fw"] = len(graph.tasklets())
     t["tasklets_bw"] = len(backward.tasklets())
     t["kernels"] = len(p.kernels)
@@ -238,7 +255,7 @@ def measure(name: str, device: str, size: str = "small") -> dict[str, float]:
 
 def first_call(name: str, device: str, size: str = "small") -> dict[str, Any]:
     """CPU and wall seconds of one real first ``value_and_grad`` of kernel or workload ``name``
-    in this process (whatever the on-disk caches hold), checked against the numpy device;
+    in this process (whatever the on-disk caches hold), checked against the reference (``Case.reference``);
     ``device``: what creating the device took before (not in the call's seconds)."""
     import symdiff as sd
     from symdiff.lowering import cache, devices, disk_cache
@@ -252,11 +269,7 @@ def first_call(name: str, device: str, size: str = "small") -> dict[str, Any]:
     cpu, wall, gxx = cpu_seconds(), time.perf_counter(), children_seconds()
     _, grads = program.value_and_grad(*inputs.values(), wrt=list(c.wrt), device=device)
     cpu, wall, gxx = cpu_seconds() - cpu, time.perf_counter() - wall, children_seconds() - gxx
-    _, want = program.value_and_grad(*inputs.values(), wrt=list(c.wrt), device="numpy")
-    for w in want:
-        err = _relative_error(np.asarray(grads[w], np.float64), np.asarray(want[w], np.float64))
-        if not err <= c.tol:
-            raise AssertionError(f"{name}: gradient of {w} on {device} differs from the numpy device ({err:.1e})")
+    _check(name, device, c, grads, lambda: program.value_and_grad(*inputs.values(), wrt=list(c.wrt), device="numpy")[1])
     return {"cpu": cpu, "wall": wall, "gxx": gxx, "device": made, "disk": dict(disk_cache.stats), "compile": dict(cache.stats)}
 
 
@@ -300,6 +313,19 @@ def _twice(args: list[str]) -> list[dict[str, Any]]:
                 raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "child failed")
             runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     return runs
+
+
+def prepare_prelude(cache_home: str, device: str) -> None:
+    """Compile a trivial program with caches in ``cache_home`` and wait for the precompiled
+    prelude that it starts building (``lowering.compiler_cache``): what a process finds on a
+    machine where symdiff has compiled anything before."""
+    env = dict(os.environ, XDG_CACHE_HOME=cache_home, SYMDIFF_CACHE_DIR=cache_home)
+    code = ("import numpy as np, symdiff as sd; sd.differentiable_program(lambda x: np.sum(x * x))"
+            f".value_and_grad(np.ones(4, np.float32), device={device!r})")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, capture_output=True)
+    deadline = time.monotonic() + 120
+    while not list(Path(cache_home).rglob("prelude.h.gch")) and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def workload_names() -> list[str]:
@@ -460,6 +486,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("kernels", nargs="*", help="kernel or bench workload names (default: the kernels)")
     parser.add_argument("--bench", action="store_true", help="every python -m bench workload instead")
     parser.add_argument("--size", default="small", choices=("small", "large"), help="workloads' size")
+    parser.add_argument("--with-prelude", action="store_true",
+                        help="stage table: every row finds the precompiled prelude (a machine that compiled before)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions per kernel")
     parser.add_argument("--fori", action="store_true", help="the fori_loop jacobi-2d row instead")
@@ -497,12 +525,17 @@ def main(argv: list[str] | None = None) -> None:
         child(names[0], args.device, args.profile, args.size)
         return
     print(f"first value_and_grad call, device={args.device}, workloads at size {args.size}: CPU seconds per "
-          "stage (cold: fresh process, empty caches); compile = Slang (front end and C++ generation) + g++ "
+          "stage (cold: fresh process, empty caches" + (" but the precompiled prelude" if args.with_prelude else "")
+          + "); compile = Slang (front end and C++ generation) + g++ "
           "(its child processes' CPU s); wall: the whole child process, Python's start and imports included")
     print("| program | tasklets fw/bw | kernels | " + " | ".join(STAGES) + " | of which g++ | total | wall | level |")
     print("|---" * (len(STAGES) + 7) + "|")
+    shared = tempfile.TemporaryDirectory() if args.with_prelude else None
+    if shared is not None:
+        prepare_prelude(shared.name, args.device)
     for name in names:
-        with tempfile.TemporaryDirectory() as cache_home:
+        with tempfile.TemporaryDirectory() as fresh:
+            cache_home = shared.name if shared is not None else fresh
             env = dict(os.environ, XDG_CACHE_HOME=cache_home, SYMDIFF_CACHE_DIR=cache_home)
             cmd = [sys.executable, "-m", "bench.first_call", "--child", "--device", args.device,
                    "--profile", str(args.profile), "--size", args.size, name]
