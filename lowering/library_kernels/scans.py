@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .. import targets
+from .. import targets, threads
 from ..printer import SLANG_TYPES
 from . import Dispatch, Kernel, Spec, register
 
@@ -39,6 +39,9 @@ LINE_GROUP = 64       # threads of a workgroup of the thread-per-line kernel
 MAX_GROUPS = 65535    # per dispatch dimension
 SHARED_BYTES = 8192   # a block's groupshared tile (Vulkan guarantees 16 KiB in all)
 FEW_LINES = 2048      # fewer lines than this, each longer than a block: the workgroup scan
+CHUNK = 1 << 15       # CPU device: fewest elements a worker's piece of a line holds
+PIECES = 64           # CPU device: pieces the worker threads share
+ON_WORKERS = 1 << 20  # CPU device: contiguous lines of at least this many elements in all go to the workers
 
 # op -> (state fields, identity per field, combine(l, r) per field, the result's field)
 _STATES = {
@@ -115,6 +118,56 @@ def _sequential(op: str, outer: int, n: int, inner: int, reverse: bool, arity: i
     buffers = {**{f"in{k}": f"in{k}" for k in range(arity)}, "out0": "out0", "scratch0": "scratch0"}
     uniforms = {"outer": outer, "n": n, "inner": inner, "reverse": int(reverse)}
     return source, Dispatch("scan_sequential", (1, 1, 1), buffers, uniforms)
+
+
+def _on_workers(op: str, lines: int, n: int, reverse: bool, arity: int, workers: int) -> tuple[str, Dispatch, int]:
+    """Contiguous lines over the CPU device's worker threads (``lowering.threads``):
+    each line cut into ``chunks`` pieces (about ``PIECES`` in all, whatever
+    the worker count); the workers total their pieces, one thread scans each
+    line's totals (exclusive), and the workers scan their pieces again from
+    those offsets.  The order is fixed, so every worker count gives the same
+    bits.  Two passes over the input, each a dependent chain of additions per
+    piece: ``2 / workers`` of the single loop's time, so it is taken only
+    with more than two workers.  Returns the source, its dispatch and the
+    scratch's length in states."""
+    chunks = max(1, min(n // CHUNK, -(-PIECES // lines)))
+    pieces = lines * chunks
+    fields, result = len(_STATES[op][0]), _STATES[op][3]
+    ins = [f"RWStructuredBuffer<T> in{k}" for k in range(arity)]
+    args = ", ".join(f"in{k}" for k in range(arity))
+    pos = f"line * {n} + {f'{n - 1} - k' if reverse else 'k'}"
+    bounds = (f"    int q = int(t.x), line = q / {chunks}, c = q % {chunks};\n"
+              f"    int lo = int(int64_t({n}) * c / {chunks}), hi = int(int64_t({n}) * (c + 1) / {chunks});\n")
+    totals, total_call = threads.parallel_kernel("chunk_total", ins + ["RWStructuredBuffer<A> scratch0"],
+                                                 (pieces, 1), pieces, [*args.split(", "), "scratch0"], "totals")
+    scans, scan_call = threads.parallel_kernel("chunk_scan", ins + ["RWStructuredBuffer<T> out0",
+                                                                    "RWStructuredBuffer<A> scratch0"],
+                                               (pieces, 1), pieces, [*args.split(", "), "out0", "scratch0"], "scans")
+    typed = ", ".join(ins)
+    source = (
+        f"void chunk_total(uint3 t, {typed}, RWStructuredBuffer<A> scratch0)\n{{\n{bounds}"
+        "    S acc = identity();\n"
+        f"    for (int k = lo; k < hi; k++) acc = combine(acc, load({args}, {pos}));\n"
+        "    store_scratch(scratch0, q, acc);\n}\n\n"
+        f"void chunk_scan(uint3 t, {typed}, RWStructuredBuffer<T> out0, RWStructuredBuffer<A> scratch0)\n{{\n"
+        f"{bounds}    S acc = {'load_scratch(scratch0, q)' if chunks > 1 else 'identity()'};\n"
+        "    for (int k = lo; k < hi; k++)\n    {\n"
+        f"        int p = {pos};\n        acc = combine(acc, load({args}, p));\n"
+        f"        out0[p] = T(acc.{result});\n    }}\n}}\n\n"
+        + totals + "\n" + scans + "\n"
+        f"[shader(\"compute\")]\n[numthreads(1, 1, 1)]\n"
+        f"void scan_workers(uint3 t: SV_DispatchThreadID, uniform int workers, {typed}, RWStructuredBuffer<T> out0, "
+        "RWStructuredBuffer<A> scratch0)\n{\n")
+    if chunks > 1:
+        source += (f"    {total_call}\n"
+                   f"    for (int line = 0; line < {lines}; line++)  // each line's chunk totals, exclusive\n"
+                   "    {\n        S carry = identity();\n"
+                   f"        for (int q = line * {chunks}; q < (line + 1) * {chunks}; q++)\n        {{\n"
+                   "            S total = load_scratch(scratch0, q);\n            store_scratch(scratch0, q, carry);\n"
+                   "            carry = combine(carry, total);\n        }\n    }\n")
+    source += f"    {scan_call}\n}}\n"
+    buffers = {**{f"in{k}": f"in{k}" for k in range(arity)}, "out0": "out0", "scratch0": "scratch0"}
+    return source, Dispatch("scan_workers", (1, 1, 1), buffers, {"workers": workers}), pieces * fields
 
 
 def _position(n: int, inner: int, reverse: bool) -> str:
@@ -226,6 +279,10 @@ def build(target: targets.Target, inputs: Sequence[Spec], outputs: Sequence[Spec
     outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
     lines, arity = outer * inner, len(inputs)
     prelude = _prelude(op, dtype)
+    workers = threads.cpu_workers() if target.worker_threads else 1
+    if target.sequential and inner == 1 and lines * n >= ON_WORKERS and workers > 2:
+        source, dispatch, states = _on_workers(op, lines, n, reverse, arity, workers)
+        return Kernel(prelude + source, (dispatch,), ((_accumulator(dtype), states),))
     if target.sequential:
         source, dispatch = _sequential(op, outer, n, inner, reverse, arity)
         return Kernel(prelude + source, (dispatch,), ((_accumulator(dtype), inner),))

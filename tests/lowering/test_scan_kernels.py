@@ -103,3 +103,30 @@ def test_cuda_text_compiles():
             entries = sorted({d.entry for d in kernel.dispatches})
             assert len(entries) == (1 if shape[0] > 2 else 3)
             slang_compiler.compile_source(kernel.source, "cuda", entries)
+
+
+def _long_scan(x: sd.f64[2, 3000]):
+    return np.cumsum(x, axis=1)
+
+
+def test_worker_threads_give_the_same_bits_for_any_count(monkeypatch):
+    """On the CPU device, long contiguous lines go to more than two worker threads in pieces; the pieces do
+    not depend on the worker count, so neither do the bits.  Checked against float64 numpy and the single
+    loop, with the thresholds lowered so that lines of 3000 take the workers."""
+    if "cpu" not in sd.available_devices():
+        pytest.skip("cpu is not available here")
+    from symdiff.lowering import library_kernels, targets
+    from symdiff.lowering.library_kernels import scans
+    monkeypatch.setattr(scans, "ON_WORKERS", 1000)
+    monkeypatch.setattr(scans, "CHUNK", 100)
+    x = np.random.default_rng(7).uniform(0.9999, 1.0001, size=(2, 3000))
+    graph = sd.differentiable_program(_long_scan).graph
+    (name,) = graph.meta.get("result_names", graph.results)
+    results = {}
+    for workers in ("1", "3", "8"):
+        monkeypatch.setenv("SYMDIFF_CPU_THREADS", workers)
+        kernel = library_kernels.build("scan.add", targets.CPU, [((2, 3000), "float64")], [], {"axis": 1})
+        assert (kernel.dispatches[0].entry == "scan_workers") == (workers != "1")
+        results[workers] = sd.lowering.compile(graph, device="cpu")({"x": x})[name]
+        np.testing.assert_allclose(results[workers], np.cumsum(x, 1), rtol=1e-14)
+    np.testing.assert_array_equal(results["3"], results["8"])
