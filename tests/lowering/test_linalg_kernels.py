@@ -138,6 +138,22 @@ def test_jacobi_eigh_against_lapack():
 
 
 @pytest.mark.vulkan
+@pytest.mark.parametrize("shape", [(7, 4), (2, 3, 5)])
+def test_jacobi_svd_against_lapack(shape):
+    """Singular values as numpy's; vectors up to sign (orthonormal, reconstructing ``a``), a zero
+    column's missing left vector completed (tall) and a wide batch through its transpose."""
+    _present("vulkan")
+    a = rng.normal(size=shape)
+    a[..., 1] = 0.0
+    want_u, want_s, want_vh = np.linalg.svd(a, full_matrices=False)
+    u, s, vh = _launch("vulkan", "linalg.svd", [a], [(x.shape, "float64") for x in (want_u, want_s, want_vh)])
+    np.testing.assert_allclose(s, want_s, atol=1e-13)
+    np.testing.assert_allclose(u @ (s[..., None] * vh), a, atol=1e-13)
+    for x in (np.swapaxes(u, -1, -2) @ u, vh @ np.swapaxes(vh, -1, -2)):
+        np.testing.assert_allclose(x, np.broadcast_to(np.eye(s.shape[-1]), x.shape), atol=1e-13)
+
+
+@pytest.mark.vulkan
 def test_singular_determinants_are_numpys():
     _present("vulkan")
     a = _pivoting(2, 5, 5)

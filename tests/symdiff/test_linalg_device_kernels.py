@@ -19,13 +19,15 @@ B, N = sd.symbol("B"), sd.symbol("N")
 
 def full(xp, a, s, b):
     """solve (its gradient: a solve with a transposed), cholesky (two upper triangular solves),
-    inv, det, qr (a triangular solve) and eigvalsh (eigh: its gradient does not depend on the
-    eigenvectors' signs), all float64 without transcendentals (lavapipe's double exp/log are wrong)."""
+    inv, det, qr (a triangular solve), eigvalsh and the singular values (eigh, svd: gradients that
+    do not depend on the vectors' signs), all float64 without transcendentals (lavapipe's double
+    exp/log are wrong)."""
     x = xp.linalg.solve(a, b)
     chol = xp.linalg.cholesky(s)
     q, r = xp.linalg.qr(s - a)
     return xp.sum(x * x) + xp.sum(chol * chol * chol) + xp.sum(xp.linalg.inv(a) * a[..., :1, :]) \
-        + xp.sum(xp.linalg.det(a) ** 2) + xp.sum(q * r) + xp.sum(xp.linalg.eigvalsh(s) ** 2)
+        + xp.sum(xp.linalg.det(a) ** 2) + xp.sum(q * r) + xp.sum(xp.linalg.eigvalsh(s) ** 2) \
+        + xp.sum(xp.linalg.svd(a, compute_uv=False))
 
 
 def solve_only(xp, a, s, b):

@@ -1,7 +1,7 @@
 """Device kernels for ``np.linalg``'s library ops (``ir.library.linalg``):
 Cholesky, triangular solves, LU with partial pivoting (solve, inv, det,
 slogdet) and Householder QR, one workgroup per matrix (``workgroup``), and
-cyclic Jacobi ``eigh``, one thread per matrix.
+Jacobi ``eigh`` and ``svd``, one thread per matrix.
 
 Each builder takes the node's concrete shapes and returns None, so that the
 node stays a host step (numpy's LAPACK), where:
@@ -20,7 +20,6 @@ node stays a host step (numpy's LAPACK), where:
 * slogdet is float64 on a target whose double ``log`` is wrong (lavapipe,
   ``Target.float64_transcendentals``).
 
-svd has no kernel yet: it runs as a host step everywhere.
 """
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ import math
 
 from ...targets import Target
 from .. import Kernel, Spec, register
-from . import cholesky, eigh, lu, qr, triangular
+from . import cholesky, eigh, lu, qr, svd, triangular
 from .workgroup import MAX_GROUPS, MAX_N
 
 
@@ -49,6 +48,12 @@ def _qr(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], par
     ((shape, dtype),) = inputs
     m, n = shape[-2:]
     return qr.build(target, shape[:-2], m, n, dtype) if _fits(target, shape[:-2], max(m, n)) else None
+
+
+def _svd(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
+    ((shape, dtype),) = inputs
+    m, n = shape[-2:]
+    return svd.build(target, shape[:-2], m, n, dtype) if _fits(target, shape[:-2], max(m, n)) else None
 
 
 def _eigh(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
@@ -81,6 +86,7 @@ def _factorised(mode: str):
 register("linalg.cholesky", _cholesky)
 register("linalg.qr", _qr)
 register("linalg.eigh", _eigh)
+register("linalg.svd", _svd)
 register("linalg.solve_triangular", _solves(True))
 register("linalg.solve", _solves(False))
 for _mode in ("inv", "det", "slogdet"):
