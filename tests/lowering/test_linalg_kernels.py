@@ -166,8 +166,8 @@ def test_singular_determinants_are_numpys():
 
 
 def test_host_steps_past_the_kernels_limits():
-    """None (the node stays a host step): past MAX_N, past HOST_LAPACK_N on the CPU device, and
-    slogdet in float64 where double log is wrong."""
+    """None (the node stays a host step): past MAX_N, past HOST_LAPACK_N on the CPU device, past
+    JACOBI_N for eigh, and slogdet in float64 where double log is wrong."""
     small = linalg.HOST_LAPACK_N + 1
     assert library_kernels.build("linalg.cholesky", targets.CPU, [((small, small), "float32")],
                                  [((small, small), "float32")], {}) is None
@@ -175,6 +175,9 @@ def test_host_steps_past_the_kernels_limits():
     assert library_kernels.build("linalg.solve", targets.VULKAN, [((n, n), "float64"), ((n, 1), "float64")],
                                  [((n, 1), "float64")], {}) is None
     assert library_kernels.build("linalg.inv", targets.CPU, [((n, n), "float32")], [((n, n), "float32")], {}) is None
+    jacobi = linalg.JACOBI_N + 1    # one thread per matrix: smaller limits
+    assert library_kernels.build("linalg.eigh", targets.CUDA, [((jacobi, jacobi), "float32")],
+                                 [((jacobi,), "float32"), ((jacobi, jacobi), "float32")], {}) is None
     spec = [((4, 4), "float64")]
     assert library_kernels.build("linalg.slogdet", targets.LAVAPIPE, spec, [((), "float64")] * 2, {}) is None
     assert library_kernels.build("linalg.slogdet", targets.VULKAN, spec, [((), "float64")] * 2, {}) is not None

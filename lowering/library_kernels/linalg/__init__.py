@@ -16,6 +16,13 @@ node stays a host step (numpy's LAPACK), where:
   (value_and_grad, 1 BLAS thread: solve 64 x 32 x 32 5.2 ms against 2.1 ms,
   one 64 x 64 0.60 against 0.49 ms; 256 x 8 x 8 0.94 against 1.17 ms, and
   Cholesky's 64 x 16 x 16 1.05 against 3.8 ms: docs/guide.md);
+* for ``eigh`` and ``svd``, whose Jacobi kernels run a matrix on one thread,
+  a matrix is larger than ``JACOBI_N`` (16; ``HOST_LAPACK_JACOBI_N``, 8, on
+  the CPU device): one thread's sweeps over a larger matrix lose to the
+  host step (value_and_grad of eigvalsh on lavapipe, one 64 x 64: 39.7 ms
+  against 1.3 ms; 16 x 16: 1.6 against 1.0 ms; on the CPU device 64 x 16 x 16:
+  8.0 against 4.9 ms, 64 x 8 x 8: 0.82 against 0.74, svdvals' 0.77 against
+  0.92 ms); a batch of small matrices is where they pay;
 * the batch has more matrices than two dispatch axes of workgroups hold;
 * slogdet is float64 on a target whose double ``log`` is wrong (lavapipe,
   ``Target.float64_transcendentals``).
@@ -32,10 +39,15 @@ from .workgroup import MAX_GROUPS, MAX_N
 
 
 HOST_LAPACK_N = 16
+JACOBI_N = 16
+HOST_LAPACK_JACOBI_N = 8
 
 
-def _fits(target: Target, batch: tuple[int, ...], n: int) -> bool:
-    limit = HOST_LAPACK_N if target.host_blas else MAX_N
+def _fits(target: Target, batch: tuple[int, ...], n: int, jacobi: bool = False) -> bool:
+    if jacobi:
+        limit = HOST_LAPACK_JACOBI_N if target.host_blas else JACOBI_N
+    else:
+        limit = HOST_LAPACK_N if target.host_blas else MAX_N
     return n <= limit and math.prod(batch) <= MAX_GROUPS * MAX_GROUPS
 
 
@@ -53,12 +65,12 @@ def _qr(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], par
 def _svd(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
     ((shape, dtype),) = inputs
     m, n = shape[-2:]
-    return svd.build(target, shape[:-2], m, n, dtype) if _fits(target, shape[:-2], max(m, n)) else None
+    return svd.build(target, shape[:-2], m, n, dtype) if _fits(target, shape[:-2], max(m, n), True) else None
 
 
 def _eigh(target: Target, inputs: tuple[Spec, ...], outputs: tuple[Spec, ...], params: dict) -> Kernel | None:
     ((shape, dtype),) = inputs
-    if not _fits(target, shape[:-2], shape[-1]):
+    if not _fits(target, shape[:-2], shape[-1], True):
         return None
     return eigh.build(target, shape[:-2], shape[-1], dtype, params.get("UPLO", "L").upper() == "L")
 
