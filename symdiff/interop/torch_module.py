@@ -68,9 +68,10 @@ class _Compiled:
 
     def _loss_in_training(self, arguments: list[torch.Tensor]) -> bool:
         """Whether the call's one output is a float scalar that torch will
-        differentiate: then ``fused_loss`` runs forward and backward at once."""
+        differentiate: then ``fused_loss`` runs forward and backward at once
+        (not under ``torch.compile``, which traces the bridge's custom op)."""
         if self.graph.batchnorms or len(self.graph.output_leaves) != 1 or not torch.is_grad_enabled() or \
-                not any(t.requires_grad for t in arguments):
+                not any(t.requires_grad for t in arguments) or torch.compiler.is_compiling():
             return False
         key = tuple((tuple(t.shape), t.dtype) for t in arguments)
         if key not in self.scalar:
