@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import importlib.util
+import inspect
 import json
 import os
 import pstats
@@ -223,8 +224,9 @@ def measure(name: str, device: str, size: str = "small") -> dict[str, float]:
     graph = stage("trace", lambda: ir.trace(c.body, *c.specs.values()))
     stage("validate", graph.validate)
     backward = graph.copy()
+    differentiation = {k: v for k, v in c.options.items() if k in inspect.signature(sd.add_backward_pass).parameters}
     grads = stage("differentiate", lambda: sd.add_backward_pass(backward, inputs=list(c.wrt),
-                                                                outputs=backward.results, **c.options))
+                                                                outputs=backward.results, **differentiation))
     stage("validate_bw", backward.validate)
     target = devices.target(device)
     p = stage("plan", lambda: plan(backward, {}, target))

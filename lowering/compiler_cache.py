@@ -13,7 +13,8 @@ holding a ``g++`` of our own comes first on ``PATH``.  It runs this file as a
 script: a compile of one self-contained ``.cpp`` into a ``-shared`` library
 (what Slang asks for; the C++ prelude is pasted into the file) is looked up
 under the SHA-256 of the compiler's identity (path, size, mtime), its
-arguments (temporary paths left out) and the source text; a hit copies the
+arguments (temporary paths left out) and the source text (less ``#line``
+directives and blank lines, ``_code``); a hit copies the
 stored library to the requested output, a miss runs the real g++ and stores
 its output.  Anything else goes to the real g++ unchanged.  A stored library
 whose content no longer matches its recorded hash is deleted and rebuilt.
@@ -130,8 +131,21 @@ def cache_key(compiler: str, args: list[str]) -> tuple[str, str] | None:
     h = hashlib.sha256(_identity(compiler).encode())
     h.update("\0".join(kept).encode() + b"\0")
     with open(args[sources[0]], "rb") as f:
-        h.update(f.read())
+        h.update(_code(f.read()))
     return h.hexdigest(), output
+
+
+def _code(source: bytes) -> bytes:
+    """``source`` less its ``#line`` directives and blank lines: what the library's code
+    depends on.  Slang writes them differently for one module checked from its text and
+    loaded from its front-end cache (``cache._front_end_cached``: a second process), the
+    code between them the same; with them in the key every second process missed."""
+    kept: list[bytes] = []
+    for line in source.splitlines():
+        continued = bool(kept) and kept[-1].rstrip().endswith(b"\\")
+        if continued or (line.strip() and not line.startswith(b"#line")):
+            kept.append(line)
+    return b"\n".join(kept)
 
 
 def _identity(compiler: str) -> str:
