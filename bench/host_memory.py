@@ -49,7 +49,7 @@ def child(device: str, n: int, calls: int, budget: float | None = None) -> list[
 
     x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
     out, rows = None, []
-    start = _status("VmRSS")
+    resident = _status("VmRSS")
     for k in range(calls):
         out = None  # the caller drops the previous result first
         base = _status("VmRSS")
@@ -65,7 +65,7 @@ def child(device: str, n: int, calls: int, budget: float | None = None) -> list[
     out = loss = None  # the program, its results and the caches dropped: what stays is held by nobody's data
     sd.clear_caches()
     gc.collect()
-    rows[-1]["dropped"] = (_status("VmRSS") - start) / x.nbytes
+    rows[-1]["dropped"] = (_status("VmRSS") - resident) / x.nbytes
     return rows
 
 
