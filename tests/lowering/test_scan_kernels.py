@@ -27,8 +27,11 @@ def _scans(x, y, xp=np):
 
 def _reference(x, y, cts):
     """Values and the VJP of ``_scans`` by JAX in float64."""
-    values, pullback = jax.vjp(lambda x, y: _scans(x, y, jnp), x.astype(np.float64), y.astype(np.float64))
-    return values, *pullback(tuple(ct.astype(np.float64) for ct in cts))
+    @jax.jit   # one XLA compile: run op by op, JAX's scans' VJPs cost 3 s of CPU here
+    def values_and_vjp(x, y, cts):
+        values, pullback = jax.vjp(lambda x, y: _scans(x, y, jnp), x, y)
+        return values, *pullback(cts)
+    return values_and_vjp(x.astype(np.float64), y.astype(np.float64), tuple(ct.astype(np.float64) for ct in cts))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -52,8 +55,10 @@ def test_scan_kernels_match_float64(device):
     assert all(s["host_steps"] == 0 and s["library_kernels"] > 0 for s in prog.stats().values())
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_integer_scans_and_float64_on_the_device(device):
+@pytest.mark.vulkan
+def test_integer_scans_and_float64_on_lavapipe():
+    """lavapipe's thread per line in int32 and float64 (the CPU device's loop is one template for every dtype)."""
+    device = "vulkan"
     if device not in sd.available_devices():
         pytest.skip(f"{device} is not available here")
     ints = np.arange(-6, 18, dtype=np.int32).reshape(4, 6)
@@ -111,8 +116,8 @@ def _long_scan(x: sd.f64[2, 3000]):
 
 def test_worker_threads_give_the_same_bits_for_any_count(monkeypatch):
     """On the CPU device, long contiguous lines go to more than two worker threads in pieces; the pieces do
-    not depend on the worker count, so neither do the bits.  Checked against float64 numpy and the single
-    loop, with the thresholds lowered so that lines of 3000 take the workers."""
+    not depend on the worker count, so neither do the bits.  Checked against float64 numpy, with the
+    thresholds lowered so that lines of 3000 take the workers."""
     if "cpu" not in sd.available_devices():
         pytest.skip("cpu is not available here")
     from symdiff.lowering import library_kernels, targets
@@ -123,10 +128,10 @@ def test_worker_threads_give_the_same_bits_for_any_count(monkeypatch):
     graph = sd.differentiable_program(_long_scan).graph
     (name,) = graph.meta.get("result_names", graph.results)
     results = {}
-    for workers in ("1", "3", "8"):
+    for workers in ("3", "8"):
         monkeypatch.setenv("SYMDIFF_CPU_THREADS", workers)
         kernel = library_kernels.build("scan.add", targets.CPU, [((2, 3000), "float64")], [], {"axis": 1})
-        assert (kernel.dispatches[0].entry == "scan_workers") == (workers != "1")
+        assert kernel.dispatches[0].entry == "scan_workers"
         results[workers] = sd.lowering.compile(graph, device="cpu")({"x": x})[name]
         np.testing.assert_allclose(results[workers], np.cumsum(x, 1), rtol=1e-14)
     np.testing.assert_array_equal(results["3"], results["8"])
