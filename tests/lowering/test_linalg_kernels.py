@@ -204,7 +204,9 @@ def test_cuda_text_compiles():
     """The CUDA target's kernels pass Slang's CUDA back end (no GPU needed)."""
     slang_compiler = pytest.importorskip("slang_compiler")
     specs = {"linalg.solve": ([((3, 6, 6), "float64"), ((6, 2), "float64")], [((3, 6, 2), "float64")]),
-             "linalg.cholesky": ([((64, 64), "float64")], [((64, 64), "float64")])}
+             "linalg.cholesky": ([((64, 64), "float64")], [((64, 64), "float64")]),
+             "linalg.qr": ([((5, 3), "float32")], [((5, 3), "float32"), ((3, 3), "float32")]),
+             "linalg.svd": ([((2, 4), "float64")], [((2, 2), "float64"), ((2,), "float64"), ((2, 4), "float64")])}
     for op, (inputs, outputs) in specs.items():
         kernel = library_kernels.build(op, targets.CUDA, inputs, outputs, {})
         slang_compiler.compile_source(kernel.source, "cuda", [kernel.dispatches[0].entry])
