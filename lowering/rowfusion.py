@@ -157,7 +157,9 @@ def _owned(graph: DataflowGraph, producer: Step, w: Memlet, consumer: Step, r: M
     through ``w`` by ``producer`` at the same thread: the producer writes every
     element of the version (a reduction does whatever its condition), and each
     index component equals the producer's at the same row or runs along the
-    producer's loop (the thread wrote that whole axis)."""
+    producer's loop alone (the thread wrote that whole axis; a component that
+    also holds a row symbol, as an einsum's packed ``p0 + 6*p1``, interleaves
+    the rows' elements)."""
     p, c = producer.tasklet, consumer.tasklet
     if uses_connectors(r.index, c) or (w.accumulate is None and p.condition is not sympy.true):
         return False
@@ -166,8 +168,10 @@ def _owned(graph: DataflowGraph, producer: Step, w: Memlet, consumer: Step, r: M
         return False
     axes = _axes("t", len(producer.parallel))
     along = {s for s, _, _ in producer.loop}
+    rows = {s for s, _, _ in producer.parallel}
     differ = _differ(w, _coordinates(producer, axes), r, _coordinates(consumer, axes))
-    return all(not d or sympy.sympify(a).free_symbols & along for a, d in zip(w.index, differ))
+    return all(not d or (sympy.sympify(a).free_symbols & along and not sympy.sympify(a).free_symbols & rows)
+               for a, d in zip(w.index, differ))
 
 
 def _forwarded(producer: Step, w: Memlet, consumer: Step, r: Memlet, shared_loop: bool) -> bool:

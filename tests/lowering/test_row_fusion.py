@@ -105,6 +105,20 @@ def test_a_column_read_stops_a_row_kernel(device):
                                ir.run(b.g, {"x": x})["out"], rtol=1e-6)
 
 
+def test_a_row_of_an_interleaved_write_stops_a_row_kernel(device):
+    # packed[p0 + 6*p1] = b[p0, p1] (einsum's packing of two summed axes): row p0 writes every sixth
+    # element, so out[i] += m[i, k] * packed[k], which reads all of them, must not join its row kernel
+    b = G("interleaved_write").c("x", (6, 3), "argument").c("m", (6, 18), "argument").c("packed", (18,))
+    b.c("out", (6,), "result")
+    b.t("pack", [(i, 0, 6), (j, 0, 3)], b.s("x", "x"), {"x": ("x", (i, j))}, ("packed", (i + 6 * j,)))
+    b.t("product", [(i, 0, 6), (k, 0, 18)], b.s("m", "m") * b.s("p", "packed"), {"m": ("m", (i, k)),
+                                                                             "p": ("packed", (k,))},
+        ("out", (i,)), acc="sum")
+    x, m = rng(6).standard_normal((6, 3)).astype(np.float32), rng(7).standard_normal((6, 18)).astype(np.float32)
+    np.testing.assert_allclose(lowering.compile(b.g, device=device)({"x": x, "m": m})["out"],
+                               ir.run(b.g, {"x": x, "m": m})["out"], rtol=1e-5)
+
+
 def test_a_sum_with_a_writer_outside_the_row_kernel_is_read_from_its_buffer(device):
     # s[i] = sum_k w[k, i] (too long a row: its own kernel) + sum_j x[i, j] (in the row kernel);
     # the row kernel's register holds only the second part
