@@ -54,15 +54,11 @@ def jax_put_along(xp, x, y):
 
 
 def test_stores_through_index_arrays():
-    check(stores, X, Y, V, I, J, jax_body=jax_stores)
-
-
-def test_buffered_updates():
-    check(updates, X, V, J, jax_body=jax_updates)
-
-
-def test_put_along_axis():
-    check(put_along, X, Y, jax_body=jax_put_along)
+    """All three forms in one program (each program costs JAX compiles)."""
+    check(lambda xp, x, y, v, i, j: stores(xp, x, y, v, i, j) + (updates(xp, x, v, j),) + put_along(xp, x, y),
+          X, Y, V, I, J,
+          jax_body=lambda xp, x, y, v, i, j: (jax_stores(xp, x, y, v, i, j) + (jax_updates(xp, x, v, j),)
+                                              + jax_put_along(xp, x, y)))
 
 
 @pytest.mark.parametrize("device", SLANG_DEVICES)
