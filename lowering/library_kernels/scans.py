@@ -10,7 +10,11 @@ An array of shape ``(outer, n, inner)`` around the scanned axis holds
   are uniforms, so one module serves every shape.
 * GPU targets with many lines (or short ones): a thread per line, looping
   along it (neighbouring threads read neighbouring elements).
-* GPU targets with few long lines: a reduce-then-scan in workgroups of
+* lavapipe (a GPU target whose barriers cost more than they give,
+  ``Target.workgroup_reductions`` off) with few long lines: a thread per
+  piece of ``GPU_CHUNK`` elements, totalled, a line's totals scanned by one
+  thread, the pieces scanned again from their offsets (``_in_chunks``).
+* Vulkan and CUDA with few long lines: a reduce-then-scan in workgroups of
   ``GROUP`` threads over blocks of ``GROUP * per_thread`` elements.  Each
   block's total (one dispatch: loaded into groupshared memory, each thread
   combining its own run of elements, then a Hillis-Steele scan of the
@@ -41,6 +45,7 @@ SHARED_BYTES = 8192   # a block's groupshared tile (Vulkan guarantees 16 KiB in 
 FEW_LINES = 2048      # fewer lines than this, each longer than a block: the workgroup scan
 CHUNK = 1 << 15       # CPU device: fewest elements a worker's piece of a line holds
 PIECES = 64           # CPU device: pieces the worker threads share
+GPU_CHUNK = 256       # lavapipe: elements of a thread's piece of a long line
 ON_WORKERS = 1 << 20  # CPU device: contiguous lines of at least this many elements in all go to the workers
 
 # op -> (state fields, identity per field, combine(l, r) per field, the result's field)
@@ -120,6 +125,40 @@ def _sequential(op: str, outer: int, n: int, inner: int, reverse: bool, arity: i
     return source, Dispatch("scan_sequential", (1, 1, 1), buffers, uniforms)
 
 
+def _position(n: int, inner: int, reverse: bool) -> str:
+    """Slang for ``pos(line, k)``: the flat index of a line's k-th element in scan order."""
+    k = f"({n - 1} - k)" if reverse else "k"
+    return (f"int pos(int line, int k) {{ return (line / {inner}) * {n * inner} + line % {inner} "
+            f"+ {k} * {inner}; }}\n")
+
+
+def _chunk_functions(op: str, n: int, inner: int, reverse: bool, arity: int, chunks: int) -> str:
+    """Slang for scanning lines in ``chunks`` pieces each, piece ``q`` of line
+    ``q / chunks`` a thread's: ``chunk_total`` (the piece's total state into
+    scratch ``q``), ``line_offsets`` (a line's totals turned into each
+    piece's exclusive prefix, in order) and ``chunk_scan`` (the piece scanned
+    from its prefix, stored)."""
+    typed = ", ".join(f"RWStructuredBuffer<T> in{k}" for k in range(arity))
+    args = ", ".join(f"in{k}" for k in range(arity))
+    bounds = (f"    int q = int(t.x), line = q / {chunks}, c = q % {chunks};\n"
+              f"    int lo = int(int64_t({n}) * c / {chunks}), hi = int(int64_t({n}) * (c + 1) / {chunks});\n")
+    return (
+        _position(n, inner, reverse)
+        + f"void chunk_total(uint3 t, {typed}, RWStructuredBuffer<A> scratch0)\n{{\n{bounds}"
+        "    S acc = identity();\n"
+        f"    for (int k = lo; k < hi; k++) acc = combine(acc, load({args}, pos(line, k)));\n"
+        "    store_scratch(scratch0, q, acc);\n}\n\n"
+        "void line_offsets(int line, RWStructuredBuffer<A> scratch0)\n{\n    S carry = identity();\n"
+        f"    for (int q = line * {chunks}; q < (line + 1) * {chunks}; q++)\n    {{\n"
+        "        S total = load_scratch(scratch0, q);\n        store_scratch(scratch0, q, carry);\n"
+        "        carry = combine(carry, total);\n    }\n}\n\n"
+        f"void chunk_scan(uint3 t, {typed}, RWStructuredBuffer<T> out0, RWStructuredBuffer<A> scratch0)\n{{\n"
+        f"{bounds}    S acc = {'load_scratch(scratch0, q)' if chunks > 1 else 'identity()'};\n"
+        "    for (int k = lo; k < hi; k++)\n    {\n"
+        f"        int p = pos(line, k);\n        acc = combine(acc, load({args}, p));\n"
+        f"        out0[p] = T(acc.{_STATES[op][3]});\n    }}\n}}\n\n")
+
+
 def _on_workers(op: str, lines: int, n: int, reverse: bool, arity: int, workers: int) -> tuple[str, Dispatch, int]:
     """Contiguous lines over the CPU device's worker threads (``lowering.threads``):
     each line cut into ``chunks`` pieces (about ``PIECES`` in all, whatever
@@ -132,49 +171,53 @@ def _on_workers(op: str, lines: int, n: int, reverse: bool, arity: int, workers:
     scratch's length in states."""
     chunks = max(1, min(n // CHUNK, -(-PIECES // lines)))
     pieces = lines * chunks
-    fields, result = len(_STATES[op][0]), _STATES[op][3]
     ins = [f"RWStructuredBuffer<T> in{k}" for k in range(arity)]
-    args = ", ".join(f"in{k}" for k in range(arity))
-    pos = f"line * {n} + {f'{n - 1} - k' if reverse else 'k'}"
-    bounds = (f"    int q = int(t.x), line = q / {chunks}, c = q % {chunks};\n"
-              f"    int lo = int(int64_t({n}) * c / {chunks}), hi = int(int64_t({n}) * (c + 1) / {chunks});\n")
+    names = [f"in{k}" for k in range(arity)]
     totals, total_call = threads.parallel_kernel("chunk_total", ins + ["RWStructuredBuffer<A> scratch0"],
-                                                 (pieces, 1), pieces, [*args.split(", "), "scratch0"], "totals")
+                                                 (pieces, 1), pieces, names + ["scratch0"], "totals")
     scans, scan_call = threads.parallel_kernel("chunk_scan", ins + ["RWStructuredBuffer<T> out0",
                                                                     "RWStructuredBuffer<A> scratch0"],
-                                               (pieces, 1), pieces, [*args.split(", "), "out0", "scratch0"], "scans")
-    typed = ", ".join(ins)
-    source = (
-        f"void chunk_total(uint3 t, {typed}, RWStructuredBuffer<A> scratch0)\n{{\n{bounds}"
-        "    S acc = identity();\n"
-        f"    for (int k = lo; k < hi; k++) acc = combine(acc, load({args}, {pos}));\n"
-        "    store_scratch(scratch0, q, acc);\n}\n\n"
-        f"void chunk_scan(uint3 t, {typed}, RWStructuredBuffer<T> out0, RWStructuredBuffer<A> scratch0)\n{{\n"
-        f"{bounds}    S acc = {'load_scratch(scratch0, q)' if chunks > 1 else 'identity()'};\n"
-        "    for (int k = lo; k < hi; k++)\n    {\n"
-        f"        int p = {pos};\n        acc = combine(acc, load({args}, p));\n"
-        f"        out0[p] = T(acc.{result});\n    }}\n}}\n\n"
-        + totals + "\n" + scans + "\n"
-        f"[shader(\"compute\")]\n[numthreads(1, 1, 1)]\n"
-        f"void scan_workers(uint3 t: SV_DispatchThreadID, uniform int workers, {typed}, RWStructuredBuffer<T> out0, "
-        "RWStructuredBuffer<A> scratch0)\n{\n")
+                                               (pieces, 1), pieces, names + ["out0", "scratch0"], "scans")
+    source = (_chunk_functions(op, n, 1, reverse, arity, chunks) + totals + "\n" + scans + "\n"
+              f"[shader(\"compute\")]\n[numthreads(1, 1, 1)]\n"
+              f"void scan_workers(uint3 t: SV_DispatchThreadID, uniform int workers, {', '.join(ins)}, "
+              "RWStructuredBuffer<T> out0, RWStructuredBuffer<A> scratch0)\n{\n")
     if chunks > 1:
         source += (f"    {total_call}\n"
-                   f"    for (int line = 0; line < {lines}; line++)  // each line's chunk totals, exclusive\n"
-                   "    {\n        S carry = identity();\n"
-                   f"        for (int q = line * {chunks}; q < (line + 1) * {chunks}; q++)\n        {{\n"
-                   "            S total = load_scratch(scratch0, q);\n            store_scratch(scratch0, q, carry);\n"
-                   "            carry = combine(carry, total);\n        }\n    }\n")
+                   f"    for (int line = 0; line < {lines}; line++) line_offsets(line, scratch0);\n")
     source += f"    {scan_call}\n}}\n"
     buffers = {**{f"in{k}": f"in{k}" for k in range(arity)}, "out0": "out0", "scratch0": "scratch0"}
-    return source, Dispatch("scan_workers", (1, 1, 1), buffers, {"workers": workers}), pieces * fields
+    return source, Dispatch("scan_workers", (1, 1, 1), buffers, {"workers": workers}), pieces * len(_STATES[op][0])
 
 
-def _position(n: int, inner: int, reverse: bool) -> str:
-    """Slang for ``pos(line, k)``: the flat index of a line's k-th element in scan order."""
-    k = f"({n - 1} - k)" if reverse else "k"
-    return (f"int pos(int line, int k) {{ return (line / {inner}) * {n * inner} + line % {inner} "
-            f"+ {k} * {inner}; }}\n")
+def _in_chunks(op: str, lines: int, n: int, inner: int, reverse: bool,
+               arity: int) -> tuple[str, tuple[Dispatch, ...], int]:
+    """Few long lines on a GPU target without cheap barriers (lavapipe): a
+    thread per piece of ``GPU_CHUNK`` elements, the same three steps as
+    ``_on_workers`` as three dispatches (pieces totalled, a thread per line
+    scanning its totals, pieces scanned again).  The workgroup scan's
+    barriers made lavapipe take 1.8 s over a 16M cumsum (measured)."""
+    chunks = -(-n // GPU_CHUNK)
+    pieces = lines * chunks
+    typed = "".join(f", RWStructuredBuffer<T> in{k}" for k in range(arity))
+    args = "".join(f", in{k}" for k in range(arity))
+    grid, width = _grid(-(-pieces // LINE_GROUP), LINE_GROUP)
+    lines_grid, _ = _grid(-(-lines // LINE_GROUP), LINE_GROUP)
+    head = f"[shader(\"compute\")]\n[numthreads({LINE_GROUP}, 1, 1)]\n"
+    piece = f"    int q = int(t.x) + int(t.y) * {width * LINE_GROUP};\n    if (q >= {pieces}) return;\n"
+    source = (_chunk_functions(op, n, inner, reverse, arity, chunks)
+              + head + f"void piece_totals(uint3 t: SV_DispatchThreadID{typed}, RWStructuredBuffer<A> scratch0)\n{{\n"
+              + piece + f"    chunk_total(uint3(q, 0, 0){args}, scratch0);\n}}\n\n"
+              + head + "void piece_offsets(uint3 t: SV_DispatchThreadID, RWStructuredBuffer<A> scratch0)\n{\n"
+              f"    if (int(t.x) < {lines}) line_offsets(int(t.x), scratch0);\n}}\n\n"
+              + head + f"void piece_scans(uint3 t: SV_DispatchThreadID{typed}, RWStructuredBuffer<T> out0, "
+              "RWStructuredBuffer<A> scratch0)\n{\n"
+              + piece + f"    chunk_scan(uint3(q, 0, 0){args}, out0, scratch0);\n}}\n")
+    ins = {f"in{k}": f"in{k}" for k in range(arity)}
+    dispatches = (Dispatch("piece_totals", grid, {**ins, "scratch0": "scratch0"}),
+                  Dispatch("piece_offsets", lines_grid, {"scratch0": "scratch0"}),
+                  Dispatch("piece_scans", grid, {**ins, "out0": "out0", "scratch0": "scratch0"}))
+    return source, dispatches, pieces * len(_STATES[op][0])
 
 
 def _per_line(op: str, lines: int, n: int, inner: int, reverse: bool, arity: int) -> tuple[str, Dispatch]:
@@ -289,6 +332,9 @@ def build(target: targets.Target, inputs: Sequence[Spec], outputs: Sequence[Spec
     if lines >= FEW_LINES or n <= GROUP * 2:
         source, dispatch = _per_line(op, lines, n, inner, reverse, arity)
         return Kernel(prelude + source, (dispatch,))
+    if not target.workgroup_reductions:
+        source, dispatches, states = _in_chunks(op, lines, n, inner, reverse, arity)
+        return Kernel(prelude + source, dispatches, ((_accumulator(dtype), states),))
     source, dispatches, scratch = _workgroups(op, dtype, lines, n, inner, reverse, arity)
     return Kernel(prelude + source, dispatches, scratch)
 

@@ -1,10 +1,11 @@
 """The scans' device kernels (``lowering.library_kernels.scans``) against JAX
 in float64: every strategy (the CPU device's loop in memory order, with and
-without a trailing axis; lavapipe's thread per line for small integer and
-float64 scans, and its workgroup reduce-then-scan), forward and reversed, for
-add, multiply and the linear recurrence cumprod's gradient runs; and that the
-programs run no host step.  Also that a scan's graph stays O(n): one library
-node each way, no triangular sum."""
+without a trailing axis, and its worker threads; lavapipe's thread per line
+for small integer and float64 scans, and its thread per piece of a long line;
+the workgroup reduce-then-scan of Vulkan and CUDA, run on lavapipe), forward
+and reversed, for add, multiply and the linear recurrence cumprod's gradient
+runs; and that the programs run no host step.  Also that a scan's graph stays
+O(n): one library node each way, no triangular sum."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,7 +37,7 @@ def _reference(x, y, cts):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_scan_kernels_match_float64(device):
-    """On lavapipe lines of 1500 take the workgroup scan (two blocks); the CPU device's loop is one either way."""
+    """On lavapipe lines of 1500 go in pieces of 256; the CPU device's loop is one either way."""
     if device not in sd.available_devices():
         pytest.skip(f"{device} is not available here")
     n = 1500
@@ -135,3 +136,27 @@ def test_worker_threads_give_the_same_bits_for_any_count(monkeypatch):
         results[workers] = sd.lowering.compile(graph, device="cpu")({"x": x})[name]
         np.testing.assert_allclose(results[workers], np.cumsum(x, 1), rtol=1e-14)
     np.testing.assert_array_equal(results["3"], results["8"])
+
+
+@pytest.mark.vulkan
+@pytest.mark.parametrize("op", ["scan.multiply", "scan.linear"])
+def test_the_workgroup_scan_on_lavapipe(op):
+    """Vulkan's and CUDA's workgroup reduce-then-scan (lavapipe itself takes pieces, its barriers being slow),
+    run on lavapipe: three blocks a line and a reversed line, against a float64 loop."""
+    if "vulkan" not in sd.available_devices():
+        pytest.skip("vulkan is not available here")
+    from symdiff.lowering import library_kernels, runtime, targets
+    from symdiff.lowering.library_kernels.launch import Launch
+    rng = np.random.default_rng(3)
+    arrays = [rng.uniform(0.999, 1.001, size=(2, 5000)).astype(np.float32) for _ in range(2 if op == "scan.linear"
+                                                                                         else 1)]
+    specs = [((2, 5000), "float32")] * len(arrays)
+    kernel = library_kernels.build(op, targets.VULKAN, specs, specs[:1], {"axis": 1, "reverse": True})
+    assert [d.entry for d in kernel.dispatches] == ["block_totals", "scan_totals", "block_outputs"]
+    (got,) = Launch("vulkan", kernel, specs[:1])([runtime.asarray(a, "vulkan") for a in arrays])
+    a, b = (arrays[0].astype(np.float64), arrays[1].astype(np.float64) if len(arrays) > 1 else None)
+    want, y = np.zeros_like(a), np.zeros(2) if b is not None else np.ones(2)
+    for k in range(a.shape[1] - 1, -1, -1):   # y_k = a_k y_{k+1} + b_k, or y_k = y_{k+1} * a_k
+        y = a[:, k] * y + (b[:, k] if b is not None else 0)
+        want[:, k] = y
+    np.testing.assert_allclose(got.numpy(), want, rtol=2e-6)
