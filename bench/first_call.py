@@ -13,6 +13,12 @@ work on a shared machine does not inflate as it does wall time.  ``--profile N``
 adds cProfile's N most expensive functions per kernel.  The gradient is
 checked against ``device="numpy"``, so a fast wrong answer never prints a time.
 
+Names may be bench workloads too (``--bench``: all of them, at ``--size small|large``;
+large ones are checked against JAX's ``jit(value_and_grad)``, as ``python -m bench``
+does); the table then also shows device creation and g++'s CPU seconds, as markdown
+rows.  ``--with-prelude``: every row finds the precompiled prelude built first
+(``lowering.compiler_cache``), as on a machine where symdiff compiled before.
+
 ``--second``: the real first call (``program.value_and_grad``) of each kernel in two
 fresh processes sharing one cache directory: cold (empty caches) and a second process
 served by the on-disk caches (``lowering.disk_cache``: backward graph, plan and module;
@@ -340,7 +346,7 @@ def second_table(names: list[str], device: str, size: str = "small") -> None:
           "and a second process (on-disk caches from the first); CPU s (g++ included) and wall s, device "
           "creation (wall s) not included")
     print(f"| program | cold cpu | cold wall | of which g++ | 2nd cpu | 2nd wall | of which g++ | 2nd-process disk hits |\n"
-          "|---|---|---|---|---|---|---|")
+          "|---|---|---|---|---|---|---|---|")
     for name in names:
         try:
             cold, second = _twice(["--child-first", "--device", device, "--size", size, name])
