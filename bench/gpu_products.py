@@ -1,0 +1,117 @@
+"""``python -m bench.gpu_products``: the GPU issue's (36) matrix-product rows, the MLP
+65536x512 -> 512 -> 10 and a 4096^3 gemm, as ``bench.gpu`` rows (symdiff's
+value_and_grad against JAX ``jit`` and PyTorch on the same device) with TFLOP/s.
+
+Precision: symdiff computes products in exact float32 and has no TF32 setting
+(no ``matmul_precision`` anywhere in ``symdiff``/``lowering``), so these rows are
+fp32 only, and the peers are held to fp32 too: JAX's default float32 matmul on
+an H100 is TF32 (``../shared/notes/gpu.md``), so this module sets
+``jax_default_matmul_precision="highest"`` and turns torch's TF32 off.  Run it
+in its own process (``bench.gpu_session`` does): both settings are global.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from symdiff import lowering
+
+from . import gpu, report
+from .workloads import fan_in, mlp_softmax_xent, normal, one_hot
+
+PRECISION_NOTE = "fp32 only: symdiff has no TF32 setting (no matmul_precision option), peers held to fp32"
+
+
+def gemm_loss(xp, a, b, c):
+    """A product's value and both operands' gradients: C (A B) summed is
+    A B forward, then C B^T and A^T C backward (three n^3 products)."""
+    return xp.sum(c * (a @ b))
+
+
+PRODUCTS: list[gpu.GpuWorkload] = [
+    gpu.GpuWorkload("mlp_softmax_xent", mlp_softmax_xent,
+                    lambda s: {"x": (gpu.scaled(65536, s, 16), 512), "w1": (512, 512), "b1": (512,),
+                               "w2": (512, 10), "y": (gpu.scaled(65536, s, 16), 10)},
+                    ("w1", "b1", "w2"), init={"w1": fan_in, "w2": fan_in, "b1": normal(0.1), "y": one_hot}),
+    gpu.GpuWorkload("gemm", gemm_loss, lambda s: {k: (gpu._grid(4096)(s),) * 2 for k in "abc"}, ("a", "b", "c"),
+                    init={"a": fan_in, "b": fan_in}),
+]
+
+
+def flops(name: str, shapes: dict[str, tuple]) -> int:
+    """Multiply-adds x 2 of value_and_grad's products: forward, and for each
+    gradient asked one product of the same size (the MLP's input gets none)."""
+    if name == "gemm":
+        n, k = shapes["a"]
+        return 3 * 2 * n * k * shapes["b"][1]
+    batch, d_in = shapes["x"]
+    hidden, classes = shapes["w2"]
+    first, second = 2 * batch * d_in * hidden, 2 * batch * hidden * classes
+    return 2 * first + 3 * second   # x@w1, dW1; h@w2, dW2, dh
+
+
+def hold_peers_to_fp32() -> None:
+    try:
+        import jax
+        jax.config.update("jax_default_matmul_precision", "highest")
+    except ImportError:
+        pass
+    try:
+        import torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    except ImportError:
+        pass
+
+
+def with_tflops(row: dict[str, Any]) -> dict[str, Any]:
+    work = flops(row["workload"], row["shapes"])
+    row["flops"], row["precision"] = work, "fp32"
+    for entry in [row["symdiff"], *row["peers"].values()]:
+        if entry.get("ms"):
+            entry["tflops"] = work / (entry["ms"] * 1e-3) / 1e12
+    return row
+
+
+def render(results: dict[str, Any]) -> str:
+    header = ["workload", "size", "precision", "symdiff ms", "JAX ms", "torch ms", "x JAX", "x torch",
+              "symdiff TFLOP/s", "JAX TFLOP/s", "torch TFLOP/s", "err vs JAX"]
+    lines = []
+    for row in results["rows"]:
+        s, j, t = row["symdiff"], row["peers"].get("jax", {}), row["peers"].get("torch", {})
+        lines.append([row["workload"], row["size"], row["precision"], gpu._cell(s), gpu._cell(j) if j else "-",
+                      gpu._cell(t) if t else "-", gpu._num(row.get("x_jax"), ".2f"),
+                      gpu._num(row.get("x_torch"), ".2f"), gpu._num(s.get("tflops"), ".3g"),
+                      gpu._num(j.get("tflops"), ".3g"), gpu._num(t.get("tflops"), ".3g"),
+                      gpu._num(s.get("grad_error"), ".1e")])
+    return "\n\n".join([f"symdiff on `{results['device']}`, scale {results['scale']:g}. {PRECISION_NOTE}.",
+                        report._table(header, lines)])
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m bench.gpu_products", description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=gpu.DEVICES, required=True)
+    p.add_argument("--workload", action="append", choices=[w.name for w in PRODUCTS],
+                   help="workload(s) to run (repeatable); default: all")
+    p.add_argument("--scale", type=float, default=1.0, help="divide every workload's element count by this")
+    p.add_argument("--budget", type=float, default=gpu.Settings.budget)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    hold_peers_to_fp32()
+    peers = [q for q in (gpu.JaxPeer(), gpu.TorchPeer()) if q.available()]
+    settings = gpu.Settings(budget=args.budget)
+    specs = [w for w in PRODUCTS if not args.workload or w.name in args.workload]
+    rows = [with_tflops(gpu.run_row(spec, args.scale, args.device, peers, settings, bandwidth=math.inf))
+            for spec in specs]
+    platform_of = dict(zip(("jax", "torch"), gpu.peer_devices(args.device)))
+    results = {"device": args.device, "scale": args.scale, "precision_note": PRECISION_NOTE,
+               "peers": gpu.peer_names({q.name: platform_of[q.name] for q in peers}),
+               "available_devices": lowering.available_devices(), "rows": rows}
+    return report.publish(results, render(results), args.json)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,389 @@
+"""``python -m bench.gpu_session OUTDIR [--device cuda|vulkan] [--quick]``: the one
+command to run first whenever a GPU machine is at hand (issue 36), under 8 minutes.
+
+GPU time comes in minutes (``../shared/notes/gpu.md``), so everything worth
+learning from one visit is put in one command tested beforehand on lavapipe
+(``--device vulkan --quick``).  Its stages, in order, each with a wall-clock
+budget (``--budget STAGE=SECONDS`` overrides one):
+
+1. ``tests``: pytest on the lowering and symdiff tests selected by ``-k DEVICE``
+   (the device fixtures of ``tests/lowering/conftest.py`` and
+   ``tests/symdiff/conftest.py`` take ``cuda`` where slangpy has it; symdiff's
+   hold the interop tests), junit XML in ``OUTDIR/tests.xml``; then the shared
+   acceptance check on the device where ``../shared/acceptance`` is beside the
+   checkout (``tests/test_acceptance.py`` does not run it on cuda).
+2. ``fuzz``: a 200-program differential fuzz campaign on the device
+   (``python -m tests.fuzz``) in chunks of consecutive seeds, so running out of
+   time loses one chunk, not the campaign; ``OUTDIR/fuzz/``.
+3. ``bench``: ``bench.gpu_products`` (MLP and gemm, fp32 with TFLOP/s: symdiff
+   has no TF32 setting, so no TF32 rows; the JSON says so) then every
+   memory-bound row of ``bench.gpu``, one process per row; ``OUTDIR/bench/``.
+4. ``sweep``: a product variant sweep needs tile/split knobs settable from
+   outside; ``lowering.targets.Target`` has none (the GPU tile is the module
+   constant ``lowering.matmul.VECTOR_TILE``, and patching it would also be
+   unsound: the on-disk plan cache keys by source text), so the stage checks
+   for a ``tuning`` field and records why it skipped.
+
+A stage's commands run as child processes: at the end of its budget a child
+gets SIGINT (pytest then still writes its XML), then SIGKILL, and the session
+moves on; a stage that fails or raises is recorded and the others still run.
+``OUTDIR/summary.json`` is rewritten after every stage, and a short table is
+printed last.  On the GPU machine::
+
+    source .device/setup.sh && python -m bench.gpu_session /tmp/gpu-out --device cuda
+
+(``../shared/tools/device-pack`` prepares ``.device/``; docs/benchmarks.md, "GPU session").
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+ACCEPTANCE = ROOT.parent / "shared" / "acceptance" / "run.py"
+GRACE_S = 10.0           # seconds a child has between SIGINT and SIGKILL
+MIN_CHUNK_S = 20.0       # a fuzz chunk is not started with less time than this left
+FUZZ_FAILURES = ("wrong", "crash", "error")   # tests.fuzz.runner.FAILURES
+
+# budgets in seconds per stage: full adds up to 7.5 minutes, with the grace inside each
+BUDGETS = {"tests": 140.0, "fuzz": 90.0, "bench": 210.0, "sweep": 5.0}
+QUICK_BUDGETS = {"tests": 60.0, "fuzz": 60.0, "bench": 100.0, "sweep": 5.0}
+TEST_PATHS = ("tests/lowering", "tests/symdiff")
+QUICK_TEST_PATHS = ("tests/lowering/test_dlpack.py", "tests/lowering/test_matmul.py")
+
+
+@dataclass
+class Session:
+    """What every stage reads: where to write, on which device, how big."""
+
+    out: Path
+    device: str
+    quick: bool
+    scale: float
+    fuzz_programs: int
+    fuzz_seed: int
+    measure_budget: float
+
+    @property
+    def python(self) -> str:
+        return sys.executable
+
+
+class Deadline:
+    """The end of one stage's budget."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[Session, Deadline], dict[str, Any]]
+
+
+def run_command(cmd: list[str], log: Path, deadline: Deadline) -> dict[str, Any]:
+    """Run ``cmd`` from the checkout's root, its output in ``log``, until it
+    ends or the deadline less ``GRACE_S`` passes; then SIGINT its process
+    group, and SIGKILL it after the grace."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with log.open("w") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        child = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        timed_out = False
+        try:
+            rc = child.wait(timeout=max(0.0, deadline.remaining() - GRACE_S))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(child.pid, signal.SIGINT)
+            try:
+                rc = child.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                rc = child.wait()
+    return {"rc": rc, "timed_out": timed_out, "seconds": round(time.monotonic() - started, 1),
+            "log": str(log)}
+
+
+# -- stage 1: tests -----------------------------------------------------------------------
+
+def junit_counts(path: Path) -> dict[str, Any]:
+    """Totals and failing test ids of a pytest junit XML file."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    counts = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    counts["failed"] = [f"{case.get('classname')}::{case.get('name')}" for case in root.iter("testcase")
+                        if case.find("failure") is not None or case.find("error") is not None]
+    return counts
+
+
+def tests_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
+    xml = s.out / "tests.xml"
+    paths = QUICK_TEST_PATHS if s.quick else TEST_PATHS
+    run = run_command([s.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", s.device,
+                       f"--junitxml={xml}", *paths], s.out / "logs" / "pytest.log", deadline)
+    result: dict[str, Any] = {"pytest": run}
+    if xml.exists():
+        result["junit"] = junit_counts(xml)
+    if not ACCEPTANCE.exists():
+        result["acceptance"] = {"status": f"skipped: {ACCEPTANCE} is not beside this checkout"}
+    elif deadline.remaining() > MIN_CHUNK_S:
+        result["acceptance"] = run_command([s.python, str(ACCEPTANCE), "--device", s.device],
+                                           s.out / "logs" / "acceptance.log", deadline)
+    else:
+        result["acceptance"] = {"status": "out of time before it started"}
+    junit = result.get("junit", {})
+    bad = junit.get("failures", 0) + junit.get("errors", 0) + (result["acceptance"].get("rc") not in (0, None))
+    result["status"] = ("out of time" if run["timed_out"] else "failures" if bad or "junit" not in result
+                        else "ok")
+    result["detail"] = (f"{junit.get('tests', 0)} tests, {junit.get('failures', 0)} failed, "
+                        f"{junit.get('errors', 0)} errors, {junit.get('skipped', 0)} skipped; acceptance "
+                        + str(result["acceptance"].get("rc", result["acceptance"].get("status"))))
+    return result
+
+
+# -- stage 2: fuzz ------------------------------------------------------------------------
+
+def fuzz_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
+    chunk = 5 if s.quick else 50
+    jobs = 1 if s.quick else max(1, min(8, (os.cpu_count() or 2) // 2))
+    outcomes: collections.Counter[str] = collections.Counter()
+    failing, runs, lost, seed, end = [], [], [], s.fuzz_seed, s.fuzz_seed + s.fuzz_programs
+    while seed < end and deadline.remaining() > MIN_CHUNK_S:
+        n = min(chunk, end - seed)
+        path = s.out / "fuzz" / f"seeds-{seed}-{seed + n - 1}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        run = run_command([s.python, "-m", "tests.fuzz", "--device", s.device, "--n", str(n), "--seed", str(seed),
+                           "--jobs", str(jobs), "--nice", "0", "--no-minimize", "--json", str(path)],
+                          s.out / "logs" / f"fuzz-{seed}.log", deadline)
+        runs.append(run)
+        if path.exists():
+            results = json.loads(path.read_text())
+            outcomes.update(r["outcome"] for r in results)
+            failing += sorted(r["seed"] for r in results if r["outcome"] in FUZZ_FAILURES)
+        elif not run["timed_out"]:
+            lost.append(run["log"])
+        seed += n
+    done = sum(outcomes.values())
+    status = ("failures" if failing else "error" if lost else "ok" if done == s.fuzz_programs
+              else "out of time")
+    return {"status": status, "programs": done, "asked": s.fuzz_programs, "outcomes": dict(outcomes),
+            "failing_seeds": failing, "runs": runs,
+            "detail": f"{done}/{s.fuzz_programs} programs: {dict(sorted(outcomes.items()))}"
+                      + (f"; chunks that wrote no results, see {lost}" if lost else "")
+                      + (f"; replay: python -m tests.fuzz --device {s.device} --replay SEED" if failing else "")}
+
+
+# -- stage 3: bench -----------------------------------------------------------------------
+
+def bench_jobs(s: Session) -> list[tuple[str, list[str]]]:
+    """(name, command) per bench process: the products first (the issue's
+    targets), then each memory-bound row of bench.gpu alone."""
+    from . import gpu, gpu_products
+
+    common = ["--device", s.device, "--scale", f"{s.scale:g}", "--budget", f"{s.measure_budget:g}"]
+    jobs = [(w.name, [s.python, "-m", "bench.gpu_products", "--workload", w.name, *common])
+            for w in gpu_products.PRODUCTS]
+    jobs += [(w.name, [s.python, "-m", "bench.gpu", "--workload", w.name, *common]) for w in gpu.WORKLOADS]
+    return jobs
+
+
+def row_summary(row: dict[str, Any]) -> dict[str, Any]:
+    cells = {"workload": row["workload"], "size": row["size"], "symdiff": row["symdiff"].get("status"),
+             "symdiff_ms": row["symdiff"].get("ms")}
+    for name, entry in row["peers"].items():
+        cells[f"{name}_ms"] = entry.get("ms")
+    for key in ("x_jax", "x_torch", "precision"):
+        if key in row:
+            cells[key] = row[key]
+    if "tflops" in row["symdiff"]:
+        cells["symdiff_tflops"] = row["symdiff"]["tflops"]
+    return cells
+
+
+def bench_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
+    from .gpu import geomean
+    from .gpu_products import PRECISION_NOTE
+
+    rows, runs, missing = [], [], []
+    for name, cmd in bench_jobs(s):
+        if deadline.remaining() <= MIN_CHUNK_S:
+            missing.append(name)
+            continue
+        path = s.out / "bench" / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        runs.append(run_command([*cmd, "--json", str(path)], s.out / "logs" / f"bench-{name}.log", deadline))
+        if path.exists():
+            rows += [row_summary(r) for r in json.loads(path.read_text())["rows"]]
+        else:
+            missing.append(name)
+    memory_bound = [r["x_jax"] for r in rows if "x_jax" in r and "precision" not in r]
+    wrong = [r["workload"] for r in rows if r["symdiff"] != "ok"]
+    status = "out of time" if missing and deadline.remaining() <= MIN_CHUNK_S else \
+        "failures" if wrong or missing else "ok"
+    gm = geomean(memory_bound)
+    return {"status": status, "rows": rows, "missing": missing, "not ok": wrong, "runs": runs,
+            "geomean_x_jax_memory_bound": gm, "tf32": PRECISION_NOTE,
+            "detail": f"{len(rows)} rows, memory-bound x JAX geomean "
+                      f"{'-' if gm is None else format(gm, '.2f')} over {len(memory_bound)}; "
+                      f"not ok: {wrong or 'none'}; missing: {missing or 'none'}; no TF32 rows (no setting)"}
+
+
+# -- stage 4: sweep -----------------------------------------------------------------------
+
+def sweep_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
+    from symdiff.lowering import targets
+
+    if "tuning" in {f.name for f in fields(targets.Target)}:
+        return {"status": "skipped", "detail": "lowering.targets.Target now has a tuning field; "
+                "this script does not sweep it yet (add its variants to bench.gpu_session.sweep_stage)"}
+    return {"status": "skipped", "detail": "no tile/split knob settable from outside: Target has no tuning "
+            "field, the GPU tile is lowering.matmul.VECTOR_TILE (a module constant the disk cache "
+            "does not key by)"}
+
+
+STAGES = [Stage("tests", tests_stage), Stage("fuzz", fuzz_stage), Stage("bench", bench_stage),
+          Stage("sweep", sweep_stage)]
+
+
+# -- the session --------------------------------------------------------------------------
+
+def run_stages(session: Session, stages: list[Stage], budgets: dict[str, float],
+               summary: dict[str, Any]) -> dict[str, Any]:
+    """Each stage in turn within its budget; a stage that raises is recorded
+    and the next one runs.  ``summary.json`` is rewritten after each."""
+    summary.setdefault("stages", {})
+    for stage in stages:
+        started = time.monotonic()
+        try:
+            result = stage.run(session, Deadline(budgets[stage.name]))
+        except Exception as exc:  # recorded; the other stages' results must survive it
+            result = {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}
+        result["seconds"] = round(time.monotonic() - started, 1)
+        result["budget_s"] = budgets[stage.name]
+        summary["stages"][stage.name] = result
+        write_summary(session.out, summary)
+        print(f"bench.gpu_session: {stage.name}: {result['status']} in {result['seconds']:.0f} s", file=sys.stderr,
+              flush=True)
+    return summary
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    tmp.replace(out / "summary.json")
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def table(summary: dict[str, Any]) -> str:
+    lines = [f"{'stage':<6} {'status':<12} {'s/budget':>9}  detail"]
+    for name, r in summary["stages"].items():
+        lines.append(f"{name:<6} {r['status']:<12} {r['seconds']:>4.0f}/{r['budget_s']:<4.0f}  {r.get('detail', '')}")
+    rows = summary["stages"].get("bench", {}).get("rows", [])
+    if rows:
+        lines.append("")
+        lines.append(f"{'workload':<20} {'size':<14} {'symdiff ms':>10} {'JAX ms':>8} {'torch ms':>8} {'x JAX':>6} "
+                     f"{'TFLOP/s':>8}")
+        for r in rows:
+            ms = _ms(r["symdiff_ms"]) if r["symdiff"] == "ok" else str(r["symdiff"])[:10]
+            lines.append(f"{r['workload']:<20} {r['size']:<14} {ms:>10} {_ms(r.get('jax_ms')):>8} "
+                         f"{_ms(r.get('torch_ms')):>8} {_ms(r.get('x_jax')):>6} {_ms(r.get('symdiff_tflops')):>8}")
+    return "\n".join(lines)
+
+
+def environment(device: str) -> dict[str, Any]:
+    from symdiff import lowering
+
+    env: dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                           "available_devices": lowering.available_devices(), "python": sys.version.split()[0]}
+    for key, cmd in (("commit", ["git", "rev-parse", "HEAD"]), ("gpu", ["nvidia-smi", "-L"])):
+        if shutil.which(cmd[0]):
+            run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            env[key] = run.stdout.strip() or run.stderr.strip()
+    if device == "vulkan":
+        env["vulkan_is_software"] = lowering.devices.is_software("vulkan")
+    return env
+
+
+def parse_budget(text: str) -> tuple[str, float]:
+    name, sep, seconds = text.partition("=")
+    if not sep or name not in BUDGETS:
+        raise argparse.ArgumentTypeError(f"--budget {text!r}: write STAGE=SECONDS, STAGE one of {sorted(BUDGETS)}")
+    try:
+        value = float(seconds)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--budget {text!r}: {seconds!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"--budget {text!r}: seconds must be 0 or more")
+    return name, value
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.gpu_session", description=__doc__.splitlines()[0])
+    p.add_argument("outdir", type=Path, help="folder for summary.json, tests.xml, fuzz/, bench/, logs/")
+    p.add_argument("--device", choices=("cuda", "vulkan"), default="cuda")
+    p.add_argument("--quick", action="store_true",
+                   help="a few tests, 10 fuzz programs, shorter measurements: the lavapipe rehearsal")
+    p.add_argument("--scale", type=float,
+                   help="bench sizes divided by this (default 1 on a GPU, 4096 on lavapipe)")
+    p.add_argument("--fuzz-programs", type=int, help="fuzz campaign size (default 200, 10 with --quick)")
+    p.add_argument("--fuzz-seed", type=int, default=0, help="first fuzz seed")
+    p.add_argument("--budget", type=parse_budget, action="append", default=[], metavar="STAGE=SECONDS",
+                   help=f"a stage's wall-clock budget (default {BUDGETS}, --quick {QUICK_BUDGETS})")
+    p.add_argument("--stage", action="append", choices=list(BUDGETS), help="run only these stages (repeatable)")
+    return p.parse_args(argv)
+
+
+def session_of(args: argparse.Namespace, software: bool) -> tuple[Session, dict[str, float]]:
+    budgets = dict(QUICK_BUDGETS if args.quick else BUDGETS)
+    budgets.update(args.budget)
+    scale = args.scale if args.scale is not None else 4096.0 if software else 1.0
+    programs = args.fuzz_programs if args.fuzz_programs is not None else 10 if args.quick else 200
+    return Session(args.outdir, args.device, args.quick, scale, programs, args.fuzz_seed,
+                   0.05 if args.quick else 0.5), budgets
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    args = parse_args(argv)
+    from symdiff import lowering
+
+    if args.device not in lowering.available_devices():
+        sys.exit(f"bench.gpu_session: no {args.device} device here (available: {lowering.available_devices()}); "
+                 f"on the GPU machine run `source .device/setup.sh` first")
+    software = args.device == "vulkan" and lowering.devices.is_software("vulkan")
+    session, budgets = session_of(args, software)
+    session.out.mkdir(parents=True, exist_ok=True)
+    stages = [st for st in STAGES if not args.stage or st.name in args.stage]
+    summary = {"command": "python -m bench.gpu_session " + " ".join(argv), "device": args.device,
+               "quick": args.quick, "scale": session.scale, "budgets": budgets,
+               "environment": environment(args.device)}
+    started = time.monotonic()
+    run_stages(session, stages, budgets, summary)
+    summary["elapsed_s"] = round(time.monotonic() - started, 1)
+    write_summary(session.out, summary)
+    print(table(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

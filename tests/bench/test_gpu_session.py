@@ -1,0 +1,77 @@
+"""bench.gpu_session's own logic without a GPU: its arguments, a stage's budget
+ending a child process, a failing stage not losing the others, junit totals.
+(The whole script is rehearsed by hand: ``--device vulkan --quick``.)"""
+import json
+import shutil
+import time
+
+import pytest
+
+from bench import gpu_session as gs
+
+
+def _session(tmp_path) -> gs.Session:
+    return gs.Session(tmp_path, "vulkan", quick=True, scale=4096.0, fuzz_programs=0, fuzz_seed=0,
+                      measure_budget=0.05)
+
+
+def test_arguments_defaults_quick_and_budget_overrides(tmp_path):
+    full, budgets = gs.session_of(gs.parse_args([str(tmp_path), "--device", "cuda"]), software=False)
+    assert (full.device, full.scale, full.fuzz_programs, full.quick) == ("cuda", 1.0, 200, False)
+    assert budgets == gs.BUDGETS and sum(budgets.values()) < 8 * 60
+    quick, budgets = gs.session_of(gs.parse_args([str(tmp_path), "--device", "vulkan", "--quick",
+                                                  "--budget", "fuzz=5", "--budget", "bench=0"]), software=True)
+    assert (quick.scale, quick.fuzz_programs) == (4096.0, 10)
+    assert budgets == {**gs.QUICK_BUDGETS, "fuzz": 5.0, "bench": 0.0}
+
+
+@pytest.mark.parametrize("text, says", [("fuzzz=5", "STAGE one of"), ("fuzz=soon", "not a number"),
+                                        ("fuzz", "STAGE=SECONDS"), ("fuzz=-1", "0 or more")])
+def test_bad_budget_is_refused_with_what_to_write(text, says, capsys):
+    with pytest.raises(SystemExit):
+        gs.parse_args(["out", "--budget", text])
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("sleep") is None, reason="needs sleep(1)")
+def test_stage_out_of_budget_is_stopped_and_a_raising_stage_does_not_lose_the_others(tmp_path, monkeypatch):
+    monkeypatch.setattr(gs, "GRACE_S", 1.0)
+
+    def slow(s, deadline):
+        run = gs.run_command(["sleep", "30"], s.out / "logs" / "slow.log", deadline)
+        return {"status": "out of time" if run["timed_out"] else "ok", "run": run}
+
+    def broken(s, deadline):
+        raise RuntimeError("no device")
+
+    def fine(s, deadline):
+        return {"status": "ok", "left": deadline.remaining()}
+
+    stages = [gs.Stage("slow", slow), gs.Stage("broken", broken), gs.Stage("fine", fine)]
+    started = time.monotonic()
+    summary = gs.run_stages(_session(tmp_path), stages, {"slow": 1.5, "broken": 1.0, "fine": 9.0}, {})
+    assert time.monotonic() - started < 5          # sleep 30 was cut at its budget
+    slow_run = summary["stages"]["slow"]["run"]
+    assert slow_run["timed_out"] and slow_run["rc"] != 0 and slow_run["seconds"] < 3
+    assert summary["stages"]["broken"] == {"status": "error", "detail": "RuntimeError: no device",
+                                           "seconds": summary["stages"]["broken"]["seconds"], "budget_s": 1.0}
+    assert summary["stages"]["fine"]["status"] == "ok" and summary["stages"]["fine"]["left"] > 8
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert list(on_disk["stages"]) == ["slow", "broken", "fine"]
+    assert "broken" in gs.table(summary) and "out of time" in gs.table(summary)
+
+
+def test_junit_counts_and_failing_ids(tmp_path):
+    xml = tmp_path / "t.xml"
+    xml.write_text('<?xml version="1.0"?><testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
+                   '<testcase classname="tests.lowering.test_a" name="test_x[cuda]"><failure message="m"/></testcase>'
+                   '<testcase classname="tests.lowering.test_a" name="test_y[cuda]"/>'
+                   '<testcase classname="tests.lowering.test_b" name="test_z[cuda]"><skipped/></testcase>'
+                   '</testsuite></testsuites>')
+    assert gs.junit_counts(xml) == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1,
+                                    "failed": ["tests.lowering.test_a::test_x[cuda]"]}
+
+
+def test_sweep_says_why_it_skips(tmp_path):
+    result = gs.sweep_stage(_session(tmp_path), gs.Deadline(1.0))
+    assert result["status"] == "skipped" and "tuning" in result["detail"]
