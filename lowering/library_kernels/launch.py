@@ -20,7 +20,7 @@ import numpy as np
 from .. import backends, cache, dlpack
 from ..buffer_plan import STORAGE, buffer_bytes
 from ..runtime import DeviceArray
-from . import Kernel, Spec
+from .registry import Kernel, Spec
 
 
 class Launch:

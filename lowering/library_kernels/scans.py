@@ -36,7 +36,7 @@ from typing import Sequence
 
 from .. import targets, threads
 from ..printer import SLANG_TYPES
-from . import Dispatch, Kernel, Spec, register
+from .registry import Dispatch, Kernel, Spec, register
 
 GROUP = 256           # threads of a workgroup on GPU targets
 LINE_GROUP = 64       # threads of a workgroup of the thread-per-line kernel

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 
 from ...targets import Target
-from .. import Kernel, Spec, register
+from ..registry import Kernel, Spec, register
 from . import cholesky, eigh, lu, qr, svd, triangular
 from .workgroup import MAX_GROUPS, MAX_N
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from ...targets import Target
-from .. import Kernel
+from ..registry import Kernel
 from .workgroup import MATRICES, Form, Matrix, entry_point, kernel, literal, scalar
 
 SWEEPS = 30

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from ...targets import Target
-from .. import Kernel
+from ..registry import Kernel
 from .triangular import substitution
 from .workgroup import Form, Matrix, batch_offset, entry_point, form, kernel, literal, place, scalar
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from ...targets import Target
-from .. import Kernel
+from ..registry import Kernel
 from .workgroup import Matrix, entry_point, form, kernel, literal, place, scalar
 
 

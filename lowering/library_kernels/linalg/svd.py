@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from ...targets import Target
-from .. import Kernel
+from ..registry import Kernel
 from .eigh import EPS, SWEEPS
 from .workgroup import MATRICES, Form, entry_point, kernel, literal, scalar
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from symdiff.ir.graph import DTYPES
 
 from ...targets import Target
-from .. import Dispatch, Kernel
+from ..registry import Dispatch, Kernel
 
 SHARED_BYTES = 16384
 MAX_N = 64
