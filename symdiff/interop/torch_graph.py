@@ -385,10 +385,17 @@ def _join(path: str, name: str) -> str:
 
 
 def _whole(layer: "torch.nn.Module") -> "torch.fx.Graph":
-    """The graph of a module that is itself a layer kept whole: one call of it."""
+    """The graph of a module that is itself a layer kept whole: one call of
+    it, with a placeholder per positional ``forward`` parameter, so that the
+    ones a call leaves out keep their defaults (``_defaults``), as in a traced
+    module."""
+    import inspect
+
     import torch.fx
     graph = torch.fx.Graph()
-    graph.output(graph.call_module("", (graph.placeholder("input"),)))
+    params = [p.name for p in inspect.signature(layer.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    graph.output(graph.call_module("", tuple(graph.placeholder(name) for name in params)))
     return graph
 
 

@@ -511,6 +511,8 @@ METHODS.update({
     "long": Op(lambda x: x.astype("int32")), "int": Op(lambda x: x.astype("int32")),
     "softmax": Op(_softmax(nn.softmax)), "log_softmax": Op(_softmax(nn.log_softmax)),
     "masked_fill": Op(lambda x, mask, value: np.where(mask, value, x)),
+    # x.where(condition, y) is torch.where(condition, x, y): the tensor is the value, not the condition
+    "where": Op(lambda x, condition, y: np.where(condition, x, y)),
     "triu": Op(_triangle(True)), "tril": Op(_triangle(False)),
 })
 
