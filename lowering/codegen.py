@@ -19,14 +19,13 @@ from symdiff.ir.index_analysis import extent
 from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
 from . import targets
 from .host_products import HostProduct
-from .kernels import registry, scatter
+from .kernels import registry, scatter, workgroup_tree
 from .kernels.last_workgroup_finish import DECLARATION
 from .kernels.writer import STORAGE_TYPES, buffer_name, identifier
 from .plan_types import HostKernel, Plan
 from .printer import SLANG_TYPES, SlangPrinter, prelude
 from .shared_code import SHARED_BY, KernelCode, kernel_code, lift, share
 from .threads import GROUP_SIZE, Threads, parallel_kernel, worker_cap
-from .workgroups import WORKGROUP
 
 
 PROGRAM = "run_program"  # the CPU device's only entry point
@@ -208,11 +207,6 @@ def _threads_runner(function: str, params: list[str]) -> str:
             f"            {function}(uint3(x, y, 0){args});\n}}")
 
 
-def _scratch(acc_type: str) -> str:
-    """The groupshared array a workgroup combines ``acc_type`` partial results in."""
-    return f"groupshared {acc_type} workgroup_{acc_type}[{WORKGROUP}];"
-
-
 def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
     """The Slang module for a plan on one device kind (a ``lowering.targets``
     name or ``Target``; the kind decides matmul tiles, point loops, the form
@@ -285,7 +279,7 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
         parts.append(program)
     header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", prelude(target)]
     header += [scatter.helper(s, op, target) for s, op in sorted(atomics)] + ([helper(target)] if guards.checks else [])
-    header += [_scratch(t) for t in sorted(shared)]
+    header += [workgroup_tree.scratch_declaration(t) for t in sorted(shared)]
     if any(k.finish for k in plan.kernels):
         header.append(DECLARATION)
     return Module("\n\n".join(header + parts) + "\n", entries, buffers, guards.checks)

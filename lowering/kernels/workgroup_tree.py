@@ -13,6 +13,16 @@ from ..workgroups import WORKGROUP
 from .writer import COMBINE, KernelShape, KernelWriter, LoopForm
 
 
+def scratch(acc_type: str) -> str:
+    """The groupshared array a workgroup combines ``acc_type`` partial results in."""
+    return f"workgroup_{acc_type}"
+
+
+def scratch_declaration(acc_type: str) -> str:
+    """The module's declaration of ``scratch(acc_type)`` (the writer collects the types in ``shared``)."""
+    return f"groupshared {acc_type} {scratch(acc_type)}[{WORKGROUP}];"
+
+
 class WorkgroupTree(LoopForm):
     name = "workgroup_tree"
     thread = "global_thread"
@@ -63,31 +73,31 @@ class WorkgroupTree(LoopForm):
         memory (lane l with lane l + width, halving width), the result in every
         lane's ``acc``.  The last barrier lets the next tree reuse the scratch.
         With wave operations the steps narrower than a wave are ``wave_tree``'s."""
-        scratch = f"workgroup_{acc_type}"
+        array = scratch(acc_type)
         per = w.layout.points  # a point's lanes sit ``per`` apart in the workgroup
         # a point's lanes are neighbouring threads, so the tree's last steps stay within a wave
         waves = w.target.wave_operations and per == 1
         w.shared.add(acc_type)
         w.emit(f"// {acc}: the lanes' partial results combined in a fixed tree", 1)
-        w.emit(f"{scratch}[group_thread] = {acc};", 1)
+        w.emit(f"{array}[group_thread] = {acc};", 1)
         w.emit("GroupMemoryBarrierWithGroupSync();", 1)
         if waves:
             w.emit(f"int {acc}_wave = min(int(WaveGetLaneCount()), {w.layout.lanes});", 1)
         last = f"{acc}_wave" if waves else "1"
         w.emit(f"for (int width = {w.layout.lanes // 2}; width >= {last}; width /= 2)", 1)
         w.emit("{", 1)
-        partner = f"{scratch}[group_thread + width{f' * {per}' if per > 1 else ''}]"
-        combined = COMBINE[op].format(a=f"{scratch}[group_thread]", b=partner)
-        w.emit(f"if (lane < width) {scratch}[group_thread] = {combined};", 2)
+        partner = f"{array}[group_thread + width{f' * {per}' if per > 1 else ''}]"
+        combined = COMBINE[op].format(a=f"{array}[group_thread]", b=partner)
+        w.emit(f"if (lane < width) {array}[group_thread] = {combined};", 2)
         w.emit("GroupMemoryBarrierWithGroupSync();", 2)
         w.emit("}", 1)
         if waves:
-            self.wave_tree(w, acc, scratch, op)
+            self.wave_tree(w, acc, array, op)
         else:
-            w.emit(f"{acc} = {scratch}[{f'group_thread % {per}' if per > 1 else '0'}];", 1)
+            w.emit(f"{acc} = {array}[{f'group_thread % {per}' if per > 1 else '0'}];", 1)
         w.emit("GroupMemoryBarrierWithGroupSync();", 1)
 
-    def wave_tree(self, w: KernelWriter, acc: str, scratch: str, op: str) -> None:
+    def wave_tree(self, w: KernelWriter, acc: str, array: str, op: str) -> None:
         """The tree's steps narrower than a wave (``combine_lanes``), in
         registers: every wave loads the tree's first ``<acc>_wave`` partial
         results, and wave lane ``j`` combines with lane ``j ^ width``, the lower
@@ -96,7 +106,7 @@ class WorkgroupTree(LoopForm):
         every wave ends with the tree's result, bit for bit, whatever the wave
         size (no broadcast needed; the order is the groupshared tree's)."""
         w.emit(f"int {acc}_lane = int(WaveGetLaneIndex()) % {acc}_wave;", 1)
-        w.emit(f"{acc} = {scratch}[{acc}_lane];", 1)
+        w.emit(f"{acc} = {array}[{acc}_lane];", 1)
         w.emit(f"for (int width = {acc}_wave / 2; width > 0; width /= 2)", 1)
         w.emit("{", 1)
         w.emit(f"let partner = WaveReadLaneAt({acc}, int(WaveGetLaneIndex()) ^ width);", 2)
