@@ -46,8 +46,8 @@ def choose(shape: KernelShape) -> Forms:
     """For each part of the kernel, the first form in ``FORMS`` that applies to it."""
     chosen: dict[str, KernelForm] = {}
     for form in FORMS:
-        if form.stage not in chosen and form.applies(shape):
-            chosen[form.stage] = form
+        if form.part not in chosen and form.applies(shape):
+            chosen[form.part] = form
     return Forms(chosen[BODY], chosen[LOOP], chosen.get(FINISH), chosen.get(UPDATE))
 
 

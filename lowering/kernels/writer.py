@@ -139,12 +139,12 @@ BODY, LOOP, FINISH, UPDATE = "body", "loop", "finish", "update"
 
 class KernelForm:
     """One form of kernel code, a module of ``lowering.kernels``: its
-    ``name``, the part of a kernel it writes (``stage``), and where it
+    ``name``, the part of a kernel it writes (``part``), and where it
     applies (``applies``).  ``registry.FORMS`` lists the forms in priority
-    order; a kernel takes, for each stage, the first form that applies."""
+    order; a kernel takes, for each part, the first form that applies."""
 
     name: str = ""
-    stage: str = ""
+    part: str = ""
 
     def applies(self, shape: KernelShape) -> bool:
         raise NotImplementedError
@@ -153,7 +153,7 @@ class KernelForm:
 class BodyForm(KernelForm):
     """How the kernel's threads cover its box and run its steps."""
 
-    stage = BODY
+    part = BODY
 
     def write(self, w: "KernelWriter") -> None:
         raise NotImplementedError
@@ -163,7 +163,7 @@ class LoopForm(KernelForm):
     """How the points of a reduction's loop are shared out: who runs them
     and how partial results are combined."""
 
-    stage = LOOP
+    part = LOOP
     thread = "lin"  # the variable ``Threads.open`` gives the thread's point (or its global thread) in
 
     def enter(self, w: "KernelWriter") -> None:
@@ -185,7 +185,7 @@ class LoopForm(KernelForm):
 class FinishForm(KernelForm):
     """What runs after the kernel's own steps, in the same dispatch."""
 
-    stage = FINISH
+    part = FINISH
 
     def tail(self, w: "KernelWriter", finish: str, buffers: dict[str, str], counter: str) -> str:
         raise NotImplementedError
@@ -194,7 +194,7 @@ class FinishForm(KernelForm):
 class UpdateForm(KernelForm):
     """How a write whose elements several points update (mode ``"atomic"``) is emitted."""
 
-    stage = UPDATE
+    part = UPDATE
 
     def update(self, w: "KernelWriter", step: Step, write: Write, buf: str, idx: str, value: str,
                depth: int) -> None:
@@ -203,7 +203,7 @@ class UpdateForm(KernelForm):
 
 @dataclass(frozen=True)
 class Forms:
-    """The forms a kernel is written in, one per stage (none for an absent finish or update)."""
+    """The forms a kernel is written in, one per part (none for an absent finish or update)."""
 
     body: BodyForm
     loop: LoopForm

@@ -31,7 +31,7 @@ def documented_order() -> list[tuple[str, str]]:
 
 
 def test_the_documented_order_is_the_registry_order():
-    assert documented_order() == [(form.name, form.stage) for form in FORMS]
+    assert documented_order() == [(form.name, form.part) for form in FORMS]
 
 
 def matmul(n: int):
