@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable
 
@@ -137,7 +138,7 @@ class KernelShape:
 BODY, LOOP, FINISH, UPDATE = "body", "loop", "finish", "update"
 
 
-class KernelForm:
+class KernelForm(ABC):
     """One form of kernel code, a module of ``lowering.kernels``: its
     ``name``, the part of a kernel it writes (``part``), and where it
     applies (``applies``).  ``registry.FORMS`` lists the forms in priority
@@ -146,8 +147,9 @@ class KernelForm:
     name: str = ""
     part: str = ""
 
+    @abstractmethod
     def applies(self, shape: KernelShape) -> bool:
-        raise NotImplementedError
+        """Whether this form can write its part of a kernel of this shape on its target."""
 
 
 class BodyForm(KernelForm):
@@ -155,8 +157,9 @@ class BodyForm(KernelForm):
 
     part = BODY
 
+    @abstractmethod
     def write(self, w: "KernelWriter") -> None:
-        raise NotImplementedError
+        """The kernel's code, through ``w``."""
 
 
 class LoopForm(KernelForm):
@@ -169,13 +172,13 @@ class LoopForm(KernelForm):
     def enter(self, w: "KernelWriter") -> None:
         """Lines after the thread's point is known: the thread's own coordinates in the form."""
 
+    @abstractmethod
     def loop(self, w: "KernelWriter", reducing: list[Step], length: int,
              point: Callable[[int, str | None], None], storing: bool) -> None:
         """A loop over ``length`` points, ``r`` the point, in which the
         ``reducing`` steps accumulate (``point(depth, lane)`` emits one
         point's code, adding into element ``lane`` of the accumulators'
         lanes if given); ``storing``: other steps of the loop store values."""
-        raise NotImplementedError
 
     def store_conditions(self, w: "KernelWriter") -> list[str]:
         """Conditions a thread's store needs besides the index's range."""
@@ -187,8 +190,11 @@ class FinishForm(KernelForm):
 
     part = FINISH
 
+    @abstractmethod
     def tail(self, w: "KernelWriter", finish: str, buffers: dict[str, str], counter: str) -> str:
-        raise NotImplementedError
+        """The lines ending the kernel: ``finish`` (the function of the
+        kernel's ``finish``, over ``buffers``) run once, ``counter`` the
+        access node of a one-element int buffer the runtime clears."""
 
 
 class UpdateForm(KernelForm):
@@ -196,9 +202,10 @@ class UpdateForm(KernelForm):
 
     part = UPDATE
 
+    @abstractmethod
     def update(self, w: "KernelWriter", step: Step, write: Write, buf: str, idx: str, value: str,
                depth: int) -> None:
-        raise NotImplementedError
+        """``buf[idx] = buf[idx] <op> value`` for ``write``, safe where points collide."""
 
 
 @dataclass(frozen=True)
