@@ -69,7 +69,7 @@ def main(argv: list[str]) -> None:
         graph, inputs = matmul_graph(m, kk, n, ia, ib)
         for device in args.device:
             # the on-disk cache of lowered programs keys by source text, not by this patch: off
-            with mock.patch("symdiff.lowering.codegen.tiling", lambda *_: None), \
+            with mock.patch("symdiff.lowering.kernels.writer.tiling", lambda *_: None), \
                     mock.patch.dict(os.environ, {"SYMDIFF_DISK_CACHE": "0"}):
                 plain, _ = gflops(graph, inputs, device, 2 * m * n * kk)
             tiled, tiled_cpu = gflops(graph, inputs, device, 2 * m * n * kk)

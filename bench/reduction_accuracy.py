@@ -33,7 +33,7 @@ import sys
 import numpy as np
 
 import symdiff as sd
-from symdiff.lowering import codegen
+from symdiff.lowering.kernels import writer
 
 N = sd.symbol("N")
 R = sd.symbol("R")
@@ -109,10 +109,10 @@ def main(argv: list[str]) -> None:
     p.add_argument("--step", type=int, default=2)
     p.add_argument("--seeds", type=int, default=1, help="inputs per size: the median (and the worst) error")
     p.add_argument("--float32-accumulators", action="store_true",
-                   help="sum in float32 accumulators, as before lowering.codegen.WIDE_ACCUMULATORS")
+                   help="sum in float32 accumulators, as before lowering.kernels.writer.WIDE_ACCUMULATORS")
     args = p.parse_args(argv)
     if args.float32_accumulators:
-        codegen.WIDE_ACCUMULATORS = {}
+        writer.WIDE_ACCUMULATORS = {}
     import jax
     jax.config.update("jax_enable_x64", True)
     runners = {"jax f32": lambda body, x, grad: jax_results(body, x, grad, np.float32)}

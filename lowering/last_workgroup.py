@@ -16,7 +16,7 @@ of the first one's dispatch, in the workgroup that finishes last:
   reads back ``workgroups - 1`` is the last, and every other workgroup's
   partial results are then visible to it;
 * that workgroup runs the one-point kernel's steps as that kernel would have
-  (``codegen``: a call of its function, with the workgroup's lanes as its
+  (``kernels.last_workgroup_finish``: a call of its function, with the workgroup's lanes as its
   threads), so the chunks are summed in the same fixed tree whichever
   workgroup is last: deterministic;
 * the counter is a one-element int32 buffer the runtime clears before each

@@ -53,7 +53,7 @@ from .plan_types import Kernel, Step
 
 # Outputs per thread along (outer, inner) axis: see the module docstring.
 VECTOR_TILE = (8, 4)
-# The CPU device's micro-kernel (``codegen.micro_kernel``): sums of a rows x columns
+# The CPU device's micro-kernel (``kernels.cpu_matmul``): sums of a rows x columns
 # block of outputs over a block of k, one vector FMA of an inner-operand row per
 # output row and k.  With AVX-512's 32 registers 8x32 (16 zmm of float32 sums)
 # measured fastest at 512^3 (8x16, 12x16, 16x16, 6x32, 12x32, 4x64 and 8x48 were
@@ -79,7 +79,7 @@ CPU_K_BLOCK = 128
 CPU_PACKED_TILE = (64, 64)
 CPU_PACKED_K_BLOCK = 64
 # Outputs per CPU thread of a vector-matrix product (one row of sums, kept in
-# doubles as every in-thread float32 sum is: lowering.codegen.WIDE_ACCUMULATORS).
+# doubles as every in-thread float32 sum is: lowering.kernels.writer.WIDE_ACCUMULATORS).
 CPU_VECTOR_ROW = 256
 # Fewer outputs than this leave too few tiles for the cores: a long reduction is
 # then better split in two stages (plan.split_large_reductions).
@@ -173,7 +173,7 @@ class Tiling:
     inner: sympy.Symbol
     tile: tuple[int, ...]
     box: tuple[int, ...]
-    # CPU device (``codegen.micro_kernel``): (rows, columns) of the block of the tile summed in
+    # CPU device (``kernels.cpu_matmul``): (rows, columns) of the block of the tile summed in
     # registers, the k's per block of the loop, and whether the inner operand is packed too
     micro: tuple[int, int] | None = None
     k_block: int = 0
@@ -226,7 +226,7 @@ def tiling(graph: DataflowGraph, kernel: "Kernel", device: "str | targets.Target
 
 def _rest_per_output(kernel: "Kernel", step: "Step") -> bool:
     """Whether every other step of ``kernel`` can run once per output of a tile
-    (``codegen.per_output``): no loop, or a loop accumulating into its outputs.
+    (``kernels.register_tiles.per_output``): no loop, or a loop accumulating into its outputs.
     A row kernel's step looping over the row with plain writes (``lowering.rowfusion``:
     ``sum(y @ B)``'s gradient of B, fuzz seed 840141) cannot."""
     return all(not other.loop or all(w.memlet.accumulate for w in other.writes)

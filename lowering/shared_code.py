@@ -11,7 +11,7 @@ dispatch it with their own buffers bound to its parameters.
 
 Two kernels share when their texts are equal after renaming what is the
 kernel's own: its buffers (numbered by first use) and its tasklets' locals (a
-local is the tasklet's identifier, ``_`` and a suffix, ``lowering.codegen``;
+local is the tasklet's identifier, ``_`` and a suffix, ``lowering.kernels.writer``;
 the tasklet is numbered by its step).  The renaming is injective (a renamed
 word holds ``@``, which no Slang identifier does, and a local takes its
 longest tasklet prefix), so equal keys mean the same program up to a

@@ -77,7 +77,7 @@ class Target:
     recompute_transcendentals: bool = False
     # Wave (subgroup) shuffles (``WaveReadLaneAt``, ``WaveGetLaneCount``): the last
     # steps of a workgroup's combining tree, those within one wave, run in
-    # registers instead of groupshared memory and barriers (lowering.codegen's
+    # registers instead of groupshared memory and barriers (lowering.kernels.workgroup_tree's
     # ``combine_lanes``; same tree, same bits).  Vulkan 1.1 and CUDA have them
     # (lavapipe: waves of 8, lanes numbered as the threads).
     wave_operations: bool = False

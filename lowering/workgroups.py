@@ -5,8 +5,8 @@ CPU device, whose threads run one after another, but on a GPU a 16M sum's
 chunks were 8192 threads each summing 2048 elements in sequence, and a row
 kernel gave one thread a whole softmax row (H100 profile, issue 11).  On a
 target with ``workgroup_reductions`` such a kernel instead shares each
-point's loops between several threads of a workgroup of ``WORKGROUP`` (codegen's
-cooperative form), in one of two layouts:
+point's loops between several threads of a workgroup of ``WORKGROUP`` (the
+workgroup-tree kernel form, ``lowering.kernels.workgroup_tree``), in one of two layouts:
 
 * **along the loop**: a workgroup per point, lane ``l`` of 256 taking the loop's
   points ``l, l + 256, ...``: neighbouring lanes read neighbouring elements

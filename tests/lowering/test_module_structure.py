@@ -12,16 +12,29 @@ import symdiff.lowering
 LOWERING = Path(symdiff.lowering.__file__).parent
 
 
+def module_name(path: Path) -> str:
+    """A module's dotted name within lowering/ (``kernels.writer``; a package: its own)."""
+    parts = path.relative_to(LOWERING).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def sibling_imports() -> list[tuple[str, str, bool]]:
-    """``(module, imported sibling, at module level)`` for every relative import in lowering/."""
+    """``(module, imported module, at module level)`` for every relative import
+    in lowering/ and its packages, modules named as ``module_name``."""
+    paths = sorted(LOWERING.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
     found = []
-    for path in sorted(LOWERING.glob("*.py")):
+    for path in paths:
         tree = ast.parse(path.read_text())
         top = {id(node) for node in tree.body}
+        package = path.relative_to(LOWERING).parts[:-1]
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                names = [node.module] if node.module else [a.name for a in node.names]
-                found += [(path.stem, n.split(".")[0], id(node) in top) for n in names]
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = ".".join(package[:len(package) - node.level + 1])
+                within = ".".join(p for p in (base, node.module) if p)
+                for alias in node.names:  # ``from .kernels import registry``: the module, else the one named
+                    name = f"{within}.{alias.name}" if within else alias.name
+                    found.append((module_name(path), name if name in modules else within, id(node) in top))
     return found
 
 
@@ -29,6 +42,9 @@ def test_the_scan_sees_the_pipeline_imports():
     """Not vacuous: the pipeline's imports of its passes are found."""
     edges = {(m, s) for m, s, _ in sibling_imports()}
     assert {("plan", "rematerialise"), ("plan", "rowfusion"), ("plan", "plan_types")} <= edges
+    # and the kernel forms' package: the generator, the registry and the forms' shared writer
+    assert {("codegen", "kernels.registry"), ("kernels.registry", "kernels.writer"),
+            ("kernels.rows", "rowfusion"), ("kernels.cpu_matmul", "kernels.register_tiles")} <= edges
 
 
 def test_no_import_cycle():

@@ -1,4 +1,4 @@
-"""float32 sums are rounded once per stage however long (``codegen.WIDE_ACCUMULATORS``):
+"""float32 sums are rounded once per stage however long (``kernels.writer.WIDE_ACCUMULATORS``):
 the places a sum runs (a two-stage reduction, one thread per output row, a row
 kernel) on every device, against float64, and the hardening issue's program
 against JAX float32's own error.  ``bench/reduction_accuracy.py`` measures the

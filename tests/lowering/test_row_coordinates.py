@@ -1,4 +1,4 @@
-"""CPU point loops whose points stay in one row of the box (lowering.codegen: a thread's
+"""CPU point loops whose points stay in one row of the box (lowering.kernels.writer.frame: a thread's
 point count divides the row): coordinates but the last are the thread's, the last runs
 with the point.  Values against the interpreter, including a 3-D box's middle axis and a
 box whose rows a thread's points cross (the per-point division stays)."""

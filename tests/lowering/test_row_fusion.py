@@ -146,7 +146,7 @@ def row_scaled_sums(x: f32[48, 32], s: f32[48]):
 def test_row_loops_sum_in_lanes_and_load_row_values_once(device):
     """On the CPU device a row loop holding a sum runs in lanes accumulating in
     double (like any in-thread reduction); ``s[i]``, the same at every point of
-    row i, is loaded once before the loop (codegen.hoist_loop_invariant_reads:
+    row i, is loaded once before the loop (kernels.writer.hoist_loop_invariant_reads:
     with the load inside and a double accumulator g++ vectorised nothing)."""
     graph = ir.trace(row_scaled_sums)
     (kernel,) = plan(graph, {}).kernels
