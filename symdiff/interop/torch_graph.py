@@ -19,6 +19,7 @@ running mean and variance of each such batch norm.
 """
 from __future__ import annotations
 
+import operator
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -388,14 +389,20 @@ def _whole(layer: "torch.nn.Module") -> "torch.fx.Graph":
     """The graph of a module that is itself a layer kept whole: one call of
     it, with a placeholder per positional ``forward`` parameter, so that the
     ones a call leaves out keep their defaults (``_defaults``), as in a traced
-    module."""
+    module.  A layer returning a tuple (``nn.MultiheadAttention``: output and
+    weights) has each element as an output, as ``getitem`` nodes would give
+    them in a traced parent."""
     import inspect
+    import typing
 
     import torch.fx
     graph = torch.fx.Graph()
-    params = [p.name for p in inspect.signature(layer.forward).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    graph.output(graph.call_module("", tuple(graph.placeholder(name) for name in params)))
+    signature = inspect.signature(layer.forward)
+    params = [p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    call = graph.call_module("", tuple(graph.placeholder(name) for name in params))
+    returns = signature.return_annotation
+    count = len(typing.get_args(returns)) if typing.get_origin(returns) is tuple else 0
+    graph.output(tuple(graph.call_function(operator.getitem, (call, k)) for k in range(count)) if count else call)
     return graph
 
 

@@ -30,7 +30,8 @@ def _operators(x, w):
     mask = ((y > 0.1) & (x < 1)) | ~(x >= w) | (x <= -1)
     same = (x == x).to(f64) - (x != w).to(f64)
     # floor division on floats has no derivative in torch: it runs on integers here
-    return (x - w) / (w * w + 1) + (-y) ** 2 + (+x) * ((torch.arange(4) // 2).to(f64) + 1) + torch.where(mask, y, x) + same
+    halves = (torch.arange(x.size(1)) // 2).to(f64)
+    return (x - w) / (w * w + 1) + (-y) ** 2 + (+x) * (halves + 1) + torch.where(mask, y, x) + same
 
 
 def _elementwise_functions(x, w):
@@ -87,10 +88,12 @@ def _shapes(x, w):
 def _creation_and_masks(x, w):
     """x: (3, 3)."""
     y = x @ w
-    ramp = torch.arange(3, dtype=f64) + torch.arange(0.0, 1.5, 0.5, dtype=f64)
-    ones = torch.ones(3, 3, dtype=f64) + torch.ones_like(y) + torch.zeros(3, dtype=f64) + torch.zeros_like(x)
-    picked = y[torch.arange(3), x.argmax(1).long()] + y[torch.arange(3), x.argmax(0).int()]
-    return (torch.tril(y, -1) + y.tril() + y.triu(1) + ones * ramp) * picked[:, None] + torch.full((3, 3), 0.5, dtype=f64)
+    n = x.size(0)  # creation calls on traced sizes (on constants torch.fx runs them itself)
+    ramp = torch.arange(n, dtype=f64) + torch.arange(0.0, n / 2, 0.5, dtype=f64)
+    ones = torch.ones((n, 3), dtype=f64) + torch.ones_like(y) + torch.zeros((n,), dtype=f64) + torch.zeros_like(x)
+    picked = y[torch.arange(n), x.argmax(1).long()] + y[torch.arange(n), x.argmax(0).int()]
+    half = torch.full((n, 3), 0.5, dtype=f64)
+    return (torch.tril(y, -1) + y.tril() + y.triu(1) + ones * ramp) * picked[:, None] + half
 
 
 def _matmuls(x, w):
@@ -104,7 +107,8 @@ def _pads(x, w):
     """x: (2, 2, 3, 4)."""
     y = x * w
     return (F.pad(y, (1, 2, 0, 1)).sum() + F.pad(y, (1, 1), value=0.5).sum()
-            + (F.pad(y, (2, 1, 1, 2), mode="reflect") ** 2).sum() + (F.pad(y, (1, 2, 1, 0), mode="replicate") ** 2).sum()
+            + (F.pad(y, (2, 1, 1, 2), mode="reflect") ** 2).sum()
+            + (F.pad(y, (1, 2, 1, 0), mode="replicate") ** 2).sum()
             + (F.pad(y, (1, 1, 2, 1), mode="circular") ** 2).sum())
 
 
@@ -224,3 +228,21 @@ def test_feature_dropout_masks_come_from_torch_generator():
     theirs.pow(2).sum().backward()
     for (name, p), q in zip(module.named_parameters(), twin.parameters()):
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def test_attention_compiled_alone_gives_output_and_weights():
+    """A layer kept whole as the module compiled (not inside a traced parent)
+    returns torch's tuple; both parts differentiate as torch's."""
+    torch.manual_seed(12)
+    module = nn.MultiheadAttention(4, 2, dtype=f64)
+    twin = __import__("copy").deepcopy(module)
+    query, memory = torch.randn(3, 2, 4, dtype=f64), torch.randn(5, 2, 4, dtype=f64)
+    compiled = sd.compile_module(module, query, memory, memory, device="numpy")
+    grads = []
+    for net in (compiled, twin):
+        q, m = query.clone().requires_grad_(), memory.clone().requires_grad_()
+        out, weights = net(q, m, m)
+        (out.sin().sum() + (weights * weights).sum()).backward()
+        grads.append([out.detach(), weights.detach(), q.grad, m.grad, *(p.grad for p in net.parameters())])
+    for ours, theirs in zip(*grads):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=RTOL, atol=ATOL)
