@@ -35,7 +35,7 @@ from symdiff.ir.index_analysis import covers_once, extent, one_each, uses_connec
 from . import targets
 from .in_place import share_versions
 from .last_workgroup import finish_in_last_workgroup
-from .matmul import MIN_TILED_OUTPUTS, matmul_shape
+from .matmul import matmul_shape
 from .host_products import host_product
 from .plan_types import HostKernel, Kernel, LoweringError, Plan, Read, Step, Write, parallel_symbols, same_point
 from .reduce_fusion import chunk_producers, fold_producers
@@ -73,9 +73,9 @@ def _shares_written_elements(graph: DataflowGraph, t: Tasklet, other: Tasklet) -
     return any(a == b and not _distinct_elements(m, w) for a, m in graph.writes(t.name) for b, w in theirs)
 
 
-def _tiled(graph: DataflowGraph, t: Tasklet, box: tuple[int, ...]) -> bool:
+def _tiled(graph: DataflowGraph, t: Tasklet, box: tuple[int, ...], target: "targets.Target | None") -> bool:
     """Whether ``t`` gets register tiles of its own (``lowering.matmul``) in a kernel over ``box``."""
-    return math.prod(box) >= MIN_TILED_OUTPUTS and matmul_shape(graph, t) is not None
+    return math.prod(box) >= targets.tuning_of(target).min_tiled_outputs and matmul_shape(graph, t) is not None
 
 
 def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int], t: Tasklet,
@@ -87,7 +87,7 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
     parallel = tuple(rng for rng in t.domain if rng[0] in par)
     loop = tuple(rng for rng in t.domain if rng[0] not in par)
     box = tuple(extent(rng) for rng in parallel)
-    tiled = _tiled(graph, t, box)
+    tiled = _tiled(graph, t, box, target)
     reads = graph.reads(t.name)
     writers_of = {access: [w for w, _ in graph.writers(access)] for access, _ in reads}
     # A kernel before one writing a version ``t`` reads can neither have that version finished
@@ -112,7 +112,7 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
             step.reads.append(Read(m.connector, access, m, producer))
         # a second accumulating writer of a version would collide with the first; a second
         # matmul would run one output per thread behind the first's register tiles (lowering.matmul)
-        if ok and not any(_shares_written_elements(graph, t, s.tasklet) or (tiled and _tiled(graph, s.tasklet, box))
+        if ok and not any(_shares_written_elements(graph, t, s.tasklet) or (tiled and _tiled(graph, s.tasklet, box, target))
                           for s in kernel.steps):
             kernel.steps.append(step)
             kernel_of[t.name] = k
