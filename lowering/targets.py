@@ -125,6 +125,26 @@ class Tuning:
     # then better split in two stages (rewrites.split_large_reductions).
     min_tiled_outputs: int = 256
 
+    # -- store versus recompute (lowering.cost_model) --
+    # Most operations of an elementwise value that a GPU recomputes where it is
+    # read rather than store it: it does tens of flops in the time one element
+    # crosses memory (layer norm's ``(x - m) / s * g + b``).
+    recompute_ops: int = 24
+    # Most operations a reader's body may reach by recomputing values in it.  A chain
+    # of gathers recomputed into gathers grows as the product of their reads: ludcmp's
+    # reverse pass on lavapipe grew one tasklet to 27k operations, and planning took
+    # 12 s instead of 0.9.
+    max_recomputed_ops: int = 8 * 24
+    # Fewest elements of a value worth a second plan that recomputes it on the CPU
+    # device, or recomputing as an expansion of its inputs on any target: a smaller
+    # value stays in cache, and the trial's second plan cost the unrolled NPBench
+    # kernels (values of at most 64 elements) 0.2-0.4 s of a cold call.
+    trial_min_elements: int = 4096
+    expansion_min_elements: int = 4096
+    # Plans made again for values free to recompute that a plan still buffers
+    # (each round's recomputation may buffer the next value down a chain).
+    free_recompute_rounds: int = 3
+
     @property
     def row_threads(self) -> int:
         """Most threads in one row of a dispatch."""

@@ -223,9 +223,8 @@ def test_recomputing_chains_of_gathers_stays_bounded():
     of the one before; lavapipe recomputes cheap values where they are read, and
     composed down the chain one tasklet grew to thousands of operations (and its
     planning took seconds).  A tasklet takes a recomputed value only while the
-    sum of the sizes stays within ``MAX_RECOMPUTED_OPS``; sympy's rebuild of
+    sum of the sizes stays within ``Tuning.max_recomputed_ops``; sympy's rebuild of
     the sum may come out larger (176 operations here, 2583 unbounded)."""
-    from symdiff.lowering.rematerialise import MAX_RECOMPUTED_OPS
 
     def ludcmp(A: sd.f32[6, 6], b: sd.f32[6]):
         x, y = np.zeros_like(b), np.zeros_like(b)
@@ -249,7 +248,7 @@ def test_recomputing_chains_of_gathers_stays_bounded():
     largest = max(ops(t) for t in graph.tasklets())
     p = plan(graph, {}, targets.of("vulkan"))
     grown = max(ops(s.tasklet) for k in p.kernels for s in k.steps)
-    assert grown <= max(largest, 2 * MAX_RECOMPUTED_OPS), (grown, largest)
+    assert grown <= max(largest, 2 * targets.VULKAN.tuning.max_recomputed_ops), (grown, largest)
 
 
 def _gemm(A: sd.f32[64, 64], B: sd.f32[64, 64], C: sd.f32[64, 64]):

@@ -100,7 +100,7 @@ def test_pair_values_are_recomputed_when_no_single_switch_helps(slang_device):
     pair buffers was refused.  Recomputing everything with that tasklet split
     (``_store_back``) needs none of them, so the budget is met.  (From 4096
     pairs on, the program's own plan recomputes them:
-    ``lowering.rematerialise.EXPANSION_MIN_ELEMENTS``.)  Gradients vs JAX in
+    ``Tuning.expansion_min_elements``.)  Gradients vs JAX in
     float64."""
     n = 32
 
