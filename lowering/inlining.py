@@ -15,6 +15,7 @@ import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
 from symdiff.ir.index_analysis import covers, injective, replaced, uses_connectors
+from symdiff.ir.rewrite import replace_tasklet, set_reads
 
 
 # Accumulations whose derivatives test an operand for equality with the stored result
@@ -125,11 +126,8 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
     # the producer's graph tasklets now run here (explain/kernels() name them with this tasklet's kernel)
     folded = (*t.meta.get("folded", ()), p.meta["origin"], *p.meta.get("folded", ()))
     fused = Tasklet(t.name, t.domain, body, inputs, t.condition, t.source, t.backward, {**t.meta, "folded": folded})
-    graph.nx.nodes[t.name]["node"] = fused  # in place: the tasklet keeps its position in the graph's order
-    for a, _, key in list(graph.nx.in_edges(t.name, keys=True)):
-        graph.nx.remove_edge(a, t.name, key)
-    for c, (a, index) in reads.items():
-        graph.nx.add_edge(a, t.name, memlet=Memlet(graph.node(a).container, index, c))
+    replace_tasklet(graph, fused)  # in place: the tasklet keeps its position in the graph's order
+    set_reads(graph, t.name, [(a, Memlet(graph.node(a).container, index, c)) for c, (a, index) in reads.items()])
 
 
 def fresh_connector(base: str, taken: set) -> str:

@@ -48,6 +48,7 @@ import sympy
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.index_analysis import (affine_coefficients, extent, flat_position, holds_on_ranges, injective,
                                        injective_over, replaced, solve_shifts, uses_connectors)
+from symdiff.ir.rewrite import map_memlets, remove_version, replace_tasklet
 
 from . import targets
 from .cost_model import CostModel
@@ -98,7 +99,7 @@ def _fold_one(graph: DataflowGraph, t: Tasklet, model: CostModel) -> bool:
         inline(graph, t, m.connector, producer)
         if not keep:
             graph.remove_tasklet(producer.name)
-            graph.nx.remove_node(access)
+            remove_version(graph, access)
         return True
     return False
 
@@ -208,10 +209,7 @@ def _reindex(graph: DataflowGraph, name: str, domain: tuple, at: dict) -> None:
     """Tasklet ``name`` over ``domain`` instead of its own, its symbols replaced by ``at`` (in
     place: it keeps its position in the graph's order)."""
     t = graph.node(name)
-    graph.nx.nodes[name]["node"] = Tasklet(t.name, domain, {k: replaced(e, at) for k, e in t.body.items()},
-                                           t.inputs, replaced(t.condition, at), t.source, t.backward, t.meta)
-    for edges in (graph.nx.in_edges(name, data=True, keys=True), graph.nx.out_edges(name, data=True, keys=True)):
-        for *_, data in edges:
-            m = data["memlet"]
-            data["memlet"] = Memlet(m.container, tuple(sympy.expand(replaced(i, at)) for i in m.index),
-                                    m.connector, m.accumulate)
+    replace_tasklet(graph, Tasklet(t.name, domain, {k: replaced(e, at) for k, e in t.body.items()},
+                                   t.inputs, replaced(t.condition, at), t.source, t.backward, t.meta))
+    map_memlets(graph, name, lambda m: Memlet(m.container, tuple(sympy.expand(replaced(i, at)) for i in m.index),
+                                              m.connector, m.accumulate))

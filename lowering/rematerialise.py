@@ -44,6 +44,7 @@ from sympy.core.operations import LatticeOp
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.sizes import substitute_sizes
 from symdiff.ir.index_analysis import uses_connectors
+from symdiff.ir.rewrite import add_read, remove_read, remove_version, remove_write, replace_tasklet
 
 from .cost_model import CostModel
 from .host_products import product
@@ -111,7 +112,7 @@ def merge_duplicates(graph: DataflowGraph) -> None:
             into = kept[key]
             for r, rm in graph.readers(access):
                 _redirect(graph, access, r, rm, into)
-            graph.nx.remove_node(access)
+            remove_version(graph, access)
 
 
 def _renamed(e, rule: dict):
@@ -145,18 +146,14 @@ def _drop_write(graph: DataflowGraph, name: str, access: str, connector: str) ->
         graph.remove_tasklet(name)
         return
     body = {k: e for k, e in t.body.items() if k != connector}
-    graph.nx.nodes[name]["node"] = Tasklet(t.name, t.domain, body, t.inputs, t.condition, t.source, t.backward,
-                                           t.meta)
-    for _, a, key in [e for e in graph.nx.out_edges(name, keys=True) if e[1] == access]:
-        graph.nx.remove_edge(name, a, key)
+    replace_tasklet(graph, Tasklet(t.name, t.domain, body, t.inputs, t.condition, t.source, t.backward, t.meta))
+    remove_write(graph, name, access)
 
 
 def _redirect(graph: DataflowGraph, access: str, reader: str, m: Memlet, into: str) -> None:
     """Reader ``reader`` reads version ``into`` where it read ``access`` through ``m``."""
-    for a, _, key, data in list(graph.nx.in_edges(reader, keys=True, data=True)):
-        if a == access and data["memlet"] == m:
-            graph.nx.remove_edge(a, reader, key)
-    graph.nx.add_edge(into, reader, memlet=Memlet(graph.node(into).container, m.index, m.connector))
+    remove_read(graph, access, reader, m)
+    add_read(graph, into, reader, Memlet(graph.node(into).container, m.index, m.connector))
 
 
 def split_free_copies(graph: DataflowGraph, model: CostModel) -> None:
@@ -295,7 +292,7 @@ def rematerialise(graph: DataflowGraph, names: Collection[str], model: CostModel
             inline(graph, graph.node(r), m.connector, graph.node(name))
         if access not in results:
             graph.remove_tasklet(name)
-            graph.nx.remove_node(access)
+            remove_version(graph, access)
         done.append(origin)
     return done
 

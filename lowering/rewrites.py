@@ -168,7 +168,7 @@ def drop_empty_tasklets(graph: DataflowGraph) -> dict[str, float]:
     for t in [graph.node(n) for n in list(graph.nx.nodes)]:
         if isinstance(t, Tasklet) and t.runs_nothing:
             writes = graph.writes(t.name)
-            graph.nx.remove_node(t.name)
+            graph.remove_tasklet(t.name)
             fills.update({a: ACCUMULATION_IDENTITY[m.accumulate] for a, m in writes
                           if m.accumulate not in (None, "sum") and not graph.writers(a)})
     return fills
