@@ -63,6 +63,27 @@ class Strategy(enum.Enum):
     RECOMPUTE = "recompute"  # its expression evaluated again in each reader
 
 
+# The graph's entry naming the tasklets a memory budget chose to recompute (``recomputed``).  It stays
+# in ``graph.meta`` because the compiled-program caches key a graph by its meta (``lowering.disk_cache``).
+CHOICE_KEY = "rematerialise"
+
+
+def recomputed(graph: DataflowGraph) -> list[str]:
+    """The tasklets (by name) ``graph``'s lowering recomputes where they are read,
+    besides what the cost model chooses itself: a memory budget's choice."""
+    return list(graph.meta.get(CHOICE_KEY, ()))
+
+
+def with_recomputed(graph: DataflowGraph, names: Iterable[str]) -> DataflowGraph:
+    """``graph`` whose lowering recomputes ``names`` where they are read (a copy; ``graph`` itself if none)."""
+    names = sorted(names)
+    if not names:
+        return graph
+    out = graph.copy()
+    out.meta[CHOICE_KEY] = names
+    return out
+
+
 class Price(NamedTuple):
     """What storing one value costs against recomputing it (``CostModel.priced``)."""
 

@@ -33,7 +33,7 @@ from symdiff.ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Taskl
 from symdiff.ir.index_analysis import covers_once, extent, one_each, uses_connectors
 
 from . import targets
-from .cost_model import CostModel
+from .cost_model import CostModel, recomputed
 from .in_place import share_versions
 from .last_workgroup import finish_in_last_workgroup
 from .matmul import matmul_shape
@@ -210,8 +210,8 @@ def check_order(graph: DataflowGraph, kernels: list[Kernel]) -> None:
 
 
 def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Target | None" = None) -> Plan:
-    """Bind sizes, split multi-output tasklets, recompute the producers ``graph.meta["rematerialise"]``
-    names where they are read (``lowering.rematerialise``), fold elementwise producers into
+    """Bind sizes, split multi-output tasklets, recompute the producers a memory budget named
+    (``cost_model.recomputed``) where they are read (``lowering.rematerialise``), fold elementwise producers into
     reductions, split long reductions, run the elementwise passes feeding a first stage over its
     chunks (``reduce_fusion.chunk_producers``), group tasklets into kernels and decide buffers,
     fills and write modes.  ``target`` (a ``lowering.targets`` name or ``Target``) sets which producers are
@@ -247,7 +247,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
 def _planned(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target | None", model: CostModel,
              expand: bool) -> Plan:
     """``plan``'s plan, values expanding their inputs recomputed or not (``expand``)."""
-    recompute = list(graph.meta.get("rematerialise", ()))
+    recompute = recomputed(graph)
     p = _plan(graph, sizes, target, model, recompute, expand)
     for _ in range(model.tuning.free_recompute_rounds):  # a recomputed value's own inputs may now be buffered
         buffered = [n for n in free_buffered(p, model) if n not in recompute]

@@ -11,8 +11,8 @@ its buffer remains.  The readers then read the producer's inputs instead,
 which may keep those alive longer; whether a choice pays is measured on the
 buffer plan by the caller (``symdiff.memory_budget``).
 
-Which producers: those the graph names in ``meta["rematerialise"]`` (tasklet
-names; a memory budget's choice), and in every plan those that cost no read
+Which producers: those the graph names (``cost_model.recomputed``: tasklet
+names, a memory budget's choice), and in every plan those that cost no read
 (``free_candidates``), when they qualify as elementwise producers
 (``inlining.producer``), no reader indexes the value through a connector
 (a gather keeps its buffer) and none tests it for equality with a stored

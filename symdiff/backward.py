@@ -135,7 +135,7 @@ class _ReversePass:
             node = self.graph.node(access)
             c = self.graph.containers[node.container]
             name = self.graph.unique_name(f"grad_{node.container}_{node.version}")
-            self.graph.add_container(name, c.shape, c.dtype, "transient", gradient_of=access)
+            self.graph.add_container(name, c.shape, c.dtype, "transient")
             self.grad[access] = name
         for access, seed in self.seeds.items():
             if self.grad[access] != seed:
@@ -158,7 +158,7 @@ class _ReversePass:
             f"copy_{seed}", [(i, 0, n) for i, n in zip(idx, shape)], {"d": connector_symbol("g", "float64")},
             {"g": (self.graph.access(seed, 0), idx)},
             {"d": (target, idx, self._mode(access, idx, idx))},
-            backward=True, forward_tasklet=None, seed_of=access)
+            backward=True, forward_tasklet=None)
 
     def _aux(self, access: str) -> dict[str, str]:
         if access not in self.aux:

@@ -150,7 +150,7 @@ class _TangentPass:
             node = g.node(access)
             c = g.containers[node.container]
             name = g.unique_name(f"tan_{node.container}_{node.version}")
-            g.add_container(name, c.shape, c.dtype, "transient", tangent_of=access)
+            g.add_container(name, c.shape, c.dtype, "transient")
             self.tangent[access] = name
         for tasklet in g.topological_order():
             if tasklet in self.activity.pairs and is_library(g.node(tasklet)):  # its registered rule

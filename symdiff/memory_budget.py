@@ -31,7 +31,7 @@ from symdiff import ir
 from symdiff.ir.library import has_library_nodes
 from symdiff import lowering
 import symdiff.lowering.rematerialise
-from symdiff.lowering.cost_model import CostModel, Price, Strategy
+from symdiff.lowering.cost_model import CostModel, Price, Strategy, with_recomputed
 
 STORE, RECOMPUTE = Strategy.STORE.value, Strategy.RECOMPUTE.value
 
@@ -76,15 +76,6 @@ def ranked(graph: ir.DataflowGraph, sizes: Mapping[str, int]) -> list[Price]:
     could recompute, the most bytes per recomputed operation first
     (``lowering.cost_model.CostModel.priced``)."""
     return CostModel.priced(graph, lowering.rematerialise.candidates(graph), sizes)
-
-
-def with_recomputed(graph: ir.DataflowGraph, names: frozenset[str]) -> ir.DataflowGraph:
-    """``graph`` whose lowering recomputes ``names`` where they are read."""
-    if not names:
-        return graph
-    out = graph.copy()
-    out.meta["rematerialise"] = sorted(names)
-    return out
 
 
 def _store_back(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,

@@ -9,6 +9,7 @@ from symdiff import ir
 from symdiff import lowering
 import symdiff as sd
 from symdiff.lowering import targets
+from symdiff.lowering.cost_model import with_recomputed
 from symdiff.lowering.plan import plan
 from symdiff.lowering.rematerialise import candidates
 
@@ -34,8 +35,7 @@ def test_every_candidate_recomputed_gives_the_interpreters_numbers(device):
     graph = _backward_graph()
     names = candidates(graph)
     assert names
-    recomputed = graph.copy()
-    recomputed.meta["rematerialise"] = names
+    recomputed = with_recomputed(graph, names)
     seeds = {s: np.ones(recomputed.containers[s].concrete_shape({}), np.float32) for s in graph.meta["seeds"].values()}
     want = ir.run(graph, {**INPUTS, **seeds})
     got = lowering.compile(recomputed, device=device)({**INPUTS, **seeds})
@@ -206,8 +206,7 @@ def test_a_recomputed_maximum_compares_equal_to_the_stored_one(device):
     gradient was lost (codegen keeps reciprocals out of shared terms)."""
     graph = ir.trace(_max_of_quotient).copy()
     sd.add_backward_pass(graph, inputs=["y0", "y1"], outputs=graph.results)
-    recomputed = graph.copy()
-    recomputed.meta["rematerialise"] = candidates(graph)
+    recomputed = with_recomputed(graph, candidates(graph))
     rng = np.random.default_rng(5)
     inputs = {"y0": rng.standard_normal((1, 64, 33)).astype(np.float32),
               "y1": rng.standard_normal((2, 64, 33)).astype(np.float32)}
