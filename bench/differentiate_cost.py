@@ -18,7 +18,8 @@ import sympy
 
 from symdiff.ir.graph import DataflowGraph, index_symbol
 from symdiff import derivatives
-from symdiff.backward import _use_stored, add_backward_pass
+from symdiff.backward import add_backward_pass
+from symdiff.derived import use_stored
 
 i = index_symbol("i")
 a = sympy.Symbol("a", real=True)
@@ -39,7 +40,7 @@ def chain(n: int, distinct: bool) -> DataflowGraph:
 
 
 def clear_caches() -> None:
-    for fn in (derivatives._partials, derivatives.may_be_nonfinite, _use_stored):
+    for fn in (derivatives._partials, derivatives.may_be_nonfinite, use_stored):
         fn.cache_clear()
 
 

@@ -1,12 +1,11 @@
 """Inlining an elementwise producer into a reader: the reader computes the
 value from the producer's inputs instead of reading it.
 
-Two strategies use it: ``reduce_fusion`` folds producers into the reductions
-consuming them (always, where it saves traffic), and ``rematerialise``
-recomputes the producers a memory budget names in every kernel that reads
-them (``symdiff.memory_budget``).  Both leave alone the reads that
-``exact_reads`` names: values a derivative tests for equality with a stored
-maximum, minimum or product.
+It is how the recompute strategy is carried out (``cost_model`` decides
+where): ``reduce_fusion`` folds producers into the reductions consuming them,
+and ``rematerialise`` recomputes producers in every kernel that reads them.
+Both leave alone the reads that ``exact_reads`` names: values a derivative
+tests for equality with a stored maximum, minimum or product.
 """
 from __future__ import annotations
 
@@ -16,13 +15,12 @@ import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
 from symdiff.ir.index_analysis import covers, injective, replaced, uses_connectors
+from symdiff.ir.rewrite import replace_tasklet, set_reads
 
 
 # Accumulations whose derivatives test an operand for equality with the stored result
 # (the tie mask ``x == max``, a product's zero factors ``x == 0``).
 _TESTED_ACCUMULATIONS = ("max", "min", "prod")
-_CHEAP_OPS = (sympy.Add, sympy.Mul, sympy.Pow, sympy.Symbol, sympy.Number)  # with integer powers only
-RECOMPUTE_OPS = 24  # most operations of a producer recomputed where recomputing wins (GPUs)
 
 
 def producer(graph: DataflowGraph, access: str) -> Tasklet | None:
@@ -128,11 +126,8 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
     # the producer's graph tasklets now run here (explain/kernels() name them with this tasklet's kernel)
     folded = (*t.meta.get("folded", ()), p.meta["origin"], *p.meta.get("folded", ()))
     fused = Tasklet(t.name, t.domain, body, inputs, t.condition, t.source, t.backward, {**t.meta, "folded": folded})
-    graph.nx.nodes[t.name]["node"] = fused  # in place: the tasklet keeps its position in the graph's order
-    for a, _, key in list(graph.nx.in_edges(t.name, keys=True)):
-        graph.nx.remove_edge(a, t.name, key)
-    for c, (a, index) in reads.items():
-        graph.nx.add_edge(a, t.name, memlet=Memlet(graph.node(a).container, index, c))
+    replace_tasklet(graph, fused)  # in place: the tasklet keeps its position in the graph's order
+    set_reads(graph, t.name, [(a, Memlet(graph.node(a).container, index, c)) for c, (a, index) in reads.items()])
 
 
 def fresh_connector(base: str, taken: set) -> str:
@@ -156,22 +151,3 @@ def streamed(index, p: Tasklet) -> bool:
     element its neighbours along that axis read too, which stays in cache."""
     used = set().union(*(sympy.sympify(i).free_symbols for i in index))
     return varies(index) and all(s in used for s, b, e in p.domain if sympy.sympify(e) - b != 1)
-
-
-def arithmetic(p: Tasklet) -> bool:
-    """``p`` computes with ``+``, ``-``, ``*``, ``/`` and integer powers only:
-    no call a CPU's vectorised loop pays for again where it recomputes ``p``."""
-    return all(isinstance(e, _CHEAP_OPS) and not (e.is_Pow and not e.exp.is_Integer)
-               for body in p.body.values() for e in sympy.preorder_traversal(body))
-
-
-def cheap(graph: DataflowGraph, p: Tasklet, gpu: bool) -> bool:
-    """Recomputing ``p`` (each of its outputs) costs a few flops and no extra memory
-    traffic (on a ``gpu``, a few dozen flops of any kind and one ``streamed``
-    element: layer norm's ``(x - m) / s * g + b`` recomputes from ``x - m``, so
-    that neither it nor the reverse pass's values built on it are stored)."""
-    elements = {(a, m.index) for a, m in graph.reads(p.name)}
-    if gpu:
-        return len({e for e in elements if streamed(e[1], p)}) <= 1 and \
-            all(sympy.count_ops(body) <= RECOMPUTE_OPS for body in p.body.values())
-    return len(elements) <= 1 and arithmetic(p)

@@ -6,12 +6,13 @@ matmul and both halves of its backward pass) would otherwise run one thread
 per output element looping over ``k``: about 1 GFLOP/s on either backend
 here, every operand element loaded once per output that uses it.  A thread
 instead owns a tile of outputs, keeps their sums in registers, and loads each
-operand element once per tile:
+operand element once per tile (the tile sizes are the target's
+``Tuning``, ``lowering.targets``):
 
 * slangpy's CPU device runs a kernel's threads one after another on each of
   up to two workers (``lowering.threads``), so parallelism within a thread
   is g++'s vectoriser.  A thread owns a tile of whole micro-kernel blocks
-  (``CPU_MICRO``: 8x32 outputs where AVX-512 gives 32 registers) and, per
+  (``Tuning.cpu_micro``: 8x32 outputs where AVX-512 gives 32 registers) and, per
   block of k's, packs the outer operand's slice k-major into a local array;
   each block of the tile then sums in registers over the block's k's, one
   row of the inner operand (read along memory) and one broadcast element per
@@ -30,7 +31,7 @@ operand element once per tile:
 On the CPU device, vector-matrix products ``x @ A`` and ``A^T g``
 (``matvec_shape``; the reverse pass of every ``A @ x``) are tiled too: one
 output per thread walked a column of ``A``; a thread now owns a row of
-``CPU_VECTOR_ROW`` outputs and reads ``A`` row by row, summing in doubles as
+``Tuning.cpu_vector_row`` outputs and reads ``A`` row by row, summing in doubles as
 every other in-thread float32 sum (mvt at 2048 value_and_grad 99 -> 20 ms).
 The planner still treats them as reductions (fused with others, split in two
 stages when long): only code generation tiles them, so every other target's
@@ -50,41 +51,6 @@ from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
 from . import targets
 from .plan_types import Kernel, Step
-
-# Outputs per thread along (outer, inner) axis: see the module docstring.
-VECTOR_TILE = (8, 4)
-# The CPU device's micro-kernel (``kernels.cpu_matmul``): sums of a rows x columns
-# block of outputs over a block of k, one vector FMA of an inner-operand row per
-# output row and k.  With AVX-512's 32 registers 8x32 (16 zmm of float32 sums)
-# measured fastest at 512^3 (8x16, 12x16, 16x16, 6x32, 12x32, 4x64 and 8x48 were
-# 10-40% slower), but its 256 unrolled FMAs take Slang and g++ about twice as long
-# as the loops before it; a product under CPU_WIDE_MICRO_WORK multiply-adds (256^3:
-# well under a millisecond either way) gets 6x16, which also fits AVX2's 16
-# registers (12 of sums, the row, the broadcast).
-CPU_MICRO = (8, 32)
-CPU_MICRO_NARROW = (6, 16)
-CPU_WIDE_MICRO_WORK = 1 << 24
-# Below this many multiply-adds (160^3) a CPU product takes the plain tiles of every
-# target: a 256x64x64 MLP layer runs in ~0.1 ms either way, and the micro-kernel's
-# unrolled blocks made the small MLP's first compile 1.97 -> 4.87 CPU s.
-CPU_MICRO_MIN_WORK = 1 << 22
-# A thread's tile where the inner operand runs along the inner axis (A B, A^T B):
-# one row of blocks, at most this many outputs long (the outer operand's rows
-# packed per k block: read in place they were what g++ vectorised, along k).
-CPU_TILE_COLUMNS = 512
-CPU_K_BLOCK = 128
-# ... and where it runs along k (A B^T) or such tiles would pass the box's edge:
-# both operands packed per k block, a square tile sharing each packed element
-# (packing then costs ~1/64 of the products where one row of blocks paid ~1/8).
-CPU_PACKED_TILE = (64, 64)
-CPU_PACKED_K_BLOCK = 64
-# Outputs per CPU thread of a vector-matrix product (one row of sums, kept in
-# doubles as every in-thread float32 sum is: lowering.kernels.writer.WIDE_ACCUMULATORS).
-CPU_VECTOR_ROW = 256
-# Fewer outputs than this leave too few tiles for the cores: a long reduction is
-# then better split in two stages (plan.split_large_reductions).
-MIN_TILED_OUTPUTS = 256
-
 
 @dataclass(frozen=True)
 class MatmulShape:
@@ -173,7 +139,7 @@ class Tiling:
     inner: sympy.Symbol
     tile: tuple[int, ...]
     box: tuple[int, ...]
-    # CPU device (``kernels.cpu_matmul``): (rows, columns) of the block of the tile summed in
+    # CPU device (``codegen.micro_kernel``): (rows, columns) of the block of the tile summed in
     # registers, the k's per block of the loop, and whether the inner operand is packed too
     micro: tuple[int, int] | None = None
     k_block: int = 0
@@ -210,9 +176,9 @@ def tiling(graph: DataflowGraph, kernel: "Kernel", device: "str | targets.Target
     product (``matvec_shape``; elsewhere neighbouring threads' columns are
     neighbouring lanes, read together), or None (one thread per output, as
     planned)."""
-    if kernel.threads < MIN_TILED_OUTPUTS:
-        return None
     target = targets.of(device)
+    if kernel.threads < target.tuning.min_tiled_outputs:
+        return None
     for find in (matmul_shape, matvec_shape) if target.sequential else (matmul_shape,):
         for step in kernel.steps:
             if not _rest_per_output(kernel, step):
@@ -226,7 +192,7 @@ def tiling(graph: DataflowGraph, kernel: "Kernel", device: "str | targets.Target
 
 def _rest_per_output(kernel: "Kernel", step: "Step") -> bool:
     """Whether every other step of ``kernel`` can run once per output of a tile
-    (``kernels.register_tiles.per_output``): no loop, or a loop accumulating into its outputs.
+    (``codegen.per_output``): no loop, or a loop accumulating into its outputs.
     A row kernel's step looping over the row with plain writes (``lowering.rowfusion``:
     ``sum(y @ B)``'s gradient of B, fuzz seed 840141) cannot."""
     return all(not other.loop or all(w.memlet.accumulate for w in other.writes)
@@ -241,7 +207,7 @@ def _tiles(graph: DataflowGraph, kernel: "Kernel", step: "Step", shape: MatmulSh
     if shape.vector:
         inner = shape.row if shape.col is None else shape.col
         n_inner = kernel.box[syms.index(inner)]
-        tile[syms.index(inner)] = -(-n_inner // -(-n_inner // CPU_VECTOR_ROW))
+        tile[syms.index(inner)] = -(-n_inner // -(-n_inner // target.tuning.cpu_vector_row))
         return Tiling(step, shape, None, inner, tuple(tile), kernel.box)
     # the vectorised axis: one whose operand is contiguous along it, the output's last one on a tie
     out_last = graph.writes(t.name)[0][1].index[-1]
@@ -249,9 +215,9 @@ def _tiles(graph: DataflowGraph, kernel: "Kernel", step: "Step", shape: MatmulSh
     inner = unit[0] if len(unit) == 1 else (out_last if out_last in (shape.row, shape.col) else shape.col)
     outer = shape.row if inner == shape.col else shape.col
     _, k0, k1 = step.loop[0]
-    if target.sequential and math.prod(kernel.box) * (int(k1) - int(k0)) >= CPU_MICRO_MIN_WORK:
+    if target.sequential and math.prod(kernel.box) * (int(k1) - int(k0)) >= target.tuning.cpu_micro_min_work:
         return _cpu_tiles(graph, step, shape, outer, inner, tile, kernel.box, target)
-    tile[syms.index(outer)], tile[syms.index(inner)] = VECTOR_TILE
+    tile[syms.index(outer)], tile[syms.index(inner)] = target.tuning.vector_tile
     return Tiling(step, shape, outer, inner, tuple(min(t, n) for t, n in zip(tile, kernel.box)), kernel.box)
 
 
@@ -275,12 +241,14 @@ def _cpu_tiles(graph: DataflowGraph, step: "Step", shape: MatmulShape, outer: sy
     inner_operand = shape.b if inner == shape.col else shape.a
     _, k0, k1 = step.loop[0]
     length = int(k1) - int(k0)
-    wide = box[o] * box[i] * length >= CPU_WIDE_MICRO_WORK and "-mavx512f" in targets.compiler_args(target)
-    micro = CPU_MICRO if wide else CPU_MICRO_NARROW
+    tuning = target.tuning
+    wide = box[o] * box[i] * length >= tuning.cpu_wide_micro_work and "-mavx512f" in targets.compiler_args(target)
+    micro = tuning.cpu_micro if wide else tuning.cpu_micro_narrow
     rows, cols = micro
-    tile[o], tile[i] = rows, _balanced(box[i], CPU_TILE_COLUMNS, cols)
+    tile[o], tile[i] = rows, _balanced(box[i], tuning.cpu_tile_columns, cols)
     packed = not _unit_stride(graph, step.tasklet, inner_operand, inner) or box[i] % tile[i] != 0
     if packed:
-        tile[o], tile[i] = _balanced(box[o], CPU_PACKED_TILE[0], rows), _balanced(box[i], CPU_PACKED_TILE[1], cols)
-    k_block = max(1, min(length, CPU_PACKED_K_BLOCK if packed else CPU_K_BLOCK))
+        tile[o], tile[i] = (_balanced(box[o], tuning.cpu_packed_tile[0], rows),
+                            _balanced(box[i], tuning.cpu_packed_tile[1], cols))
+    k_block = max(1, min(length, tuning.cpu_packed_k_block if packed else tuning.cpu_k_block))
     return Tiling(step, shape, outer, inner, tuple(tile), box, micro, k_block, packed)

@@ -33,9 +33,10 @@ from symdiff.ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Taskl
 from symdiff.ir.index_analysis import covers_once, extent, one_each, uses_connectors
 
 from . import targets
+from .cost_model import CostModel, recomputed
 from .in_place import share_versions
 from .last_workgroup import finish_in_last_workgroup
-from .matmul import MIN_TILED_OUTPUTS, matmul_shape
+from .matmul import matmul_shape
 from .host_products import host_product
 from .plan_types import HostKernel, Kernel, LoweringError, Plan, Read, Step, Write, parallel_symbols, same_point
 from .reduce_fusion import chunk_producers, fold_producers
@@ -73,9 +74,9 @@ def _shares_written_elements(graph: DataflowGraph, t: Tasklet, other: Tasklet) -
     return any(a == b and not _distinct_elements(m, w) for a, m in graph.writes(t.name) for b, w in theirs)
 
 
-def _tiled(graph: DataflowGraph, t: Tasklet, box: tuple[int, ...]) -> bool:
+def _tiled(graph: DataflowGraph, t: Tasklet, box: tuple[int, ...], target: "targets.Target | None") -> bool:
     """Whether ``t`` gets register tiles of its own (``lowering.matmul``) in a kernel over ``box``."""
-    return math.prod(box) >= MIN_TILED_OUTPUTS and matmul_shape(graph, t) is not None
+    return math.prod(box) >= targets.tuning_of(target).min_tiled_outputs and matmul_shape(graph, t) is not None
 
 
 def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int], t: Tasklet,
@@ -87,7 +88,7 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
     parallel = tuple(rng for rng in t.domain if rng[0] in par)
     loop = tuple(rng for rng in t.domain if rng[0] not in par)
     box = tuple(extent(rng) for rng in parallel)
-    tiled = _tiled(graph, t, box)
+    tiled = _tiled(graph, t, box, target)
     reads = graph.reads(t.name)
     writers_of = {access: [w for w, _ in graph.writers(access)] for access, _ in reads}
     # A kernel before one writing a version ``t`` reads can neither have that version finished
@@ -112,7 +113,7 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
             step.reads.append(Read(m.connector, access, m, producer))
         # a second accumulating writer of a version would collide with the first; a second
         # matmul would run one output per thread behind the first's register tiles (lowering.matmul)
-        if ok and not any(_shares_written_elements(graph, t, s.tasklet) or (tiled and _tiled(graph, s.tasklet, box))
+        if ok and not any(_shares_written_elements(graph, t, s.tasklet) or (tiled and _tiled(graph, s.tasklet, box, target))
                           for s in kernel.steps):
             kernel.steps.append(step)
             kernel_of[t.name] = k
@@ -208,12 +209,9 @@ def check_order(graph: DataflowGraph, kernels: list[Kernel]) -> None:
                                         f"{kernel.name}) reads {access} before {late[0]} writes it")
 
 
-FREE_RECOMPUTE_ROUNDS = 3  # plans made again for values free to recompute (each round's may buffer the next's)
-
-
 def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Target | None" = None) -> Plan:
-    """Bind sizes, split multi-output tasklets, recompute the producers ``graph.meta["rematerialise"]``
-    names where they are read (``lowering.rematerialise``), fold elementwise producers into
+    """Bind sizes, split multi-output tasklets, recompute the producers a memory budget named
+    (``cost_model.recomputed``) where they are read (``lowering.rematerialise``), fold elementwise producers into
     reductions, split long reductions, run the elementwise passes feeding a first stage over its
     chunks (``reduce_fusion.chunk_producers``), group tasklets into kernels and decide buffers,
     fills and write modes.  ``target`` (a ``lowering.targets`` name or ``Target``) sets which producers are
@@ -223,76 +221,67 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     A value whose recomputation reads nothing more (``rematerialise.free_candidates``: a copy, a
     scale, ``g / n`` of a scalar) but that the plan passes to another kernel in a buffer is then
     recomputed where it is read, and the program planned once more: its buffer and its write go for
-    a few flops (in up to ``FREE_RECOMPUTE_ROUNDS`` more plans), and so are the free values it is
+    a few flops (in up to ``Tuning.free_recompute_rounds`` more plans), and so are the free values it is
     computed from (``rematerialise.free_buffered``).  Other values passed in registers inside a kernel
     stay as they are.  Values made only of elements broadcast along them (n-body's pair values) are
     then tried recomputed where they are read (``rematerialise.recompute_expansions``), and so, on
     targets that do not recompute cheap values anyway, are those (``rematerialise.cheap_on_gpu``):
-    each trial is kept where the plan stores fewer elements in no more kernels."""
+    each trial is kept where the plan stores fewer elements in no more kernels.  Every choice asks
+    the target's cost model (``lowering.cost_model``)."""
     target = None if target is None else targets.of(target)
-    p = _planned(graph, sizes, target, expand=False)
+    model = CostModel.of(target)
+    p = _planned(graph, sizes, target, model, expand=False)
     # values expanding their inputs (rematerialise.recompute_expansions), kept where the plan then stores
     # fewer elements in no more kernels: recomputed where a kernel passed it in a register anyway,
     # gesummv's outer product g[i] * x[j] was computed once per gradient and ran 7-10% slower on lavapipe.
     # The whole of _planned is run both ways: recomputing a seed's broadcast first changes which values
     # its rounds recompute (softmax_xent stores 23 MiB instead of 27 at 1Kx1000 on the CPU device, though
     # the first plans of both ways store the same)
-    if expansions_in(graph, sizes):
-        trial = _planned(graph, sizes, target, expand=True)
-        if _stores_less(trial, p):
+    if expansions_in(graph, sizes, model):
+        trial = _planned(graph, sizes, target, model, expand=True)
+        if model.stores_less(trial, p):
             p = trial
     return p
 
 
-def _planned(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target | None", expand: bool) -> Plan:
+def _planned(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target | None", model: CostModel,
+             expand: bool) -> Plan:
     """``plan``'s plan, values expanding their inputs recomputed or not (``expand``)."""
-    recompute = list(graph.meta.get("rematerialise", ()))
-    p = _plan(graph, sizes, target, recompute, expand)
-    for _ in range(FREE_RECOMPUTE_ROUNDS):  # a recomputed value's own inputs may now be buffered in turn
-        buffered = [n for n in free_buffered(p) if n not in recompute]
+    recompute = recomputed(graph)
+    p = _plan(graph, sizes, target, model, recompute, expand)
+    for _ in range(model.tuning.free_recompute_rounds):  # a recomputed value's own inputs may now be buffered
+        buffered = [n for n in free_buffered(p, model) if n not in recompute]
         if not buffered:
             break
         recompute += buffered
-        p = _plan(graph, sizes, target, recompute, expand)
+        p = _plan(graph, sizes, target, model, recompute, expand)
     # lavapipe: values a GPU recomputes where read (rematerialise.cheap_on_gpu), kept where the plan then
     # stores fewer elements in no more kernels (bench.gpu --scale 64: softmax_xent's 8 kernels became 10 and
     # ran 15% slower; those with fewer kernels ran as fast or faster).  On the CPU device only arithmetic
     # ones: its reduction loop recomputing tanh ran 185 -> 352 ms at 20M elements, softplus + logsumexp
     # recomputing exp 7.5 -> 19.9 ms at 1M; layer norm recomputing x - m and its quotient stores 16 MiB
-    # instead of 32 at 1Kx1K), and only where a value has rematerialise.CPU_TRIAL_MIN_ELEMENTS.
-    if target is not None and not target.recompute_transcendentals:
-        extra = [n for n in cheap_on_gpu(p, arithmetic_only=target.sequential) if n not in recompute]
+    # instead of 32 at 1Kx1K), and only where a value has Tuning.trial_min_elements (CostModel.trial_pays).
+    if model.trial_ops is not None:
+        extra = [n for n in cheap_on_gpu(p, model) if n not in recompute]
         if extra:
-            trial = _plan(graph, sizes, target, recompute + extra, expand)
-            if _stores_less(trial, p):
+            trial = _plan(graph, sizes, target, model, recompute + extra, expand)
+            if model.stores_less(trial, p):
                 p = trial
     return p
 
 
-def _stores_less(trial: Plan, p: Plan) -> bool:
-    """Plan ``trial`` stores fewer elements than ``p`` in no more kernels."""
-    return _stored_elements(trial) < _stored_elements(p) and len(trial.kernels) <= len(p.kernels)
-
-
-def _stored_elements(p: Plan) -> int:
-    """Elements of the versions a plan stores, arguments' first versions aside."""
-    g = p.graph
-    return sum(math.prod(int(d) for d in g.containers[g.node(a).container].shape) for a in p.buffers
-               if not (g.containers[g.node(a).container].role == "argument" and g.node(a).version == 0))
-
-
-def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target | None",
+def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target | None", model: CostModel,
           recompute: list[str], expand: bool = False) -> Plan:
     g = bind(graph, sizes)
     empty_fills = drop_empty_tasklets(g)
     split_multi_output_tasklets(g)
     merge_duplicates(g)
-    split_free_copies(g)
-    rematerialise(g, recompute)
+    split_free_copies(g, model)
+    rematerialise(g, recompute, model)
     if expand:
-        recompute_expansions(g)
-    if target is not None and target.recompute_transcendentals:
-        recompute_cheap(g)
+        recompute_expansions(g, model)
+    if model.recompute_calls:
+        recompute_cheap(g, model)
     fold_producers(g, target)
     merge_sibling_reductions(g)
     split_large_reductions(g, target)

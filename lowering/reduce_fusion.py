@@ -27,8 +27,9 @@ otherwise it stays for its other readers and is inlined only when recomputing
 it is cheap: arithmetic on a single input element, so the reduction reads no
 more than before.  Chains fold one producer at a time until none qualifies.
 
+Whether a fold pays is the cost model's (``cost_model.CostModel.folds``).
 On a target where recomputing beats memory traffic (``recompute_transcendentals``:
-GPUs) a producer is cheap with transcendentals too, up to ``RECOMPUTE_OPS``
+GPUs) a producer is cheap with transcendentals too, up to ``Tuning.recompute_ops``
 operations, and reads of one element for the whole domain (a row maximum,
 a scalar) do not count as added reads: a GPU keeps them in cache.  So
 ``sum(exp(x - max(x)))`` and ``mean(log1p(exp(x)))`` read ``x`` alone.
@@ -47,10 +48,12 @@ import sympy
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.index_analysis import (affine_coefficients, extent, flat_position, holds_on_ranges, injective,
                                        injective_over, replaced, solve_shifts, uses_connectors)
+from symdiff.ir.rewrite import map_memlets, remove_version, replace_tasklet
 
 from . import targets
+from .cost_model import CostModel
 from .host_products import host_product
-from .inlining import cheap, exact_reads, inline, producer as elementwise_producer, producer_point, varies
+from .inlining import exact_reads, inline, producer as elementwise_producer
 from .plan_types import parallel_symbols
 from .rewrites import first_stage
 
@@ -61,10 +64,10 @@ def fold_producers(graph: DataflowGraph, target: "targets.Target | None" = None)
     product the host's BLAS computes on ``target`` (``host_products``) takes no
     producer: folded, it would be a Slang reduction again (attention's
     ``softmax @ v`` read ``exp / sum`` inside its loop)."""
-    gpu = target is not None and target.recompute_transcendentals
+    model = CostModel.of(target)
     for name in [t.name for t in graph.tasklets()]:
         while name in graph.nx and host_product(graph, graph.node(name), target) is None \
-                and _fold_one(graph, graph.node(name), gpu):
+                and _fold_one(graph, graph.node(name), model):
             pass
 
 
@@ -74,7 +77,7 @@ def _is_reduction(graph: DataflowGraph, t: Tasklet) -> bool:
             and len(parallel_symbols(graph, t)) < len(t.domain))
 
 
-def _fold_one(graph: DataflowGraph, t: Tasklet, gpu: bool) -> bool:
+def _fold_one(graph: DataflowGraph, t: Tasklet, model: CostModel) -> bool:
     """Fold one producer into reduction ``t``; whether one was folded."""
     if not _is_reduction(graph, t):
         return False
@@ -91,30 +94,14 @@ def _fold_one(graph: DataflowGraph, t: Tasklet, gpu: bool) -> bool:
         others = [r for r, o in graph.readers(access) if r != t.name or o.connector != m.connector]
         latest_result = any(graph.latest(c) == access for c in graph.results)
         keep = bool(others) or latest_result
-        if keep and not cheap(graph, producer, gpu) or _added_reads(graph, t, m, producer, gpu) > 0:
+        if not model.folds(graph, t, m, producer, keep):
             continue
         inline(graph, t, m.connector, producer)
         if not keep:
             graph.remove_tasklet(producer.name)
-            graph.nx.remove_node(access)
+            remove_version(graph, access)
         return True
     return False
-
-
-def _added_reads(graph: DataflowGraph, t: Tasklet, read: Memlet, p: Tasklet, gpu: bool) -> int:
-    """How many more distinct elements ``t`` reads once ``p`` replaces its ``read``
-    (with ``gpu``, not counting elements read at every point alike)."""
-    (_, w), = graph.writes(p.name)
-    at = producer_point(p, w, read)
-    def element(a: str, index) -> tuple:
-        return a, tuple(sympy.expand(sympy.sympify(i).xreplace(at)) for i in index)
-
-    def counted(elements: set) -> set:
-        return {e for e in elements if not gpu or varies(e[1])}
-    before = {element(a, m.index) for a, m in graph.reads(t.name)}
-    after = {element(a, m.index) for a, m in graph.reads(t.name) if m.connector != read.connector}
-    after |= {element(a, m.index) for a, m in graph.reads(p.name)}
-    return len(counted(after)) - len(counted(before))
 
 
 # -- elementwise passes over a first stage's chunks -------------------------------------------
@@ -222,10 +209,7 @@ def _reindex(graph: DataflowGraph, name: str, domain: tuple, at: dict) -> None:
     """Tasklet ``name`` over ``domain`` instead of its own, its symbols replaced by ``at`` (in
     place: it keeps its position in the graph's order)."""
     t = graph.node(name)
-    graph.nx.nodes[name]["node"] = Tasklet(t.name, domain, {k: replaced(e, at) for k, e in t.body.items()},
-                                           t.inputs, replaced(t.condition, at), t.source, t.backward, t.meta)
-    for edges in (graph.nx.in_edges(name, data=True, keys=True), graph.nx.out_edges(name, data=True, keys=True)):
-        for *_, data in edges:
-            m = data["memlet"]
-            data["memlet"] = Memlet(m.container, tuple(sympy.expand(replaced(i, at)) for i in m.index),
-                                    m.connector, m.accumulate)
+    replace_tasklet(graph, Tasklet(t.name, domain, {k: replaced(e, at) for k, e in t.body.items()},
+                                   t.inputs, replaced(t.condition, at), t.source, t.backward, t.meta))
+    map_memlets(graph, name, lambda m: Memlet(m.container, tuple(sympy.expand(replaced(i, at)) for i in m.index),
+                                              m.connector, m.accumulate))

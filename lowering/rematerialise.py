@@ -11,8 +11,8 @@ its buffer remains.  The readers then read the producer's inputs instead,
 which may keep those alive longer; whether a choice pays is measured on the
 buffer plan by the caller (``symdiff.memory_budget``).
 
-Which producers: those the graph names in ``meta["rematerialise"]`` (tasklet
-names; a memory budget's choice), and in every plan those that cost no read
+Which producers: those the graph names (``cost_model.recomputed``: tasklet
+names, a memory budget's choice), and in every plan those that cost no read
 (``free_candidates``), when they qualify as elementwise producers
 (``inlining.producer``), no reader indexes the value through a connector
 (a gather keeps its buffer) and none tests it for equality with a stored
@@ -27,7 +27,10 @@ cheap values anyway, ``plan.plan`` also tries recomputing them (``cheap_on_gpu``
 on the CPU device the arithmetic ones) and keeps that plan where it stores less
 in no more kernels.  On every target it also tries recomputing values made
 only of elements broadcast along their domain (n-body's pair values,
-``recompute_expansions``), kept on the same terms.
+``recompute_expansions``), kept on the same terms.  Every price these
+choices ask (operations, elements read, sizes, limits) is the cost model's
+(``lowering.cost_model``); this module finds the values and carries the
+choice out.
 """
 from __future__ import annotations
 
@@ -41,17 +44,14 @@ from sympy.core.operations import LatticeOp
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.sizes import substitute_sizes
 from symdiff.ir.index_analysis import uses_connectors
+from symdiff.ir.rewrite import add_read, remove_read, remove_version, remove_write, replace_tasklet
 
+from .cost_model import CostModel
 from .host_products import product
-from .inlining import RECOMPUTE_OPS, arithmetic, cheap, exact_reads, inline, producer, streamed
+from .inlining import exact_reads, inline, producer, streamed
 from .matmul import matvec_shape
 from .plan_types import Plan
 from .rewrites import split_tasklet
-
-# Most operations a reader's body may reach by recomputing producers in it.  A chain of
-# gathers recomputed into gathers grows as the product of their reads: ludcmp's reverse
-# pass on lavapipe grew one tasklet to 27k operations, and planning took 12 s instead of 0.9.
-MAX_RECOMPUTED_OPS = 8 * RECOMPUTE_OPS
 
 
 def candidates(graph: DataflowGraph) -> list[str]:
@@ -68,13 +68,13 @@ def _candidate(graph: DataflowGraph, name: str, results: set[str]) -> bool:
     return len(writes) == 1 and writes[0][0] not in results and _recomputable(graph, name, writes[0][0])
 
 
-def free_candidates(graph: DataflowGraph) -> list[str]:
-    """The candidates whose recomputation reads nothing more: arithmetic on a
-    single input element (a copy, a negation, a scale, ``g / n`` of a scalar
-    seed).  A reader then reads that element instead of the value, so the
-    value's buffer and its write go for a few flops: every plan recomputes
-    these (``lowering.plan``)."""
-    return [name for name in candidates(graph) if cheap(graph, graph.node(name), gpu=False)]
+def free_candidates(graph: DataflowGraph, model: CostModel) -> list[str]:
+    """The candidates whose recomputation reads nothing more (``CostModel.free``:
+    arithmetic on a single input element, a copy, a negation, a scale, ``g / n``
+    of a scalar seed).  A reader then reads that element instead of the value,
+    so the value's buffer and its write go for a few flops: every plan
+    recomputes these (``lowering.plan``)."""
+    return [name for name in candidates(graph) if model.free(graph, graph.node(name))]
 
 
 def merge_duplicates(graph: DataflowGraph) -> None:
@@ -112,7 +112,7 @@ def merge_duplicates(graph: DataflowGraph) -> None:
             into = kept[key]
             for r, rm in graph.readers(access):
                 _redirect(graph, access, r, rm, into)
-            graph.nx.remove_node(access)
+            remove_version(graph, access)
 
 
 def _renamed(e, rule: dict):
@@ -146,28 +146,24 @@ def _drop_write(graph: DataflowGraph, name: str, access: str, connector: str) ->
         graph.remove_tasklet(name)
         return
     body = {k: e for k, e in t.body.items() if k != connector}
-    graph.nx.nodes[name]["node"] = Tasklet(t.name, t.domain, body, t.inputs, t.condition, t.source, t.backward,
-                                           t.meta)
-    for _, a, key in [e for e in graph.nx.out_edges(name, keys=True) if e[1] == access]:
-        graph.nx.remove_edge(name, a, key)
+    replace_tasklet(graph, Tasklet(t.name, t.domain, body, t.inputs, t.condition, t.source, t.backward, t.meta))
+    remove_write(graph, name, access)
 
 
 def _redirect(graph: DataflowGraph, access: str, reader: str, m: Memlet, into: str) -> None:
     """Reader ``reader`` reads version ``into`` where it read ``access`` through ``m``."""
-    for a, _, key, data in list(graph.nx.in_edges(reader, keys=True, data=True)):
-        if a == access and data["memlet"] == m:
-            graph.nx.remove_edge(a, reader, key)
-    graph.nx.add_edge(into, reader, memlet=Memlet(graph.node(into).container, m.index, m.connector))
+    remove_read(graph, access, reader, m)
+    add_read(graph, into, reader, Memlet(graph.node(into).container, m.index, m.connector))
 
 
-def split_free_copies(graph: DataflowGraph) -> None:
+def split_free_copies(graph: DataflowGraph, model: CostModel) -> None:
     """Give each output of a tasklet that writes several values, each free to
-    recompute (``inlining.cheap``: the reverse of ``a + b`` copies its
+    recompute (``CostModel.free``: the reverse of ``a + b`` copies its
     gradient into both operands' gradients), its own tasklet, so that each
     value is a candidate of its own.  A convolution's reverse pass copied one
     gradient down a chain of nine additions, and the nine copies its tap
     gradients read were nine buffers of the gradient's size."""
-    _split_plain_writers(graph, lambda t: cheap(graph, t, gpu=False))
+    _split_plain_writers(graph, lambda t: model.free(graph, t))
 
 
 def split_for_recompute(graph: DataflowGraph) -> DataflowGraph:
@@ -190,7 +186,7 @@ def _split_plain_writers(graph: DataflowGraph, qualifies) -> None:
             split_tasklet(graph, t)
 
 
-def free_buffered(p: Plan) -> list[str]:
+def free_buffered(p: Plan, model: CostModel) -> list[str]:
     """Origins of the free candidates (``free_candidates``) whose value plan
     ``p`` passes to another kernel in a buffer, and of the free candidates
     those read, transitively: recomputed, a buffered value's readers read its
@@ -198,7 +194,7 @@ def free_buffered(p: Plan) -> list[str]:
     buffer in turn (a chain of copies is recomputed in one plan, not one
     plan per link)."""
     g = p.graph
-    free = set(free_candidates(g))
+    free = set(free_candidates(g, model))
     chosen = {w for a in p.stored for w, _ in g.writers(a) if w in free}
     stack = list(chosen)
     while stack:
@@ -210,36 +206,33 @@ def free_buffered(p: Plan) -> list[str]:
     return sorted({g.node(w).meta["origin"] for w in chosen})
 
 
-# The CPU device's recompute trial (``cheap_on_gpu`` with ``arithmetic_only``) runs only where some
-# value it could stop storing has this many elements: a smaller one stays in cache, and the trial's
-# second plan cost the unrolled NPBench kernels (values of at most 64 elements) 0.2-0.4 s of a cold call.
-CPU_TRIAL_MIN_ELEMENTS = 4096
-
-
-def cheap_on_gpu(p: Plan, arithmetic_only: bool = False) -> list[str]:
+def cheap_on_gpu(p: Plan, model: CostModel) -> list[str]:
     """Origins of the candidates in plan ``p``'s graph that a GPU recomputes
-    where they are read (``inlining.cheap`` with ``gpu``: a few dozen flops on
+    where they are read (``CostModel.cheap_on_a_gpu``: a few dozen flops on
     one varying element), for ``plan.plan`` to try on targets that do not
-    recompute them anyway (lavapipe; the CPU device, ``arithmetic_only``).
+    recompute them anyway (lavapipe; the CPU device, arithmetic ones only):
+    those ``model`` lets its trial recompute, none where the trial does not
+    pay (``CostModel.trial_recomputes``, ``trial_pays``).
     Recomputed, ``mean(tanh(x) * x)``'s product is folded into the mean instead
     of stored (its reverse pass keeps ``tanh(x)`` in a register), and softplus +
     logsumexp's ``exp(x)`` is no longer stored from the first kernel for the
     last one's gather; layer norm's ``x - m`` and ``(x - m) / s`` are read from
     ``x`` by the reverse pass instead of stored."""
     g = p.graph
-    names = [n for n in _cheap_on_a_gpu(g) if arithmetic(g.node(n)) or not arithmetic_only]
-    if arithmetic_only and not any(_elements(g, n) >= CPU_TRIAL_MIN_ELEMENTS for n in names):
+    names = [n for n in _cheap_on_a_gpu(g, model) if model.trial_recomputes(g.node(n))]
+    if not model.trial_pays(_elements(g, n) for n in names):
         return []
     return sorted({g.node(n).meta["origin"] for n in names})
 
 
-def _cheap_on_a_gpu(graph: DataflowGraph) -> list[str]:
-    """The candidates a GPU recomputes where they are read (``inlining.cheap``
-    with ``gpu``) but for the operands of a product (``_feeds_a_product``)."""
-    return [n for n in candidates(graph) if cheap(graph, graph.node(n), gpu=True) and not _feeds_a_product(graph, n)]
+def _cheap_on_a_gpu(graph: DataflowGraph, model: CostModel) -> list[str]:
+    """The candidates a GPU recomputes where they are read (``CostModel.cheap_on_a_gpu``)
+    but for the operands of a product (``_feeds_a_product``)."""
+    return [n for n in candidates(graph)
+            if model.cheap_on_a_gpu(graph, graph.node(n)) and not _feeds_a_product(graph, n, model)]
 
 
-def _feeds_a_product(graph: DataflowGraph, name: str) -> bool:
+def _feeds_a_product(graph: DataflowGraph, name: str, model: CostModel) -> bool:
     """A matrix or vector-matrix product reads what tasklet ``name`` writes,
     and ``name`` is no free candidate: recomputed there, the product would read
     its inputs instead of one operand and stop being one, losing its tiled
@@ -249,18 +242,18 @@ def _feeds_a_product(graph: DataflowGraph, name: str) -> bool:
     free candidate reading it (recomputed in the product in turn): once the
     seed's broadcast is recomputed (``recompute_expansions``), gemm's
     ``1.5 * G`` is free, and ``G`` read by it alone."""
-    return (not cheap(graph, graph.node(name), gpu=False)
-            and _read_by_a_product(graph, name, {graph.latest(c) for c in graph.results}))
+    return (not model.free(graph, graph.node(name))
+            and _read_by_a_product(graph, name, {graph.latest(c) for c in graph.results}, model))
 
 
-def _read_by_a_product(graph: DataflowGraph, name: str, results: set[str]) -> bool:
+def _read_by_a_product(graph: DataflowGraph, name: str, results: set[str], model: CostModel) -> bool:
     """A product reads what tasklet ``name`` writes, or a free candidate read by one does."""
     (access, _), = graph.writes(name)
     for r in {r for r, _ in graph.readers(access)}:
         t = graph.node(r)
         if product(graph, t) or matvec_shape(graph, t):
             return True
-        if _candidate(graph, r, results) and cheap(graph, t, gpu=False) and _read_by_a_product(graph, r, results):
+        if _candidate(graph, r, results) and model.free(graph, t) and _read_by_a_product(graph, r, results, model):
             return True
     return False
 
@@ -277,10 +270,11 @@ def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:
         or m.connector in exact_reads(graph, graph.node(r)) for r, m in readers)
 
 
-def rematerialise(graph: DataflowGraph, names: Collection[str]) -> list[str]:
+def rematerialise(graph: DataflowGraph, names: Collection[str], model: CostModel) -> list[str]:
     """Inline each qualifying producer named in ``names`` (by its tasklet's
     ``meta["origin"]``) into every reader, consumers before producers so that
-    chains compose; returns the names rematerialised."""
+    chains compose, where each reader stays within ``model``'s limit
+    (``CostModel.within_reader_limit``); returns the names rematerialised."""
     wanted = set(names)
     order = [n for n in graph.topological_order() if isinstance(graph.node(n), Tasklet)
              and graph.node(n).meta.get("origin", n) in wanted]
@@ -292,32 +286,20 @@ def rematerialise(graph: DataflowGraph, names: Collection[str]) -> list[str]:
         if len(writes) != 1 or not _recomputable(graph, name, writes[0][0]):
             continue
         access = writes[0][0]
-        if _grows_past_limit(graph, graph.node(name), access):
+        if not model.within_reader_limit(graph, graph.node(name), access):
             continue
         for r, m in graph.readers(access):
             inline(graph, graph.node(r), m.connector, graph.node(name))
         if access not in results:
             graph.remove_tasklet(name)
-            graph.nx.remove_node(access)
+            remove_version(graph, access)
         done.append(origin)
     return done
 
 
-def _ops(t: Tasklet) -> int:
-    return sum(sympy.count_ops(body) for body in t.body.values())
-
-
-def _grows_past_limit(graph: DataflowGraph, p: Tasklet, access: str) -> bool:
-    """Whether recomputing ``p`` where ``access`` is read takes a reader past
-    ``MAX_RECOMPUTED_OPS`` (each read of the value a copy of ``p``'s body)."""
-    reads = collections.Counter(r for r, _ in graph.readers(access))
-    added = _ops(p)
-    return any(_ops(graph.node(r)) + n * added > MAX_RECOMPUTED_OPS for r, n in reads.items())
-
-
-def recompute_cheap(graph: DataflowGraph) -> None:
+def recompute_cheap(graph: DataflowGraph, model: CostModel) -> None:
     """Recompute, where it is read, every candidate a GPU recomputes for less
-    than storing it costs (``inlining.cheap`` with ``gpu``: a few dozen flops
+    than storing it costs (``CostModel.cheap_on_a_gpu``: a few dozen flops
     of any kind on one varying element), including values a kernel would pass
     in registers: a broadcast gradient (``g / n``) or ``exp(x - m)`` held in a
     register still ties its readers to its writer's kernel, and its readers'
@@ -326,17 +308,12 @@ def recompute_cheap(graph: DataflowGraph) -> None:
     intermediates).  Rounds until none is left: each round's inlining can
     make its readers cheap in turn; each removes tasklets, so it ends."""
     while True:
-        names = _cheap_on_a_gpu(graph)
-        if not names or not rematerialise(graph, names):
+        names = _cheap_on_a_gpu(graph, model)
+        if not names or not rematerialise(graph, names, model):
             return
 
 
-# Fewest elements of a value ``recompute_expansions`` recomputes: a smaller one stays in cache (the
-# unrolled NPBench kernels' values have at most 64 elements, as ``CPU_TRIAL_MIN_ELEMENTS`` says).
-EXPANSION_MIN_ELEMENTS = 4096
-
-
-def recompute_expansions(graph: DataflowGraph) -> None:
+def recompute_expansions(graph: DataflowGraph, model: CostModel) -> None:
     """Recompute, where it is read, each value that ``expands`` its inputs:
     computed from elements each shared along an axis of its domain (no
     ``streamed`` read), as ``x[i] - x[j]`` is from the coordinates of n bodies.  Stored, such a value writes and reads back a
@@ -348,32 +325,33 @@ def recompute_expansions(graph: DataflowGraph) -> None:
     recomputed in ``r``, ``r`` expands its inputs too.  Every target's planner
     tries it (``plan.plan``) and keeps it where the plan stores less."""
     while True:
-        _split_plain_writers(graph, lambda t: _expands(graph, t))
-        names = [n for n in candidates(graph) if _expands(graph, graph.node(n)) and not _feeds_a_product(graph, n)]
-        if not names or not rematerialise(graph, {graph.node(n).meta.get("origin", n) for n in names}):
+        _split_plain_writers(graph, lambda t: _expands(graph, t, model))
+        names = [n for n in candidates(graph)
+                 if _expands(graph, graph.node(n), model) and not _feeds_a_product(graph, n, model)]
+        if not names or not rematerialise(graph, {graph.node(n).meta.get("origin", n) for n in names}, model):
             return
 
 
-def expansions_in(graph: DataflowGraph, sizes: Mapping[str, int]) -> bool:
+def expansions_in(graph: DataflowGraph, sizes: Mapping[str, int], model: CostModel) -> bool:
     """Whether a tasklet of ``graph`` (sizes bound by ``sizes``) writes a value
     ``recompute_expansions`` would recompute in its first round."""
-    return any(_expands(graph, t, sizes) for t in graph.tasklets())
+    return any(_expands(graph, t, model, sizes) for t in graph.tasklets())
 
 
-def _expands(graph: DataflowGraph, t: Tasklet, sizes: Mapping[str, int] | None = None) -> bool:
-    """Tasklet ``t`` writes plainly, unconditionally and within
-    ``MAX_RECOMPUTED_OPS`` a value of at least ``EXPANSION_MIN_ELEMENTS``
-    elements over two or more axes, from no ``streamed`` or gathered element.
+def _expands(graph: DataflowGraph, t: Tasklet, model: CostModel, sizes: Mapping[str, int] | None = None) -> bool:
+    """Tasklet ``t`` writes plainly and unconditionally, over two or more axes
+    and from no ``streamed`` or gathered element, a value whose recomputation
+    pays (``CostModel.expansion_pays``: large enough, each output within a
+    reader's limit).
     Over one axis, such a value is a scalar's broadcast, free to recompute
     where a plan buffers it (``free_buffered``); recomputed up front instead,
     conv1d's ``g / n`` made the CPU device's plan slower (256K points: 1.34 ->
-    1.71 ms a call).  The bound is a reader's, not ``RECOMPUTE_OPS``: n-body's
-    reverse values built on ``sqrt`` of a sum of three squared differences
-    take 40 operations, and stored, they were 8 MiB of a 1024-body
-    gradient's 8.4."""
+    1.71 ms a call).  The bound is a reader's, not ``Tuning.recompute_ops``:
+    n-body's reverse values built on ``sqrt`` of a sum of three squared
+    differences take 40 operations, and stored, they were 8 MiB of a
+    1024-body gradient's 8.4."""
     writes = graph.writes(t.name)
     return (bool(writes) and t.condition is sympy.true and all(m.accumulate is None for _, m in writes)
-            and math.prod(graph.containers[writes[0][1].container].concrete_shape(sizes)) >= EXPANSION_MIN_ELEMENTS
             and sum(substitute_sizes(e - b, sizes or {}) != 1 for _, b, e in t.domain) >= 2
             and not any(streamed(m.index, t) or uses_connectors(m.index, t) for _, m in graph.reads(t.name))
-            and all(sympy.count_ops(body) <= MAX_RECOMPUTED_OPS for body in t.body.values()))
+            and model.expansion_pays(math.prod(graph.containers[writes[0][1].container].concrete_shape(sizes)), t))

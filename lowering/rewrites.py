@@ -15,25 +15,8 @@ from symdiff.ir.index_analysis import extent, injective, uses_connectors
 from symdiff.ir.sizes import substitute_sizes
 
 from . import targets
-from .matmul import MIN_TILED_OUTPUTS, matmul_shape
+from .matmul import matmul_shape
 from .plan_types import parallel_symbols
-
-# A reduction longer than this, with fewer parallel points than
-# SPLIT_PARALLEL_LIMIT, is split in two stages: one thread summing millions of
-# elements would leave every other core (or GPU lane) idle.
-SPLIT_REDUCTION_MIN = 4096
-SPLIT_PARALLEL_LIMIT = 4096
-SPLIT_TARGET_THREADS = 8192
-SPLIT_MIN_CHUNK = 256
-# Where workgroups share each chunk's loop (lowering.workgroups), about as many
-# workgroups as a large GPU holds at once (an H100: 132 SMs x 8 of 256 threads):
-# 1024 chunks of a single sum, each a workgroup's; 32768 points (chunks x
-# outputs) of a reduction with many outputs, 32 a workgroup; and chunks long
-# enough to give every lane 16 elements or more.
-SPLIT_TARGET_WORKGROUPS = 1024
-SPLIT_TARGET_WORKGROUP_POINTS = 32768
-SPLIT_MIN_WORKGROUP_CHUNK = 4096
-
 
 def bind(graph: DataflowGraph, sizes: dict[str, int]) -> DataflowGraph:
     """A copy of ``graph`` with every size symbol replaced by its value.  Each
@@ -98,8 +81,10 @@ def split_tasklet(graph: DataflowGraph, t: Tasklet) -> list[str]:
 def split_large_reductions(graph: DataflowGraph, target: "targets.Target | None" = None) -> None:
     """Rewrite long reductions with few outputs into partial sums per chunk
     (many threads, or on a ``target`` with workgroups many workgroups)
-    followed by a short reduction over the chunks."""
+    followed by a short reduction over the chunks; how long and how many
+    chunks is the target's ``Tuning`` (``split_*``)."""
     workgroups = target is not None and target.workgroup_reductions
+    tuning = targets.tuning_of(target)
     for t in list(graph.tasklets()):
         writes = graph.writes(t.name)
         if not writes or any(m.accumulate is None or uses_connectors(m.index, t) for _, m in writes):
@@ -111,15 +96,15 @@ def split_large_reductions(graph: DataflowGraph, target: "targets.Target | None"
         red_ranges = [r for r in t.domain if r[0] not in par]
         points = math.prod(extent(r) for r in par_ranges)
         length = math.prod(extent(r) for r in red_ranges)
-        if not red_ranges or length < SPLIT_REDUCTION_MIN or points >= SPLIT_PARALLEL_LIMIT:
+        if not red_ranges or length < tuning.split_reduction_min or points >= tuning.split_parallel_limit:
             continue
-        if points >= MIN_TILED_OUTPUTS and matmul_shape(graph, t) is not None:
+        if points >= tuning.min_tiled_outputs and matmul_shape(graph, t) is not None:
             continue  # register tiles over its outputs beat partial sums (lowering.matmul)
         if workgroups:
-            most = SPLIT_TARGET_WORKGROUPS if points == 1 else SPLIT_TARGET_WORKGROUP_POINTS
-            least = SPLIT_MIN_WORKGROUP_CHUNK
+            most = tuning.split_target_workgroups if points == 1 else tuning.split_target_workgroup_points
+            least = tuning.split_min_workgroup_chunk
         else:
-            most, least = SPLIT_TARGET_THREADS, SPLIT_MIN_CHUNK
+            most, least = tuning.split_target_threads, tuning.split_min_chunk
         chunks = max(2, min(most // max(points, 1), length // least))
         chunk_len = -(-length // chunks)
         # a chunk length dividing the reduction (fewer, longer chunks) needs no bound check per element
@@ -183,7 +168,7 @@ def drop_empty_tasklets(graph: DataflowGraph) -> dict[str, float]:
     for t in [graph.node(n) for n in list(graph.nx.nodes)]:
         if isinstance(t, Tasklet) and t.runs_nothing:
             writes = graph.writes(t.name)
-            graph.nx.remove_node(t.name)
+            graph.remove_tasklet(t.name)
             fills.update({a: ACCUMULATION_IDENTITY[m.accumulate] for a, m in writes
                           if m.accumulate not in (None, "sum") and not graph.writers(a)})
     return fills

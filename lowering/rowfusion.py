@@ -57,7 +57,7 @@ from .plan_types import HostKernel, Kernel, Read, Step
 from .rewrites import first_stage
 
 # Longest row of a plan made for no particular target: a thread's (module docstring).
-MAX_ROW = targets.ROW_OF_A_THREAD
+MAX_ROW = targets.TUNING.row_of_a_thread
 
 
 @dataclass

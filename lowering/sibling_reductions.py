@@ -30,6 +30,7 @@ import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
 from symdiff.ir.index_analysis import uses_connectors
+from symdiff.ir.rewrite import add_read, add_write, replace_tasklet
 
 from .inlining import fresh_connector
 from .matmul import matmul_shape, matvec_shape
@@ -140,13 +141,13 @@ def _merged(graph: DataflowGraph, into: str, t: Tasklet) -> bool:
     # (the kernel's comment in the generated Slang)
     folded = (*keep.meta.get("folded", ()), t.meta.get("origin", t.name), *t.meta.get("folded", ()))
     siblings = (*keep.meta.get("siblings", ()), t.name, *t.meta.get("siblings", ()))
-    graph.nx.nodes[into]["node"] = Tasklet(keep.name, keep.domain, body, inputs, keep.condition, keep.source,
-                                           keep.backward, {**keep.meta, "folded": folded, "siblings": siblings})
+    replace_tasklet(graph, Tasklet(keep.name, keep.domain, body, inputs, keep.condition, keep.source,
+                                   keep.backward, {**keep.meta, "folded": folded, "siblings": siblings}))
     graph.remove_tasklet(t.name)
     for a, m in new_reads:
-        graph.nx.add_edge(a, into, memlet=m)
+        add_read(graph, a, into, m)
     for a, m in new_writes:
-        graph.nx.add_edge(into, a, memlet=m)
+        add_write(graph, into, a, m)
     return True
 
 

@@ -39,6 +39,122 @@ from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
+class Tuning:
+    """The numbers the planner and the code generator size things by, each
+    measured on a machine (the comment says which) and held by a ``Target``
+    (``Target.tuning``): a target whose hardware differs states its own with
+    ``dataclasses.replace``.  Code planning without a target uses ``TUNING``.
+    These change how fast code runs and how it is split, never what it
+    computes (sums keep a fixed order for given numbers)."""
+
+    # -- two-stage reductions (lowering.rewrites.split_large_reductions) --
+    # A reduction at least ``split_reduction_min`` long, with fewer parallel points
+    # than ``split_parallel_limit``, is split in two stages: one thread summing
+    # millions of elements would leave every other core (or GPU lane) idle.
+    split_reduction_min: int = 4096
+    split_parallel_limit: int = 4096
+    # One thread a chunk: about this many chunks' threads in all, each chunk at least this long.
+    split_target_threads: int = 8192
+    split_min_chunk: int = 256
+    # Where workgroups share each chunk's loop (lowering.workgroups), about as many
+    # workgroups as a large GPU holds at once (an H100: 132 SMs x 8 of 256 threads):
+    # 1024 chunks of a single sum, each a workgroup's; 32768 points (chunks x
+    # outputs) of a reduction with many outputs, 32 a workgroup; and chunks long
+    # enough to give every lane 16 elements or more.
+    split_target_workgroups: int = 1024
+    split_target_workgroup_points: int = 32768
+    split_min_workgroup_chunk: int = 4096
+
+    # -- threads (lowering.threads) --
+    # Threads of a workgroup (``[numthreads]``), and most workgroups along one
+    # dispatch dimension (Vulkan's and CUDA's limit).
+    group_size: int = 256
+    max_groups: int = 65535
+    # A sequential target's thread loops over up to this many consecutive points
+    # (~20 ns of call overhead a thread against ~1 ns of work a simple element)...
+    cpu_points_per_thread: int = 1024
+    # ... but no fewer threads than this where there are that many points: the
+    # worker threads split a kernel by whole threads (a matmul's 256 tiles were one
+    # thread of 1024 points, work no second core could share).
+    cpu_min_threads: int = 256
+    # Least work (points times their loop lengths) per worker thread for a kernel
+    # to be split: below it the pool's wake-up and join cost more than they save
+    # (measured crossover: docs/design.md "The CPU device's cores").
+    min_work_per_worker: int = 1 << 15
+
+    # -- rows (lowering.rowfusion, ``Target.max_row``) --
+    # One thread looping over a longer row loses its SIMD neighbours (measured on
+    # lavapipe before workgroup rows); a workgroup's 256 threads each take every
+    # 256th point, so a row of 16k is 64 points a thread.
+    row_of_a_thread: int = 256
+    row_of_a_workgroup: int = 16384
+
+    # -- register-tiled products (lowering.matmul; its docstring has the measurements) --
+    # Outputs per thread along (outer, inner) axis where threads run side by side
+    # (lavapipe: every loop unrolled, 5 GFLOP/s against 0.9).
+    vector_tile: tuple[int, int] = (8, 4)
+    # The CPU device's micro-kernel: sums of a rows x columns block of outputs over
+    # a block of k, one vector FMA of an inner-operand row per output row and k.
+    # With AVX-512's 32 registers 8x32 (16 zmm of float32 sums) measured fastest at
+    # 512^3 (8x16, 12x16, 16x16, 6x32, 12x32, 4x64 and 8x48 were 10-40% slower), but
+    # its 256 unrolled FMAs take Slang and g++ about twice as long as the loops
+    # before it; a product under ``cpu_wide_micro_work`` multiply-adds (256^3: well
+    # under a millisecond either way) gets ``cpu_micro_narrow``, which also fits
+    # AVX2's 16 registers (12 of sums, the row, the broadcast).
+    cpu_micro: tuple[int, int] = (8, 32)
+    cpu_micro_narrow: tuple[int, int] = (6, 16)
+    cpu_wide_micro_work: int = 1 << 24
+    # Below this many multiply-adds (160^3) a CPU product takes the plain tiles of
+    # every target: a 256x64x64 MLP layer runs in ~0.1 ms either way, and the
+    # micro-kernel's unrolled blocks made the small MLP's first compile 1.97 -> 4.87 CPU s.
+    cpu_micro_min_work: int = 1 << 22
+    # A thread's tile where the inner operand runs along the inner axis (A B, A^T B):
+    # one row of blocks, at most this many outputs long (the outer operand's rows
+    # packed per k block: read in place they were what g++ vectorised, along k).
+    cpu_tile_columns: int = 512
+    cpu_k_block: int = 128
+    # ... and where it runs along k (A B^T) or such tiles would pass the box's edge:
+    # both operands packed per k block, a square tile sharing each packed element
+    # (packing then costs ~1/64 of the products where one row of blocks paid ~1/8).
+    cpu_packed_tile: tuple[int, int] = (64, 64)
+    cpu_packed_k_block: int = 64
+    # Outputs per CPU thread of a vector-matrix product (one row of sums, kept in
+    # doubles as every in-thread float32 sum is: lowering.codegen.WIDE_ACCUMULATORS).
+    cpu_vector_row: int = 256
+    # Fewer outputs than this leave too few tiles for the cores: a long reduction is
+    # then better split in two stages (rewrites.split_large_reductions).
+    min_tiled_outputs: int = 256
+
+    # -- store versus recompute (lowering.cost_model) --
+    # Most operations of an elementwise value that a GPU recomputes where it is
+    # read rather than store it: it does tens of flops in the time one element
+    # crosses memory (layer norm's ``(x - m) / s * g + b``).
+    recompute_ops: int = 24
+    # Most operations a reader's body may reach by recomputing values in it.  A chain
+    # of gathers recomputed into gathers grows as the product of their reads: ludcmp's
+    # reverse pass on lavapipe grew one tasklet to 27k operations, and planning took
+    # 12 s instead of 0.9.
+    max_recomputed_ops: int = 8 * 24
+    # Fewest elements of a value worth a second plan that recomputes it on the CPU
+    # device, or recomputing as an expansion of its inputs on any target: a smaller
+    # value stays in cache, and the trial's second plan cost the unrolled NPBench
+    # kernels (values of at most 64 elements) 0.2-0.4 s of a cold call.
+    trial_min_elements: int = 4096
+    expansion_min_elements: int = 4096
+    # Plans made again for values free to recompute that a plan still buffers
+    # (each round's recomputation may buffer the next value down a chain).
+    free_recompute_rounds: int = 3
+
+    @property
+    def row_threads(self) -> int:
+        """Most threads in one row of a dispatch."""
+        return self.group_size * self.max_groups
+
+
+TUNING = Tuning()
+
+
+@dataclass(frozen=True)
 class Target:
     """A backend kind's capabilities, as far as code generation depends on them."""
 
@@ -107,12 +223,15 @@ class Target:
     # products run as numpy.matmul (the host's BLAS) on them between the Slang
     # launches of a call (lowering.host_products).
     host_blas: bool = False
+    # The numbers plans and kernels are sized by (split sizes, thread and row
+    # limits, tile sizes).
+    tuning: Tuning = TUNING
 
     @property
     def max_row(self) -> int:
         """Longest row a row kernel (lowering.rowfusion) may loop over: a
         thread's own loop on a sequential target, a workgroup's on a GPU."""
-        return ROW_OF_A_WORKGROUP if self.workgroup_reductions else ROW_OF_A_THREAD
+        return self.tuning.row_of_a_workgroup if self.workgroup_reductions else self.tuning.row_of_a_thread
 
     @property
     def concurrent_updates(self) -> bool:
@@ -120,12 +239,6 @@ class Target:
         updates need atomics or a compare-and-swap loop)."""
         return not self.sequential
 
-
-# Rows: one thread looping over a longer row loses its SIMD neighbours (measured on
-# lavapipe before workgroup rows, lowering.rowfusion); a workgroup's 256 threads
-# each take every 256th point, so a row of 16k is 64 points a thread.
-ROW_OF_A_THREAD = 256
-ROW_OF_A_WORKGROUP = 16384
 
 CPU = Target("cpu", sequential=True, float_atomic_add=False, polynomial_math=True, worker_threads=True,
              native_instructions=True, host_blas=True)
@@ -158,6 +271,11 @@ def of(device: "str | Target") -> Target:
         return TARGETS[device]
     except KeyError:
         raise ValueError(f"no Slang target for device {device!r}: expected one of {sorted(TARGETS)}") from None
+
+
+def tuning_of(target: "Target | None") -> Tuning:
+    """``target``'s numbers; ``TUNING`` for a plan made for every target (no target)."""
+    return TUNING if target is None else target.tuning
 
 
 # Set to 0 to compile CPU-device code for any x86-64 (g++'s default) instead of this machine.

@@ -5,7 +5,7 @@ threads in SIMD lanes.  The CPU device runs its threads one after another and
 each thread costs ~20 ns of call overhead (measured when every point was a
 thread; the per-kernel call from ``run_program`` is of the same kind) against
 ~1 ns for the work of a simple element, so there one thread loops over up to
-``CPU_POINTS_PER_THREAD`` consecutive points: the overhead is paid once per
+``Tuning.cpu_points_per_thread`` consecutive points (``lowering.targets``): the overhead is paid once per
 run, and the tight loop over contiguous elements is what g++ -O3 vectorises.
 
 A dispatch dimension holds at most 65535 groups, so more threads than one row
@@ -23,7 +23,7 @@ kernel whose points are independent (no colliding update, no bounds flag) to
 dispatched threads on ``workers`` threads and waits for all of them.  Every
 point computes exactly what it computes alone (sums inside a point keep their
 order), so results are bit-identical for every worker count.  Kernels with
-less work than ``MIN_WORK_PER_WORKER`` per worker use fewer workers (a tiny
+less work than ``Tuning.min_work_per_worker`` per worker use fewer workers (a tiny
 kernel runs on the calling thread alone): waking and joining a worker costs
 more than that much work.
 """
@@ -34,29 +34,27 @@ from dataclasses import dataclass
 
 from . import targets
 
-GROUP_SIZE = 256
-MAX_GROUPS = 65535  # per dispatch dimension
-ROW_THREADS = GROUP_SIZE * MAX_GROUPS  # most threads in one row of a dispatch
-CPU_POINTS_PER_THREAD = 1024
-# ... but no fewer threads than this where there are that many points: the
-# worker threads split a kernel by whole threads (a matmul's 256 tiles were one
-# thread of 1024 points, work no second core could share).
-CPU_MIN_THREADS = 256
+# Threads of a workgroup in code that has no target at hand (the kernels' ``[numthreads]``).
+GROUP_SIZE = targets.TUNING.group_size
 
 
 @dataclass(frozen=True)
 class Threads:
-    """``points`` linear points, ``per_thread`` consecutive ones per thread."""
+    """``points`` linear points, ``per_thread`` consecutive ones per thread,
+    laid out in workgroups as ``tuning`` says."""
 
     points: int
     per_thread: int = 1
+    tuning: targets.Tuning = targets.TUNING
 
     @classmethod
     def for_device(cls, points: int, device: "str | targets.Target") -> "Threads":
         """Points per thread on a device kind (``lowering.targets``): many where threads run in sequence."""
-        if not targets.of(device).sequential:
-            return cls(points)
-        return cls(points, max(1, min(CPU_POINTS_PER_THREAD, points // CPU_MIN_THREADS)))
+        target = targets.of(device)
+        tuning = target.tuning
+        if not target.sequential:
+            return cls(points, 1, tuning)
+        return cls(points, max(1, min(tuning.cpu_points_per_thread, points // tuning.cpu_min_threads)), tuning)
 
     @property
     def count(self) -> int:
@@ -66,23 +64,25 @@ class Threads:
     @property
     def row(self) -> int:
         """Threads per dispatch row: rows as even as whole groups allow."""
-        rows = -(-self.count // ROW_THREADS)
-        return -(-self.count // (rows * GROUP_SIZE)) * GROUP_SIZE
+        group = self.tuning.group_size
+        rows = -(-self.count // self.tuning.row_threads)
+        return -(-self.count // (rows * group)) * group
 
     @property
     def thread_count(self) -> list[int]:
         """``thread_count`` of the dispatch."""
-        if self.count <= ROW_THREADS:
+        if self.count <= self.tuning.row_threads:
             return [self.count, 1, 1]
         return [self.row, -(-self.count // self.row), 1]
 
     def open(self, var: str) -> list[str]:
         """Lines giving each of this thread's points in ``var``, in a loop
         (closed by ``close``) when a thread has several."""
-        thread = f"int(tid.x) + int(tid.y) * {self.row}" if self.count > ROW_THREADS else "int(tid.x)"
+        many_rows = self.count > self.tuning.row_threads
+        thread = f"int(tid.x) + int(tid.y) * {self.row}" if many_rows else "int(tid.x)"
         if self.per_thread == 1:
             return [f"int {var} = {thread};", f"if ({var} >= {self.points}) return;"]
-        if self.count > ROW_THREADS:
+        if many_rows:
             thread = f"({thread})"
         return [f"int first = {thread} * {self.per_thread};",
                 f"for (int {var} = first; {var} < min(first + {self.per_thread}, {self.points}); {var}++)",
@@ -95,10 +95,6 @@ class Threads:
 # Environment variable overriding the CPU device's worker threads (default: the
 # cores this process may run on).
 WORKERS_ENV = "SYMDIFF_CPU_THREADS"
-# Least work (points times their loop lengths, ``KernelEntry.work``) per worker
-# for a kernel to be split: below it the pool's wake-up and join cost more than
-# they save (measured crossover: docs/design.md "The CPU device's cores").
-MIN_WORK_PER_WORKER = 1 << 15
 
 
 def cpu_workers() -> int:
@@ -119,10 +115,13 @@ def cpu_workers() -> int:
         return os.cpu_count() or 1
 
 
-def worker_cap(work: int, dispatched: int) -> int:
-    """Most workers worth giving a kernel of ``work`` over ``dispatched``
-    threads: one per ``MIN_WORK_PER_WORKER`` of work, never more than threads."""
-    return max(1, min(dispatched, work // MIN_WORK_PER_WORKER))
+def worker_cap(work: int, dispatched: int, tuning: targets.Tuning | None = None) -> int:
+    """Most workers worth giving a kernel of ``work`` (points times their loop
+    lengths, ``KernelEntry.work``) over ``dispatched`` threads: one per
+    ``tuning.min_work_per_worker`` of work (``targets.TUNING``'s by default),
+    never more than threads."""
+    least = (tuning or targets.TUNING).min_work_per_worker
+    return max(1, min(dispatched, work // least))
 
 
 # C++ put before the CPU module by ``__requirePrelude``: a pool of worker

@@ -152,13 +152,14 @@ def explain(forward: DataflowGraph, backward: DataflowGraph, kernels: Mapping[st
 def _view(graph: DataflowGraph, t: Tasklet, kernel_of: Mapping[str, list[str]],
           source_file: str | None) -> TaskletView:
     reads = [f"{m.connector} = {_memlet(m)}" for _, m in graph.reads(t.name)]
-    modes = t.meta.get("write_modes", {})
     targets = {m.connector: m for _, m in graph.writes(t.name)}
     expressions = []
     for conn, expr in t.body.items():
         m = targets.get(conn)
         target = f"  ->  {_memlet(m)}" if m else ""
-        mode = f" [{modes[conn]}]" if conn in modes else (f" [{m.accumulate}]" if m and m.accumulate else "")
+        # a derived tasklet's write is a plain store or an accumulation; a forward one's plain store goes unsaid
+        label = m and (m.accumulate or ("plain" if t.backward else None))
+        mode = f" [{label}]" if label else ""
         expressions.append(f"{conn} = {expr}{target}{mode}")
     return TaskletView(t.name, t.source, _code_line(t.source, source_file), _domain(t), reads, expressions,
                        kernel_of.get(t.name, []))

@@ -27,11 +27,10 @@ import sympy
 
 from symdiff.ir.graph import AccessNode, DataflowGraph, connector_symbol, index_symbol
 from symdiff.ir.library import is_library
-from symdiff.ir.scalar_functions import compare
 
 from .activity import Activity, Pair, analyse, latest_versions
-from .backward import (_Body, _check_request, _expensive, _Names, _use_stored, accumulation_helpers,
-                       add_forward_reads)
+from .derived import (Body, Names, accumulation_helpers, add_forward_reads, check_request, through_accumulation,
+                      with_stored_value)
 from .custom_vjp import META_KEY as CUSTOM_VJPS
 from .library_rules import trace_jvp
 from .derivatives import guarded_product, tasklet_partials
@@ -57,13 +56,13 @@ def add_tangent_pass(graph: DataflowGraph, inputs: Sequence[str], outputs: Seque
       with ``meta["tangent_of"]`` naming it, ``meta["forward_values"]``
       (``"stored"``, ``"recompute"`` or ``"none"``, as in the reverse pass);
       ``count_``/``zeros_``/``nonzero_`` helpers of a
-      max/min/prod reduction (``backward.accumulation_helpers``).
+      max/min/prod reduction (``derived.accumulation_helpers``).
 
     The meta dicts are merged across calls.
     """
     inputs = list(dict.fromkeys(inputs))
     outputs = list(dict.fromkeys(outputs))
-    _check_request(graph, inputs, outputs)
+    check_request(graph, inputs, outputs)
     tangent_names = dict(tangent_names or {})
     input_nodes = {x: graph.access(x, 0) for x in inputs}
     latest = latest_versions(graph)
@@ -151,7 +150,7 @@ class _TangentPass:
             node = g.node(access)
             c = g.containers[node.container]
             name = g.unique_name(f"tan_{node.container}_{node.version}")
-            g.add_container(name, c.shape, c.dtype, "transient", tangent_of=access)
+            g.add_container(name, c.shape, c.dtype, "transient")
             self.tangent[access] = name
         for tasklet in g.topological_order():
             if tasklet in self.activity.pairs and is_library(g.node(tasklet)):  # its registered rule
@@ -175,7 +174,7 @@ class _TangentPass:
             self.aux[access] = accumulation_helpers(self.graph, access, backward=False)
         return self.aux[access]
 
-    def _contribution(self, body: _Body, t, wm, pairs: list[Pair], partials: dict) -> tuple[sympy.Expr, bool]:
+    def _contribution(self, body: Body, t, wm, pairs: list[Pair], partials: dict) -> tuple[sympy.Expr, bool]:
         """``sum_k d out/d conn_k * t_k`` for one write of ``t``, and whether it
         reads a stored forward result (``tanh' = 1 - o**2`` reads ``o``)."""
         g = self.graph
@@ -185,33 +184,19 @@ class _TangentPass:
         total = sympy.S.Zero
         for p in pairs:
             partial = partials[(wm.connector, p.read.connector)]
-            if wm.accumulate is None and _expensive(value):
-                out = connector_symbol("__stored__", g.containers[wm.container].dtype)
-                replaced = _use_stored(partial, value, out)
-                if replaced != partial:
-                    sym = body.read(g, f"f_{wm.connector}", write_access, wm.index)
-                    partial, stored = replaced.xreplace({out: sym}), True
+            partial, used = with_stored_value(g, body, write_access, wm, value, partial)
+            stored |= used
             tangent = body.read(g, f"t_{p.read.connector}", g.access(self.tangent[p.read_access], 0), p.read.index)
             total += guarded_product(tangent, partial)
         if wm.accumulate in (None, "sum"):
             return total, stored
-        helpers = self._helpers(write_access)
-        result = body.read(g, f"f_{wm.connector}", write_access, wm.index)
-        if wm.accumulate in ("max", "min"):
-            count = body.read(g, "count", helpers["count"], wm.index)
-            # as the reverse pass and JAX: a NaN maximum equals no element, count is 0, the tangent NaN
-            return total * sympy.Piecewise((1, compare(sympy.Eq, value, result)), (0, True)) / count, True
-        zeros = body.read(g, "zeros", helpers["zeros"], wm.index)
-        nonzero = body.read(g, "nonzero", helpers["nonzero"], wm.index)
-        return sympy.Piecewise((total * nonzero / value, sympy.Eq(zeros, 0)),
-                               (total * nonzero, sympy.Eq(value, 0) & sympy.Eq(zeros, 1)),
-                               (0, True)), True
+        return through_accumulation(g, body, self._helpers(write_access), write_access, wm, value, total), True
 
     def _tangent_tasklet(self, tasklet: str, pairs: list[Pair]) -> None:
         g = self.graph
         t = g.node(tasklet)
         partials = tasklet_partials(t.body, t.inputs)
-        body = _Body(_Names(set(t.inputs) | set(t.body)))
+        body = Body(Names(set(t.inputs) | set(t.body)))
         by_write: dict[tuple, list[Pair]] = {}
         for p in pairs:
             by_write.setdefault((p.write_access, p.write), []).append(p)

@@ -12,7 +12,7 @@ its expression again there, and may keep its own inputs alive longer.
 ``fit`` starts from the program's own plan (every forward value stored, but
 what the lowering recomputes anyway: ``lowering.rematerialise``) and, while
 the planned buffers exceed the budget, switches values to recompute, the most bytes per recomputed
-operation first, keeping a switch only where the plan's peak really drops;
+operation first (the order ``lowering.cost_model`` prices), keeping a switch only where the plan's peak really drops;
 a value passed over is tried again once after the others (its inputs may
 have been switched since).  Where that ends over the budget, it starts again
 from every value recomputed (tasklets writing several values split) and
@@ -24,19 +24,16 @@ with the smallest peak found.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
-
-import numpy as np
-import sympy
 
 from symdiff import ir
 from symdiff.ir.library import has_library_nodes
 from symdiff import lowering
 import symdiff.lowering.rematerialise
-from symdiff.ir.sizes import substitute_sizes
+from symdiff.lowering.cost_model import CostModel, Price, Strategy, with_recomputed
 
+STORE, RECOMPUTE = Strategy.STORE.value, Strategy.RECOMPUTE.value
 
 
 class MemoryBudgetError(ValueError):
@@ -49,7 +46,7 @@ class Choice:
 
     tasklet: str
     source: str | None  # the user's line
-    decision: str  # "recompute" | "store"
+    decision: str  # a lowering.cost_model.Strategy's value: "recompute" | "store"
     bytes_saved: int  # drop of the planned peak this switch made (0 for "store")
     ops: int  # operations recomputed per call by one reader (sympy's count of the value, times its points)
     reason: str
@@ -69,33 +66,16 @@ class MemoryPlan:
                  f"(the program's own plan: {self.stored_peak_bytes:,})"]
         for c in self.choices:
             where = f" ({c.source})" if c.source else ""
-            saved = f", saves {c.bytes_saved:,} bytes" if c.decision == "recompute" else ""
+            saved = f", saves {c.bytes_saved:,} bytes" if c.decision == RECOMPUTE else ""
             lines.append(f"  {c.tasklet}{where}: {c.decision}{saved}, {c.ops:,} ops a reader; {c.reason}")
         return "\n".join(lines)
 
 
-def ranked(graph: ir.DataflowGraph, sizes: Mapping[str, int]) -> list[tuple[str, int, int]]:
-    """``(tasklet, bytes, ops)`` of each value ``lowering.rematerialise`` could
-    recompute, the most bytes per recomputed operation first."""
-    out = []
-    for name in lowering.rematerialise.candidates(graph):
-        t = graph.node(name)
-        (_, m), = graph.writes(name)
-        c = graph.containers[m.container]
-        nbytes = math.prod(c.concrete_shape(sizes)) * np.dtype(ir.DTYPES[c.dtype]).itemsize
-        points = math.prod(max(int(substitute_sizes(sympy.sympify(e) - b, sizes)), 0) for _, b, e in t.domain)
-        ops = max(points, 1) * max(int(sympy.count_ops(t.body[m.connector])), 1)
-        out.append((name, nbytes, ops))
-    return sorted(out, key=lambda c: (-c[1] / c[2], c[0]))
-
-
-def with_recomputed(graph: ir.DataflowGraph, names: frozenset[str]) -> ir.DataflowGraph:
-    """``graph`` whose lowering recomputes ``names`` where they are read."""
-    if not names:
-        return graph
-    out = graph.copy()
-    out.meta["rematerialise"] = sorted(names)
-    return out
+def ranked(graph: ir.DataflowGraph, sizes: Mapping[str, int]) -> list[Price]:
+    """The price (``(tasklet, bytes, ops)``) of each value ``lowering.rematerialise``
+    could recompute, the most bytes per recomputed operation first
+    (``lowering.cost_model.CostModel.priced``)."""
+    return CostModel.priced(graph, lowering.rematerialise.candidates(graph), sizes)
 
 
 def _store_back(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
@@ -118,10 +98,10 @@ def _store_back(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
         trial = planned_peak(with_recomputed(split, chosen - {name}))
         source = split.node(name).source
         if trial <= budget:
-            decisions[name] = Choice(name, source, "store", 0, ops, "stored again, the plan still fits")
+            decisions[name] = Choice(name, source, STORE, 0, ops, "stored again, the plan still fits")
             chosen, peak = chosen - {name}, trial
         else:
-            decisions[name] = Choice(name, source, "recompute", trial - peak, ops,
+            decisions[name] = Choice(name, source, RECOMPUTE, trial - peak, ops,
                                      f"storing its {nbytes:,}-byte value would exceed the budget")
     return split, candidates, chosen, peak, decisions
 
@@ -149,17 +129,17 @@ def fit(graph: ir.DataflowGraph, sizes: Mapping[str, int], budget: int,
             trial_peak = planned_peak(with_recomputed(graph, chosen | {name}))
             source = graph.node(name).source
             if trial_peak < peak:
-                decisions[name] = Choice(name, source, "recompute", peak - trial_peak, ops,
+                decisions[name] = Choice(name, source, RECOMPUTE, peak - trial_peak, ops,
                                          f"its {nbytes:,}-byte value is recomputed where it is read")
                 chosen, peak = chosen | {name}, trial_peak
             else:
-                decisions[name] = Choice(name, source, "store", 0, ops,
+                decisions[name] = Choice(name, source, STORE, 0, ops,
                                          "recomputing it did not lower the planned peak")
     stored_back = _store_back(graph, sizes, budget, planned_peak) if peak > budget else None
     if stored_back is not None:  # one switch at a time fell short: from everything recomputed, it fits
         graph, candidates, chosen, peak, decisions = stored_back
     plan = MemoryPlan(budget, stored_peak, peak,
-                      [decisions.get(name) or Choice(name, graph.node(name).source, "store", 0, ops,
+                      [decisions.get(name) or Choice(name, graph.node(name).source, STORE, 0, ops,
                                                      "the plan fits without recomputing it")
                        for name, _, ops in candidates])
     if peak > budget:

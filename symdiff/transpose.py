@@ -160,5 +160,5 @@ def _gather(graph: DataflowGraph, access: str, targets: tuple, candidates: list)
         f"gather_{container.name}", tuple((o, 0, n) for o, n in zip(targets, container.shape)),
         {"d": total}, reads.reads, {"d": (access, targets, None if sole else "sum")},
         source=first.source, backward=True, strategy="gather", forward_tasklet=forward[0],
-        forward_tasklets=forward, forward_values=forward_values, write_modes={"d": "plain" if sole else "sum"})
+        forward_tasklets=forward, forward_values=forward_values)
     return gather.name

@@ -181,13 +181,11 @@ def gpu_form():
 @contextlib.contextmanager
 def recompute_everything():
     """Every plan made for the duration recomputes all it can where it is read."""
-    from symdiff.lowering import rematerialise, runtime
+    from symdiff.lowering import cost_model, rematerialise, runtime
     own = runtime.plan
 
     def everything(graph, sizes, target=None):
-        graph = graph.copy()
-        graph.meta["rematerialise"] = rematerialise.candidates(graph)
-        return own(graph, sizes, target)
+        return own(cost_model.with_recomputed(graph, rematerialise.candidates(graph)), sizes, target)
     runtime.plan = everything
     try:
         yield

@@ -26,7 +26,7 @@ def test_module_names_kernels_and_their_tasklets_with_source_lines():
 def test_reduction_loop_and_matmul_read_like_loops():
     g, _ = matmul()
     src = lowering.compile(g, device="cpu").source
-    # register-blocked (lowering.matmul; under CPU_MICRO_MIN_WORK: every target's tiles)
+    # register-blocked (lowering.matmul; under Tuning.cpu_micro_min_work: every target's tiles)
     assert "for (int mm_r = 0; mm_r < 17; mm_r++)" in src
     assert "matmul_acc[mm_u][mm_v] += matmul_a[mm_u] * matmul_w;" in src
     g, _ = matmul(m=20)  # too few outputs to tile: one thread per output

@@ -2,12 +2,14 @@
 independent are split over C++ threads, and every result is bit-identical
 whatever the thread count; colliding updates and tiny kernels stay on the
 calling thread.  Oracles: the IR interpreter in float64 and plain numpy."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 from symdiff import ir
 from symdiff import lowering
-from symdiff.lowering import threads
+from symdiff.lowering import targets, threads
 from lowering_graphs import chain, gather, matmul, reduction, strided_sum
 
 import symdiff as sd
@@ -20,7 +22,7 @@ COUNTS = ("1", "2", "3", "7")  # more workers than this machine's cores too
 @pytest.fixture
 def split_everything(monkeypatch):
     """Split every independent kernel, however small (the tests' sizes are)."""
-    monkeypatch.setattr(threads, "MIN_WORK_PER_WORKER", 1)
+    monkeypatch.setattr(targets, "TUNING", dataclasses.replace(targets.TUNING, min_work_per_worker=1))
     monkeypatch.setenv("SYMDIFF_DISK_CACHE", "0")  # keyed by source text: a patched module must not be stored
 
 
@@ -52,8 +54,10 @@ def test_cpu_workers_setting(monkeypatch):
 
 def test_worker_cap():
     assert threads.worker_cap(10, 100) == 1  # too little work to wake anyone
-    assert threads.worker_cap(100 * threads.MIN_WORK_PER_WORKER, 8) == 8  # never more than threads
-    assert threads.worker_cap(3 * threads.MIN_WORK_PER_WORKER, 100) == 3
+    least = targets.TUNING.min_work_per_worker
+    assert threads.worker_cap(100 * least, 8) == 8  # never more than threads
+    assert threads.worker_cap(3 * least, 100) == 3
+    assert threads.worker_cap(3 * least, 100, dataclasses.replace(targets.TUNING, min_work_per_worker=least // 2)) == 6
 
 
 @pytest.mark.parametrize("build", [lambda: chain(n=5000, ops=4), lambda: matmul(67, 45, 300),

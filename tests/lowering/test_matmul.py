@@ -9,8 +9,7 @@ from symdiff import lowering
 from symdiff.ir.graph import index_symbol
 from symdiff.lowering.codegen import generate
 from symdiff.lowering import targets
-from symdiff.lowering.matmul import (CPU_MICRO, CPU_MICRO_MIN_WORK, CPU_MICRO_NARROW, CPU_WIDE_MICRO_WORK,
-                                      matmul_shape, matvec_shape, tiling)
+from symdiff.lowering.matmul import matmul_shape, matvec_shape, tiling
 from symdiff.lowering.plan import plan
 from lowering_graphs import G, i, j, k, rng
 from test_programs import assert_agrees
@@ -266,7 +265,7 @@ def test_a_row_kernel_whose_other_steps_loop_is_not_tiled(device):
 def test_every_form_against_numpy_float64(layout, m, kk, n, device):
     """Each transpose form the reverse pass produces at sizes that are no multiple of the
     CPU device's blocks (micro-kernel rows and columns, tiles, k blocks; the third size is
-    past CPU_WIDE_MICRO_WORK, the wide block's, the last under CPU_MICRO_MIN_WORK, which
+    past ``cpu_wide_micro_work``, the wide block's, the last under ``cpu_micro_min_work``, which
     takes every target's plain tiles): on the CPU the inner operand is read in place only
     where it runs along the output's inner axis and the tiles cover that axis exactly
     (``A B`` and ``A^T B`` at n = 512 and 256), else packed."""
@@ -278,9 +277,10 @@ def test_every_form_against_numpy_float64(layout, m, kk, n, device):
     want = 1.5 * np.einsum(f"{''.join(map(str, ia))},{''.join(map(str, ib))}->{''.join(map(str, ic))}",
                            inputs["a"].astype(np.float64), inputs["b"].astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-    if device == "cpu" and m * kk * n >= CPU_MICRO_MIN_WORK:
-        wide = m * kk * n >= CPU_WIDE_MICRO_WORK and "-mavx512f" in targets.compiler_args(targets.CPU)
-        assert tl.micro == (CPU_MICRO if wide else CPU_MICRO_NARROW) and "_sum[" in exe.source
+    tuning = targets.CPU.tuning
+    if device == "cpu" and m * kk * n >= tuning.cpu_micro_min_work:
+        wide = m * kk * n >= tuning.cpu_wide_micro_work and "-mavx512f" in targets.compiler_args(targets.CPU)
+        assert tl.micro == (tuning.cpu_micro if wide else tuning.cpu_micro_narrow) and "_sum[" in exe.source
         assert tl.packed_inner == (layout in ("nt", "out_transposed") or n % 32 != 0)
     else:
         assert tl.micro is None and "_pack[" not in exe.source

@@ -5,7 +5,7 @@ import sympy
 
 from symdiff import ir
 from symdiff.lowering.plan import plan
-from symdiff.lowering.rewrites import SPLIT_REDUCTION_MIN
+from symdiff.lowering.targets import TUNING
 from lowering_graphs import CORPUS, G, chain, histogram, i, j, partial_update, reduction
 from symdiff.backward import add_backward_pass
 
@@ -45,7 +45,7 @@ def test_large_full_reduction_is_split_in_two_stages():
 def test_long_rows_with_few_outputs_are_split_too():
     g, _ = reduction("sum", (3, 100000), 1)
     assert len(plan(g, {}).kernels) == 2
-    g, _ = reduction("sum", (5000, SPLIT_REDUCTION_MIN), 1)
+    g, _ = reduction("sum", (5000, TUNING.split_reduction_min), 1)
     assert len(plan(g, {}).kernels) == 1  # enough parallel rows already
 
 

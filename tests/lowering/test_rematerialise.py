@@ -9,6 +9,7 @@ from symdiff import ir
 from symdiff import lowering
 import symdiff as sd
 from symdiff.lowering import targets
+from symdiff.lowering.cost_model import with_recomputed
 from symdiff.lowering.plan import plan
 from symdiff.lowering.rematerialise import candidates
 
@@ -34,8 +35,7 @@ def test_every_candidate_recomputed_gives_the_interpreters_numbers(device):
     graph = _backward_graph()
     names = candidates(graph)
     assert names
-    recomputed = graph.copy()
-    recomputed.meta["rematerialise"] = names
+    recomputed = with_recomputed(graph, names)
     seeds = {s: np.ones(recomputed.containers[s].concrete_shape({}), np.float32) for s in graph.meta["seeds"].values()}
     want = ir.run(graph, {**INPUTS, **seeds})
     got = lowering.compile(recomputed, device=device)({**INPUTS, **seeds})
@@ -206,8 +206,7 @@ def test_a_recomputed_maximum_compares_equal_to_the_stored_one(device):
     gradient was lost (codegen keeps reciprocals out of shared terms)."""
     graph = ir.trace(_max_of_quotient).copy()
     sd.add_backward_pass(graph, inputs=["y0", "y1"], outputs=graph.results)
-    recomputed = graph.copy()
-    recomputed.meta["rematerialise"] = candidates(graph)
+    recomputed = with_recomputed(graph, candidates(graph))
     rng = np.random.default_rng(5)
     inputs = {"y0": rng.standard_normal((1, 64, 33)).astype(np.float32),
               "y1": rng.standard_normal((2, 64, 33)).astype(np.float32)}
@@ -223,9 +222,8 @@ def test_recomputing_chains_of_gathers_stays_bounded():
     of the one before; lavapipe recomputes cheap values where they are read, and
     composed down the chain one tasklet grew to thousands of operations (and its
     planning took seconds).  A tasklet takes a recomputed value only while the
-    sum of the sizes stays within ``MAX_RECOMPUTED_OPS``; sympy's rebuild of
+    sum of the sizes stays within ``Tuning.max_recomputed_ops``; sympy's rebuild of
     the sum may come out larger (176 operations here, 2583 unbounded)."""
-    from symdiff.lowering.rematerialise import MAX_RECOMPUTED_OPS
 
     def ludcmp(A: sd.f32[6, 6], b: sd.f32[6]):
         x, y = np.zeros_like(b), np.zeros_like(b)
@@ -249,7 +247,7 @@ def test_recomputing_chains_of_gathers_stays_bounded():
     largest = max(ops(t) for t in graph.tasklets())
     p = plan(graph, {}, targets.of("vulkan"))
     grown = max(ops(s.tasklet) for k in p.kernels for s in k.steps)
-    assert grown <= max(largest, 2 * MAX_RECOMPUTED_OPS), (grown, largest)
+    assert grown <= max(largest, 2 * targets.VULKAN.tuning.max_recomputed_ops), (grown, largest)
 
 
 def _gemm(A: sd.f32[64, 64], B: sd.f32[64, 64], C: sd.f32[64, 64]):

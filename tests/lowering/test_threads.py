@@ -5,8 +5,13 @@ import pytest
 
 from symdiff import ir
 from symdiff import lowering
-from symdiff.lowering.threads import CPU_MIN_THREADS, CPU_POINTS_PER_THREAD, GROUP_SIZE, ROW_THREADS, Threads
+from symdiff.lowering.targets import TUNING
+from symdiff.lowering.threads import Threads
 from lowering_graphs import chain, histogram, reduction
+
+
+CPU_MIN_THREADS, CPU_POINTS_PER_THREAD = TUNING.cpu_min_threads, TUNING.cpu_points_per_thread
+GROUP_SIZE, ROW_THREADS = TUNING.group_size, TUNING.row_threads
 
 
 def test_cpu_threads_loop_over_runs_of_points():

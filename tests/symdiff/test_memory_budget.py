@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import symdiff as sd
+from symdiff.lowering.cost_model import recomputed
 
 jax.config.update("jax_enable_x64", True)
 
@@ -37,7 +38,7 @@ def _stored_peak(device: str) -> int:
     """Planned buffer bytes of the program as differentiated (nothing recomputed)."""
     loss.value_and_grad(X, W, device=device)
     exe = next(e for e in loss._executables.values() if e.device == device and e.graph.meta.get("gradients")
-               and not e.graph.meta.get("rematerialise"))
+               and not recomputed(e.graph))
     return exe.stats()["peak_bytes"]
 
 
@@ -56,7 +57,7 @@ def test_a_budget_below_storing_everything_is_met_with_exact_gradients(slang_dev
     assert plan.stored_peak_bytes == stored
     assert plan.peak_bytes <= budget
     assert any(c.decision == "recompute" for c in plan.choices)
-    exe = max((e for e in loss._executables.values() if e.device == device and e.graph.meta.get("rematerialise")),
+    exe = max((e for e in loss._executables.values() if e.device == device and recomputed(e.graph)),
               key=lambda e: e.stats()["calls"])
     assert exe.stats()["peak_bytes"] == plan.peak_bytes <= budget  # the compiled plan is the one weighed
     want = _jax_grads()
@@ -100,7 +101,7 @@ def test_pair_values_are_recomputed_when_no_single_switch_helps(slang_device):
     pair buffers was refused.  Recomputing everything with that tasklet split
     (``_store_back``) needs none of them, so the budget is met.  (From 4096
     pairs on, the program's own plan recomputes them:
-    ``lowering.rematerialise.EXPANSION_MIN_ELEMENTS``.)  Gradients vs JAX in
+    ``Tuning.expansion_min_elements``.)  Gradients vs JAX in
     float64."""
     n = 32
 
