@@ -2,9 +2,10 @@
 
 Planning works on a *concrete* graph (sizes bound, ``rewrites.bind``) so extents,
 strides and fusion decisions are plain integers.  This module is the pipeline:
-``_plan`` runs the rewrites and passes of the sibling modules in order, then
-places tasklets in kernels and decides each write's mode; the records it
-builds are ``lowering.plan_types``'.  The rules:
+``PASSES`` lists the rewrites and passes of the sibling modules in order
+(run by ``lowering.pipeline``), with placing tasklets in kernels and deciding
+each write's mode, this module's own; ``ALTERNATIVES`` lists its trials.  The
+records it builds are ``lowering.plan_types``'.  The rules:
 
 * A tasklet's **parallel symbols** are the domain symbols its write indices
   use; the others are **reduced** symbols, run as a loop inside the thread
@@ -37,6 +38,7 @@ from .cost_model import CostModel, recomputed
 from .in_place import share_versions
 from .last_workgroup import finish_in_last_workgroup
 from .matmul import matmul_shape
+from .pipeline import Alternative, Choice, Pass, Planning, Problem, evaluate, run_passes
 from .host_products import host_product
 from .plan_types import HostKernel, Kernel, LoweringError, Plan, Read, Step, Write, parallel_symbols, same_point
 from .reduce_fusion import chunk_producers, fold_producers
@@ -214,88 +216,128 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     (``cost_model.recomputed``) where they are read (``lowering.rematerialise``), fold elementwise producers into
     reductions, split long reductions, run the elementwise passes feeding a first stage over its
     chunks (``reduce_fusion.chunk_producers``), group tasklets into kernels and decide buffers,
-    fills and write modes.  ``target`` (a ``lowering.targets`` name or ``Target``) sets which producers are
-    recomputed, how long reductions are split and how long a row kernel's rows may be; without one
-    the plan suits every target.
+    fills and write modes: the passes of ``PASSES``, in order.  ``target`` (a ``lowering.targets`` name or
+    ``Target``) sets which producers are recomputed, how long reductions are split and how long a row kernel's
+    rows may be; without one the plan suits every target.
 
-    A value whose recomputation reads nothing more (``rematerialise.free_candidates``: a copy, a
-    scale, ``g / n`` of a scalar) but that the plan passes to another kernel in a buffer is then
-    recomputed where it is read, and the program planned once more: its buffer and its write go for
-    a few flops (in up to ``Tuning.free_recompute_rounds`` more plans), and so are the free values it is
-    computed from (``rematerialise.free_buffered``).  Other values passed in registers inside a kernel
-    stay as they are.  Values made only of elements broadcast along them (n-body's pair values) are
-    then tried recomputed where they are read (``rematerialise.recompute_expansions``), and so, on
-    targets that do not recompute cheap values anyway, are those (``rematerialise.cheap_on_gpu``):
-    each trial is kept where the plan stores fewer elements in no more kernels.  Every choice asks
-    the target's cost model (``lowering.cost_model``)."""
+    The trials are ``ALTERNATIVES``, each planned through the whole list of passes.  A value whose
+    recomputation reads nothing more (``rematerialise.free_candidates``: a copy, a scale, ``g / n`` of a
+    scalar) but that the plan passes to another kernel in a buffer is then recomputed where it is read, and
+    the program planned once more: its buffer and its write go for a few flops (in up to
+    ``Tuning.free_recompute_rounds`` more plans), and so are the free values it is computed from
+    (``rematerialise.free_buffered``).  Other values passed in registers inside a kernel stay as they are.
+    On targets that do not recompute cheap values anyway, those are then tried recomputed
+    (``rematerialise.cheap_on_gpu``).  Values made only of elements broadcast along them (n-body's pair
+    values) are tried recomputed where they are read (``rematerialise.recompute_expansions``) as a whole
+    other plan with its own rounds and trial (``WHOLE_PLAN_ALTERNATIVES``).  Each trial but the free rounds
+    is kept where the plan stores fewer elements in no more kernels (``CostModel.stores_less``).  Every
+    choice asks the target's cost model (``lowering.cost_model``)."""
     target = None if target is None else targets.of(target)
-    model = CostModel.of(target)
-    p = _planned(graph, sizes, target, model, expand=False)
-    # values expanding their inputs (rematerialise.recompute_expansions), kept where the plan then stores
-    # fewer elements in no more kernels: recomputed where a kernel passed it in a register anyway,
-    # gesummv's outer product g[i] * x[j] was computed once per gradient and ran 7-10% slower on lavapipe.
-    # The whole of _planned is run both ways: recomputing a seed's broadcast first changes which values
-    # its rounds recompute (softmax_xent stores 23 MiB instead of 27 at 1Kx1000 on the CPU device, though
-    # the first plans of both ways store the same)
-    if expansions_in(graph, sizes, model):
-        trial = _planned(graph, sizes, target, model, expand=True)
-        if model.stores_less(trial, p):
-            p = trial
-    return p
+    problem = Problem(graph, sizes, target, CostModel.of(target))
+    return evaluate(WHOLE_PLAN_ALTERNATIVES, problem, Choice(tuple(recomputed(graph))),
+                    lambda choice: evaluate(ALTERNATIVES, problem, choice, lambda c: _run(problem, c)))
 
 
-def _planned(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target | None", model: CostModel,
-             expand: bool) -> Plan:
-    """``plan``'s plan, values expanding their inputs recomputed or not (``expand``)."""
-    recompute = recomputed(graph)
-    p = _plan(graph, sizes, target, model, recompute, expand)
-    for _ in range(model.tuning.free_recompute_rounds):  # a recomputed value's own inputs may now be buffered
-        buffered = [n for n in free_buffered(p, model) if n not in recompute]
-        if not buffered:
-            break
-        recompute += buffered
-        p = _plan(graph, sizes, target, model, recompute, expand)
-    # lavapipe: values a GPU recomputes where read (rematerialise.cheap_on_gpu), kept where the plan then
-    # stores fewer elements in no more kernels (bench.gpu --scale 64: softmax_xent's 8 kernels became 10 and
-    # ran 15% slower; those with fewer kernels ran as fast or faster).  On the CPU device only arithmetic
-    # ones: its reduction loop recomputing tanh ran 185 -> 352 ms at 20M elements, softplus + logsumexp
-    # recomputing exp 7.5 -> 19.9 ms at 1M; layer norm recomputing x - m and its quotient stores 16 MiB
-    # instead of 32 at 1Kx1K), and only where a value has Tuning.trial_min_elements (CostModel.trial_pays).
-    if model.trial_ops is not None:
-        extra = [n for n in cheap_on_gpu(p, model) if n not in recompute]
-        if extra:
-            trial = _plan(graph, sizes, target, model, recompute + extra, expand)
-            if model.stores_less(trial, p):
-                p = trial
-    return p
+def _run(problem: Problem, choice: Choice) -> Plan:
+    """One run of ``PASSES`` for ``choice``."""
+    return run_passes(PASSES, Planning(problem, choice, problem.graph))
 
 
-def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target | None", model: CostModel,
-          recompute: list[str], expand: bool = False) -> Plan:
-    g = bind(graph, sizes)
-    empty_fills = drop_empty_tasklets(g)
-    split_multi_output_tasklets(g)
-    merge_duplicates(g)
-    split_free_copies(g, model)
-    rematerialise(g, recompute, model)
-    if expand:
-        recompute_expansions(g, model)
-    if model.recompute_calls:
-        recompute_cheap(g, model)
-    fold_producers(g, target)
-    merge_sibling_reductions(g)
-    split_large_reductions(g, target)
-    chunk_producers(g)
-    kernels: list[Kernel] = []
-    kernel_of: dict[str, int] = {}
+def _more_free_values(problem: Problem, p: Plan, choice: Choice) -> Choice | None:
+    """``choice`` with the free values ``p`` still buffers recomputed (a recomputed value's own inputs may now
+    be buffered: hence rounds); None when there are none."""
+    buffered = tuple(n for n in free_buffered(p, problem.model) if n not in choice.recompute)
+    return Choice(choice.recompute + buffered, choice.expand) if buffered else None
+
+
+def _cheap_values(problem: Problem, p: Plan, choice: Choice) -> Choice | None:
+    """lavapipe: ``choice`` with the values a GPU recomputes where read (``rematerialise.cheap_on_gpu``) also
+    recomputed, on targets with a trial (``CostModel.trial_ops``); None when there are none.
+    (bench.gpu --scale 64: softmax_xent's 8 kernels became 10 and ran 15% slower; those with fewer kernels
+    ran as fast or faster.)  On the CPU device only arithmetic ones: its reduction loop recomputing tanh ran
+    185 -> 352 ms at 20M elements, softplus + logsumexp recomputing exp 7.5 -> 19.9 ms at 1M; layer norm
+    recomputing x - m and its quotient stores 16 MiB instead of 32 at 1Kx1K), and only where a value has
+    Tuning.trial_min_elements (CostModel.trial_pays)."""
+    if problem.model.trial_ops is None:
+        return None
+    extra = tuple(n for n in cheap_on_gpu(p, problem.model) if n not in choice.recompute)
+    return Choice(choice.recompute + extra, choice.expand) if extra else None
+
+
+def _expansions(problem: Problem, p: Plan, choice: Choice) -> Choice | None:
+    """``choice`` with values expanding their inputs recomputed (``rematerialise.recompute_expansions``)
+    where the graph has any.  Recomputed where a kernel passed it in a register anyway, gesummv's outer
+    product g[i] * x[j] was computed once per gradient and ran 7-10% slower on lavapipe.  Its trial is a
+    whole plan, rounds included: recomputing a seed's broadcast first changes which values its rounds
+    recompute (softmax_xent stores 23 MiB instead of 27 at 1Kx1000 on the CPU device, though the first plans
+    of both ways store the same)."""
+    if not expansions_in(problem.graph, problem.sizes, problem.model):
+        return None
+    return Choice(choice.recompute, expand=True)
+
+
+def _kept(model: CostModel, trial: Plan, current: Plan) -> bool:
+    """A free value's round is always kept: its buffer and write go for a few flops."""
+    return True
+
+
+def _stores_less(model: CostModel, trial: Plan, current: Plan) -> bool:
+    """The trial wins where it stores fewer elements in no more kernels (``CostModel.stores_less``)."""
+    return model.stores_less(trial, current)
+
+
+# Tried in this order on each whole plan's first pipeline run, each from the plan kept so far.
+ALTERNATIVES: tuple[Alternative, ...] = (
+    Alternative("free values recomputed", "recompute", _more_free_values, _kept,
+                rounds=lambda model: model.tuning.free_recompute_rounds),
+    Alternative("cheap values recomputed", "recompute", _cheap_values, _stores_less),
+)
+# Tried against the plan from the traced graph's recompute list, each with ``ALTERNATIVES`` of its own.
+WHOLE_PLAN_ALTERNATIVES: tuple[Alternative, ...] = (
+    Alternative("expansions recomputed", "expand", _expansions, _stores_less),
+)
+
+
+def _bind(planning: Planning) -> None:
+    planning.graph = bind(planning.graph, planning.problem.sizes)
+
+
+def _drop_empty_tasklets(planning: Planning) -> None:
+    planning.empty_fills = drop_empty_tasklets(planning.graph)
+
+
+def _placement(planning: Planning) -> None:
+    """Each tasklet in placement order into the first kernel it may join (``_place``)."""
+    g, kernel_of = planning.graph, {}
     for name in placement_order(g):
-        _place(g, kernels, kernel_of, g.node(name), target)
-    kernels = sink_one_point_kernels(g, kernels)
-    kernels = fuse_rows(g, kernels, None if target is None else target.max_row)
-    if target is not None and target.single_pass_reductions and target.workgroup_reductions:
-        kernels = finish_in_last_workgroup(g, kernels, target)
-    check_order(g, kernels)
+        _place(g, planning.kernels, kernel_of, g.node(name), planning.problem.target)
 
+
+def _sink_one_point_kernels(planning: Planning) -> None:
+    planning.kernels = sink_one_point_kernels(planning.graph, planning.kernels)
+
+
+def _fuse_rows(planning: Planning) -> None:
+    target = planning.problem.target
+    planning.kernels = fuse_rows(planning.graph, planning.kernels, None if target is None else target.max_row)
+
+
+def _finishes_in_last_workgroup(planning: Planning) -> bool:
+    target = planning.problem.target
+    return target is not None and target.single_pass_reductions and target.workgroup_reductions
+
+
+def _finish_in_last_workgroup(planning: Planning) -> None:
+    planning.kernels = finish_in_last_workgroup(planning.graph, planning.kernels, planning.problem.target)
+
+
+def _share_versions(planning: Planning) -> None:
+    planning.plan = share_versions(planning.plan, planning.problem.target)
+
+
+def _write_modes(planning: Planning) -> None:
+    """Buffers, fills and each write's mode (this module's docstring): the ``Plan``."""
+    g, kernels, empty_fills = planning.graph, planning.kernels, planning.empty_fills
     # a finish runs in its kernel's dispatch, but its steps share nothing else with the kernel's
     planned = kernels + [k.finish for k in kernels if k.finish]
     buffer_reads = {r.access for k in planned for s in k.steps for r in s.reads if r.producer is None}
@@ -333,4 +375,30 @@ def _plan(graph: DataflowGraph, sizes: dict[str, int], target: "targets.Target |
                 step.writes.append(Write(access, m, mode))
                 if not sole and access in stored:
                     fills[access] = ACCUMULATION_IDENTITY[m.accumulate]
-    return share_versions(Plan(g, kernels, stored, fills, overwritten), target)
+    planning.plan = Plan(g, kernels, stored, fills, overwritten)
+
+
+# The pipeline, in order: graph rewrites, then kernels and their writes (docs/design.md lists it).
+PASSES: tuple[Pass, ...] = (
+    Pass("bind", _bind),
+    Pass("drop_empty_tasklets", _drop_empty_tasklets),
+    Pass("split_multi_output_tasklets", lambda c: split_multi_output_tasklets(c.graph)),
+    Pass("merge_duplicates", lambda c: merge_duplicates(c.graph)),
+    Pass("split_free_copies", lambda c: split_free_copies(c.graph, c.problem.model)),
+    Pass("rematerialise", lambda c: rematerialise(c.graph, list(c.choice.recompute), c.problem.model)),
+    Pass("recompute_expansions", lambda c: recompute_expansions(c.graph, c.problem.model),
+         when=lambda c: c.choice.expand),
+    Pass("recompute_cheap", lambda c: recompute_cheap(c.graph, c.problem.model),
+         when=lambda c: c.problem.model.recompute_calls),
+    Pass("fold_producers", lambda c: fold_producers(c.graph, c.problem.target)),
+    Pass("merge_sibling_reductions", lambda c: merge_sibling_reductions(c.graph)),
+    Pass("split_large_reductions", lambda c: split_large_reductions(c.graph, c.problem.target)),
+    Pass("chunk_producers", lambda c: chunk_producers(c.graph)),
+    Pass("placement", _placement),
+    Pass("sink_one_point_kernels", _sink_one_point_kernels),
+    Pass("fuse_rows", _fuse_rows),
+    Pass("finish_in_last_workgroup", _finish_in_last_workgroup, when=_finishes_in_last_workgroup),
+    Pass("check_order", lambda c: check_order(c.graph, c.kernels)),
+    Pass("write_modes", _write_modes),
+    Pass("share_versions", _share_versions),
+)

@@ -98,6 +98,7 @@ class Plan:
     overwritten: set[str] = field(default_factory=set)  # versions whose sole writer stores every element
     # version -> the older version whose buffer it is written into (lowering.in_place)
     storage: dict[str, str] = field(default_factory=dict)
+    passes: tuple[str, ...] = ()  # names of the pipeline's passes that made it, in order (lowering.pipeline)
 
     def buffer_of(self, access: str) -> str:
         """The version whose buffer holds ``access`` (itself, unless it shares one)."""
