@@ -61,9 +61,10 @@ def _shape(c: Container) -> str:
 
 
 def is_gradient(c: Container) -> bool:
-    """Gradient containers are flagged by the differentiator (``meta["gradient"]``)
-    or, for hand-built graphs, by the ``grad_`` naming convention."""
-    return bool(c.meta.get("gradient")) or c.name.startswith("grad_")
+    """Gradient containers, by the names the differentiator gives them
+    (``symdiff.backward``: ``grad_<input>``, ``grad_<container>_<version>``
+    and the seeds ``seed_<output>``); hand-built graphs follow the same names."""
+    return c.name.startswith(("grad_", "seed_"))
 
 
 def domain_text(t: Tasklet) -> str:

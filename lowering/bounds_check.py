@@ -25,6 +25,7 @@ import sympy
 
 from symdiff.ir.bounds import check_index_arguments
 from symdiff.ir.graph import DataflowGraph, IndexOutOfRange, Memlet, Tasklet
+from symdiff.ir import tasklet_notes as notes
 
 from .printer import SlangPrinter
 from .targets import Target
@@ -124,7 +125,7 @@ class IndexGuards:
             expr = sympy.sympify(memlet.index[axis])
             extent = int(shape[axis])
             sources = tuple(dict.fromkeys(reads[by_symbol[s]] for s in expr.free_symbols if s in by_symbol))
-            self.checks.append(IndexCheck(tasklet.meta.get("origin", tasklet.name), tasklet.source,
+            self.checks.append(IndexCheck(notes.origin(tasklet), tasklet.source,
                                           memlet.container, axis, extent, sources, write))
             value = f"{ok}_axis{axis}"
             writer.emit(f"int {value} = {printer.doprint(expr)};", depth)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import sympy
 
 from symdiff.ir.graph import ACCUMULATION_IDENTITY, FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, index_symbol
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.index_analysis import injective, solve_shifts, uses_connectors
 from symdiff.ir.rewrite import drop_outputs, needed_reads
 
@@ -69,10 +70,11 @@ def _owner(graph: DataflowGraph, t: Tasklet, m: Memlet) -> None:
     graph.add_tasklet(f"{t.name}_{m.connector}_owner", domain, {m.connector: body.xreplace(solution)}, reads,
                       {m.connector: (access, owners, m.accumulate)},
                       condition=sympy.And(t.condition.xreplace(solution), *conditions), source=t.source,
-                      backward=t.backward, **{**t.meta, "strategy": "owner-computes",
-                                              # its data-dependent indices are still checked (lowering.bounds_check)
-                                              "scatter": Memlet(m.container, tuple(sympy.sympify(e).xreplace(solution)
-                                                                                   for e in m.index), m.connector)})
+                      backward=t.backward, **notes.tasklet_notes(
+                          {**t.meta, "strategy": "owner-computes"},
+                          # its data-dependent indices are still checked (lowering.bounds_check)
+                          scatter=Memlet(m.container, tuple(sympy.sympify(e).xreplace(solution) for e in m.index),
+                                         m.connector)))
 
 
 def check_atomic_free(plan: Plan) -> None:
@@ -84,6 +86,6 @@ def check_atomic_free(plan: Plan) -> None:
                 if w.mode == "atomic" and g.containers[w.memlet.container].dtype in FLOAT_DTYPES:
                     t = step.tasklet
                     raise LoweringError(
-                        f"deterministic=True: tasklet {t.meta.get('origin', t.name)}"
+                        f"deterministic=True: tasklet {notes.origin(t)}"
                         f"{' (' + t.source + ')' if t.source else ''} still needs a float atomic for "
                         f"{w.memlet}; this program cannot be made atomic-free")

@@ -14,6 +14,7 @@ import functools
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.index_analysis import covers, injective, replaced, uses_connectors
 from symdiff.ir.rewrite import replace_tasklet, set_reads
 
@@ -124,8 +125,9 @@ def inline(graph: DataflowGraph, t: Tasklet, connector: str, p: Tasklet) -> None
     body = {k: replaced(e, {t.inputs[connector]: value}) for k, e in t.body.items()}
     inputs = {c: connector_symbol(c, graph.containers[graph.node(a).container].dtype) for c, (a, _) in reads.items()}
     # the producer's graph tasklets now run here (explain/kernels() name them with this tasklet's kernel)
-    folded = (*t.meta.get("folded", ()), p.meta["origin"], *p.meta.get("folded", ()))
-    fused = Tasklet(t.name, t.domain, body, inputs, t.condition, t.source, t.backward, {**t.meta, "folded": folded})
+    folded = (*notes.folded(t), notes.origin(p), *notes.folded(p))
+    fused = Tasklet(t.name, t.domain, body, inputs, t.condition, t.source, t.backward,
+                    notes.tasklet_notes(t.meta, folded=folded))
     replace_tasklet(graph, fused)  # in place: the tasklet keeps its position in the graph's order
     set_reads(graph, t.name, [(a, Memlet(graph.node(a).container, index, c)) for c, (a, index) in reads.items()])
 

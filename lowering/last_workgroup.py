@@ -30,6 +30,7 @@ joined it).  Nothing runs between them, so the order of the plan is kept.
 from __future__ import annotations
 
 from symdiff.ir.graph import DataflowGraph
+from symdiff.ir import tasklet_notes as notes
 
 from . import targets
 from .plan_types import Kernel
@@ -57,6 +58,6 @@ def _qualifies(graph: DataflowGraph, first: Kernel, finish: Kernel, target: targ
         return False
     if len(first.box) != 1 or finish.box != () or first.box[0] < 2:
         return False
-    partial = all(graph.containers[m.container].meta.get("two_stage")
+    partial = all(notes.two_stage(graph.containers[m.container])
                   for s in first.steps for _, m in graph.writes(s.tasklet.name))
     return partial and layout(graph, first, target, tiled=False) == ALONG_THE_LOOP

@@ -42,6 +42,7 @@ import sympy
 from sympy.core.operations import LatticeOp
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.sizes import substitute_sizes
 from symdiff.ir.index_analysis import uses_connectors
 from symdiff.ir.rewrite import add_read, remove_read, remove_version, remove_write, replace_tasklet
@@ -203,7 +204,7 @@ def free_buffered(p: Plan, model: CostModel) -> list[str]:
                 if w in free and w not in chosen:
                     chosen.add(w)
                     stack.append(w)
-    return sorted({g.node(w).meta["origin"] for w in chosen})
+    return sorted({notes.origin(g.node(w)) for w in chosen})
 
 
 def cheap_on_gpu(p: Plan, model: CostModel) -> list[str]:
@@ -222,7 +223,7 @@ def cheap_on_gpu(p: Plan, model: CostModel) -> list[str]:
     names = [n for n in _cheap_on_a_gpu(g, model) if model.trial_recomputes(g.node(n))]
     if not model.trial_pays(_elements(g, n) for n in names):
         return []
-    return sorted({g.node(n).meta["origin"] for n in names})
+    return sorted({notes.origin(g.node(n)) for n in names})
 
 
 def _cheap_on_a_gpu(graph: DataflowGraph, model: CostModel) -> list[str]:
@@ -272,16 +273,16 @@ def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:
 
 def rematerialise(graph: DataflowGraph, names: Collection[str], model: CostModel) -> list[str]:
     """Inline each qualifying producer named in ``names`` (by its tasklet's
-    ``meta["origin"]``) into every reader, consumers before producers so that
+    ``origin`` note, ``ir.tasklet_notes``) into every reader, consumers before producers so that
     chains compose, where each reader stays within ``model``'s limit
     (``CostModel.within_reader_limit``); returns the names rematerialised."""
     wanted = set(names)
     order = [n for n in graph.topological_order() if isinstance(graph.node(n), Tasklet)
-             and graph.node(n).meta.get("origin", n) in wanted]
+             and notes.origin(graph.node(n)) in wanted]
     done = []
     results = {graph.latest(c) for c in graph.results}
     for name in reversed(order):
-        origin = graph.node(name).meta.get("origin", name)
+        origin = notes.origin(graph.node(name))
         writes = graph.writes(name)
         if len(writes) != 1 or not _recomputable(graph, name, writes[0][0]):
             continue
@@ -328,7 +329,7 @@ def recompute_expansions(graph: DataflowGraph, model: CostModel) -> None:
         _split_plain_writers(graph, lambda t: _expands(graph, t, model))
         names = [n for n in candidates(graph)
                  if _expands(graph, graph.node(n), model) and not _feeds_a_product(graph, n, model)]
-        if not names or not rematerialise(graph, {graph.node(n).meta.get("origin", n) for n in names}, model):
+        if not names or not rematerialise(graph, {notes.origin(graph.node(n)) for n in names}, model):
             return
 
 

@@ -11,6 +11,7 @@ import math
 import sympy
 
 from symdiff.ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Tasklet, connector_symbol
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.index_analysis import extent, injective, uses_connectors
 from symdiff.ir.sizes import substitute_sizes
 
@@ -20,7 +21,7 @@ from .plan_types import parallel_symbols
 
 def bind(graph: DataflowGraph, sizes: dict[str, int]) -> DataflowGraph:
     """A copy of ``graph`` with every size symbol replaced by its value.  Each
-    tasklet's ``meta["origin"]`` is its name here, kept by every later rewrite
+    tasklet's ``origin`` note (``ir.tasklet_notes``) is its name here, kept by every later rewrite
     (splits rename tasklets), so a plan can be traced back to the graph."""
     g = DataflowGraph(graph.name)
     g.meta = dict(graph.meta)
@@ -33,7 +34,7 @@ def bind(graph: DataflowGraph, sizes: dict[str, int]) -> DataflowGraph:
                                             for s, b, e in node.domain),
                            {k: substitute_sizes(v, sizes) for k, v in node.body.items()}, dict(node.inputs),
                            substitute_sizes(node.condition, sizes), node.source, node.backward,
-                           {**node.meta, "origin": node.name})
+                           notes.tasklet_notes(node.meta, origin=node.name))
         g.nx.add_node(node_id, node=node)
     for u, v, data in graph.nx.edges(data=True):
         m = data["memlet"]
@@ -133,7 +134,7 @@ def _split(graph: DataflowGraph, t: Tasklet, par_ranges, red_ranges, chunks: int
         partial = graph.unique_name(f"{t.name}_{m.connector}_partial")
         # chunk-major: neighbouring outputs of one chunk are neighbouring points and elements
         # (a column sum's columns stay contiguous for workgroups across points, lowering.workgroups)
-        graph.add_container(partial, (chunks,) + par_shape, dtype, "transient", two_stage=True)
+        graph.add_container(partial, (chunks,) + par_shape, dtype, "transient", **notes.container_notes(two_stage=True))
         writes_1[m.connector] = (graph.access(partial, 0), (c,) + par_index, m.accumulate)
         stage_2.append((access, m, partial))
     bound = sympy.StrictLessThan(flat, length) if chunks * chunk_len != length else sympy.true
@@ -141,14 +142,15 @@ def _split(graph: DataflowGraph, t: Tasklet, par_ranges, red_ranges, chunks: int
     graph.remove_tasklet(t.name)
     graph.add_tasklet(f"{t.name}_stage1", ((c, 0, chunks),) + tuple(par_ranges) + ((r, 0, chunk_len),),
                       {k: v.xreplace(subs) for k, v in t.body.items()}, reads, writes_1, condition=cond,
-                      source=t.source, backward=t.backward, origin=t.meta["origin"],
-                      folded=t.meta.get("folded", ()), siblings=t.meta.get("siblings", ()))
+                      source=t.source, backward=t.backward,
+                      **notes.tasklet_notes({}, origin=notes.origin(t), folded=notes.folded(t),
+                                            siblings=notes.siblings(t)))
     for access, m, partial in stage_2:
         v = connector_symbol("v", graph.containers[partial].dtype)
         graph.add_tasklet(f"{t.name}_stage2", tuple(par_ranges) + ((c, 0, chunks),), {m.connector: v},
                           {"v": (graph.access(partial, 0), (c,) + par_index)},
                           {m.connector: (access, m.index, m.accumulate)}, source=t.source,
-                          backward=t.backward, origin=t.meta["origin"])
+                          backward=t.backward, **notes.tasklet_notes({}, origin=notes.origin(t)))
 
 
 def first_stage(graph: DataflowGraph, t: Tasklet) -> bool:
@@ -156,7 +158,7 @@ def first_stage(graph: DataflowGraph, t: Tasklet) -> bool:
     chunks (no bound on the last one): its domain is (chunk, outputs..., row)."""
     writes = graph.writes(t.name)
     return bool(writes) and t.condition is sympy.true and all(
-        m.accumulate is not None and graph.containers[m.container].meta.get("two_stage") for _, m in writes)
+        m.accumulate is not None and notes.two_stage(graph.containers[m.container]) for _, m in writes)
 
 
 def drop_empty_tasklets(graph: DataflowGraph) -> dict[str, float]:

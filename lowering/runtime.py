@@ -30,6 +30,7 @@ import numpy as np
 
 from symdiff import ir
 from symdiff.ir.graph import DTYPES, DataflowGraph
+from symdiff.ir import tasklet_notes as notes
 
 from . import backends, cache, devices, disk_cache, dlpack, memory
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation
@@ -292,7 +293,7 @@ class Executable:
         if self._last is None:
             return {}
         return {identifier(k.name): list(dict.fromkeys(o for s in k.all_steps
-                                                       for o in (s.tasklet.meta["origin"], *s.tasklet.meta.get("folded", ()))))
+                                                       for o in (notes.origin(s.tasklet), *notes.folded(s.tasklet))))
                 for k in self._last.plan.kernels}
 
     def _instance(self, sizes: dict[str, int]) -> _Instance:

@@ -29,6 +29,7 @@ import networkx
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.index_analysis import uses_connectors
 from symdiff.ir.rewrite import add_read, add_write, replace_tasklet
 
@@ -139,10 +140,10 @@ def _merged(graph: DataflowGraph, into: str, t: Tasklet) -> bool:
                    for _, m in new_reads})
     # the graph tasklets it now runs (explain/kernels() name them with its kernel), and its siblings by name
     # (the kernel's comment in the generated Slang)
-    folded = (*keep.meta.get("folded", ()), t.meta.get("origin", t.name), *t.meta.get("folded", ()))
-    siblings = (*keep.meta.get("siblings", ()), t.name, *t.meta.get("siblings", ()))
+    folded = (*notes.folded(keep), notes.origin(t), *notes.folded(t))
+    siblings = (*notes.siblings(keep), t.name, *notes.siblings(t))
     replace_tasklet(graph, Tasklet(keep.name, keep.domain, body, inputs, keep.condition, keep.source,
-                                   keep.backward, {**keep.meta, "folded": folded, "siblings": siblings}))
+                                   keep.backward, notes.tasklet_notes(keep.meta, folded=folded, siblings=siblings)))
     graph.remove_tasklet(t.name)
     for a, m in new_reads:
         add_read(graph, a, into, m)

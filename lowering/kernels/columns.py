@@ -15,6 +15,7 @@ import math
 import sympy
 
 from symdiff.ir.index_analysis import extent, uses_connectors
+from symdiff.ir import tasklet_notes as notes
 
 from .writer import BodyForm, KernelShape, KernelWriter, digit, identifier, tasklet_comment
 
@@ -32,7 +33,7 @@ class ColumnsForm(BodyForm):
         last = k.steps[0].parallel[-1][0] if k.steps and k.steps[0].parallel else None
         for step in k.steps:
             t = step.tasklet
-            if (not step.loop or t.condition is not sympy.true or "scatter" in t.meta or not step.parallel
+            if (not step.loop or t.condition is not sympy.true or notes.scatter(t) is not None or not step.parallel
                     or step.parallel[-1][0] != last or any(r.producer is not None for r in step.reads)
                     or any(uses_connectors(r.memlet.index, t) for r in step.reads)
                     or not all(w.memlet.accumulate for w in step.writes)

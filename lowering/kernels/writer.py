@@ -32,6 +32,7 @@ from typing import Callable
 import sympy
 
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.index_analysis import extent
 
 from ..bounds_check import FLAG, IndexGuards
@@ -428,8 +429,8 @@ class KernelWriter(KernelShape):
             self.emit("{", depth)
         inner = depth + conditional
         self.reads(step, names, inner)
-        if "scatter" in t.meta:  # an owner-computes loop checks the indices of the scatter it replaces
-            self.guards.guard(self, t, t.meta["scatter"], names, inner, write=True)
+        if notes.scatter(t) is not None:  # an owner-computes loop checks the indices of the scatter it replaces
+            self.guards.guard(self, t, notes.scatter(t), names, inner, write=True)
         values = self.body(t, names, precision, out_types, inner)
         for c, var in outputs.items():
             if reducing:
@@ -537,8 +538,8 @@ class KernelWriter(KernelShape):
         (a finish: the one-point kernel its dispatch's last workgroup runs)."""
         kernel = self.kernel
         described = ", ".join(s.tasklet.name + (f" ({s.tasklet.source})" if s.tasklet.source else "")
-                              + (f" summing also {', '.join(s.tasklet.meta['siblings'])}"
-                                 if s.tasklet.meta.get("siblings") else "")  # lowering.sibling_reductions
+                              + (f" summing also {', '.join(notes.siblings(s.tasklet))}"
+                                 if notes.siblings(s.tasklet) else "")  # lowering.sibling_reductions
                               for s in kernel.steps)
         then = (f"\n//   then, in the last workgroup to finish, {identifier(kernel.finish.name)}'s "
                 f"{len(kernel.finish.steps)} tasklet(s) (lowering.last_workgroup)" if kernel.finish else "")

@@ -35,8 +35,8 @@ def layered_graph(stages: int = 16) -> DataflowGraph:
                       condition=sympy.Ge(i, 1) if s == 2 else sympy.true, source=f"model.py:{s + 10}")
         prev.append(g.access(name))
     g.add_container("grad_a", (N, 3), "float32", "result")
-    g.add_container("seed", (N, 3), "float32", gradient=True)
-    grad = g.access("seed")
+    g.add_container("seed_h", (N, 3), "float32")
+    grad = g.access("seed_h")
     for s in range(stages // 2):
         ct = connector_symbol("ct", "float32")
         t = g.add_tasklet(f"b{s}", [(i, 0, N), (j, 0, 3)], {"o": ct * (1 - x ** 2)},
@@ -145,9 +145,9 @@ def test_backward_and_gradient_marked(graph50):
     assert classes["node-b0"] == "node backward"
     assert classes["node-f0"] == "node tasklet"
     assert classes["node-grad_a#1"] == "node gradient"   # by name
-    assert classes["node-seed#0"] == "node gradient"     # by meta
+    assert classes["node-seed_h#0"] == "node gradient"  # a seed, by name
     assert classes["node-h0#0"] == "node container"
-    assert "gradient" in render.node_title(graph50, "seed#0")
+    assert "gradient" in render.node_title(graph50, "seed_h#0")
     legend = "".join(next(g for g in root.iter(f"{SVG}g") if g.get("class") == "legend").itertext())
     assert "backward tasklet" in legend and "gradient container" in legend
 
