@@ -35,10 +35,13 @@ import numpy as np
 
 from symdiff import ir
 from symdiff.ir.graph import DTYPES, AccessNode, DataflowGraph
-from symdiff.ir.library import LibraryNode, has_library_nodes, ordered_edges, run_node
+from symdiff.ir.index_analysis import uses_connectors
+from symdiff.ir.library import LibraryNode, has_library_nodes, library_nodes, ordered_edges, run_node
 
 from . import backends, devices, dlpack, library_kernels, runtime
 from .library_kernels.launch import Launch
+from .plan_types import LoweringError
+from .rewrites import split_tasklet
 from .source_view import SlangSource
 
 
@@ -57,6 +60,7 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
 def levels(graph: DataflowGraph) -> dict[str, int]:
     """The level of every tasklet and library node (see the module docstring)."""
     order = graph.topological_order()
+    deepest = len(library_nodes(graph))  # no path passes more library nodes than there are
     floor: dict[str, int] = {}
     while True:
         level: dict[str, int] = {}
@@ -77,6 +81,11 @@ def levels(graph: DataflowGraph) -> dict[str, int]:
                         floor[w], changed = top, True
         if not changed:
             return {n: k for n, k in level.items() if not isinstance(graph.node(n), AccessNode)}
+        if max(floor.values()) > deepest:
+            raised = sorted(n for n, k in floor.items() if k > deepest)
+            raise LoweringError(f"cannot order the steps of {graph.name!r} around its library nodes: raising "
+                                f"{raised} to their version's other writers raises those writers again "
+                                "(a tasklet feeding a library node and writing a version written after it)")
 
 
 @dataclass
@@ -123,7 +132,9 @@ def _piece(graph: DataflowGraph, tasklets: list[str], needed_later: set[str], in
 
 
 def split(graph: DataflowGraph) -> list[Piece | LibraryNode]:
-    """The steps of ``graph`` in order: pieces and library nodes."""
+    """The steps of ``graph`` in order: pieces and library nodes (of a copy
+    of ``graph`` whose tasklets are split as ``_apart`` says)."""
+    graph = _apart(graph)
     level = levels(graph)
     top = max(level.values(), default=0)
     order = graph.topological_order()
@@ -139,6 +150,27 @@ def split(graph: DataflowGraph) -> list[Piece | LibraryNode]:
                 steps.append(_piece(graph, tasklets, later, k))
         steps += [graph.node(n) for n in order if level.get(n) == k and isinstance(graph.node(n), LibraryNode)]
     return steps
+
+
+def _apart(graph: DataflowGraph) -> DataflowGraph:
+    """``graph``, or a copy with one tasklet per write wherever a tasklet writes
+    a version that has other writers and also writes something else: the
+    writers of a version share one level (``levels`` raises them), and raising
+    such a tasklet raises what its other writes feed, which may be a library
+    node feeding the version's other writer, so that writer rises in turn
+    without end (cumprod's gradient and a slice's ``+=`` adding into one
+    gradient, the add's tasklet also feeding the scan: fuzz seed 2009).  A
+    tasklet whose write index reads its connectors (a scatter) stays whole."""
+    shared = {a for t in graph.tasklets() for a, _ in graph.writes(t.name) if len(graph.writers(a)) > 1}
+    whole = [t.name for t in graph.tasklets()
+             if len(graph.writes(t.name)) > 1 and any(a in shared for a, _ in graph.writes(t.name))
+             and not any(uses_connectors(m.index, t) for _, m in graph.writes(t.name))]
+    if not whole:
+        return graph
+    graph = graph.copy()
+    for name in whole:
+        split_tasklet(graph, graph.node(name))
+    return graph
 
 
 class HostSteps:
