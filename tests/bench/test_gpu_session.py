@@ -50,9 +50,10 @@ def test_stage_out_of_budget_is_stopped_and_a_raising_stage_does_not_lose_the_ot
     stages = [gs.Stage("slow", slow), gs.Stage("broken", broken), gs.Stage("fine", fine)]
     started = time.monotonic()
     summary = gs.run_stages(_session(tmp_path), stages, {"slow": 1.5, "broken": 1.0, "fine": 9.0}, {})
-    assert time.monotonic() - started < 5          # sleep 30 was cut at its budget
+    # sleep 30 was cut at its 1.5 s budget: bounds far below 30 s, so a loaded machine cannot fail them
+    assert time.monotonic() - started < 20
     slow_run = summary["stages"]["slow"]["run"]
-    assert slow_run["timed_out"] and slow_run["rc"] != 0 and slow_run["seconds"] < 3
+    assert slow_run["timed_out"] and slow_run["rc"] != 0 and slow_run["seconds"] < 20
     assert summary["stages"]["broken"] == {"status": "error", "detail": "RuntimeError: no device",
                                            "seconds": summary["stages"]["broken"]["seconds"], "budget_s": 1.0}
     assert summary["stages"]["fine"]["status"] == "ok" and summary["stages"]["fine"]["left"] > 8
