@@ -6,8 +6,8 @@ against the generated micro-kernels, interleaved in one process, per size.
 Prints, per product shape, the minimum ms of a program computing ``sum((a @ b) * c)``
 forward only (one product) and its ``value_and_grad`` (three products), each
 way, and numpy's ``a @ b`` alone (the floor the host path pays for), plus the
-first call (trace, plan, generate, compile) each way.  ``MIN_WORK`` in
-``lowering.host_products`` comes from where the host path starts to win.
+first call (trace, plan, generate, compile) each way.  ``Tuning.host_blas_min_work``
+(``lowering.targets``) comes from where the host path starts to win.
 """
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ import argparse
 import os
 import time
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 
 import numpy as np
 
 import symdiff as sd
-from symdiff.lowering import host_products
+from symdiff.lowering import devices
 
 SHAPES = [(64, 64, 64), (128, 128, 128), (256, 128, 128), (256, 256, 256), (512, 512, 512),
           (1024, 256, 256), (4096, 512, 512), (1024, 1024, 1024)]
@@ -28,12 +29,16 @@ SHAPES = [(64, 64, 64), (128, 128, 128), (256, 128, 128), (256, 256, 256), (512,
 @contextmanager
 def generated_kernels():
     """Every product as a generated Slang kernel, for the duration."""
-    own = host_products.MIN_WORK
-    host_products.MIN_WORK = 1 << 62
+    own = devices.target
+
+    def no_blas(kind: str):
+        target = own(kind)
+        return replace(target, tuning=replace(target.tuning, host_blas_min_work=1 << 62))
+    devices.target = no_blas
     try:
         yield
     finally:
-        host_products.MIN_WORK = own
+        devices.target = own
 
 
 def program(m: int, k: int, n: int, way: str):

@@ -5,8 +5,9 @@ module, chosen per kernel in the priority order of ``kernels.registry``);
 this module assembles them into a module: fill kernels, the functions and
 entry points of the kernels (their code shared between kernels of the same
 text, ``lowering.shared_code``), what stands for a product the host computes,
-the helpers the kernels need, and on a sequential target the program entry
-running them all in one dispatch.
+the helpers the kernels need (those of a kernel form are the form's own
+``declaration``s, collected here), and on a sequential target the program
+entry running them all in one dispatch.
 """
 from __future__ import annotations
 
@@ -19,13 +20,12 @@ from symdiff.ir.index_analysis import extent
 from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
 from . import targets
 from .host_products import HostProduct
-from .kernels import registry, scatter, workgroup_tree
-from .kernels.last_workgroup_finish import DECLARATION
-from .kernels.writer import STORAGE_TYPES, buffer_name, identifier
+from .kernels import registry
+from .kernels.writer import FUNCTION, GROUPSHARED, STORAGE_TYPES, Declarations, buffer_name, identifier
 from .plan_types import HostKernel, Plan
 from .printer import SLANG_TYPES, SlangPrinter, prelude
 from .shared_code import SHARED_BY, KernelCode, kernel_code, lift, share
-from .threads import GROUP_SIZE, Threads, parallel_kernel, worker_cap
+from .threads import Threads, parallel_kernel, worker_cap
 
 
 PROGRAM = "run_program"  # the CPU device's only entry point
@@ -114,10 +114,11 @@ def _host_comment(kernel: HostKernel, product: HostProduct) -> str:
             + f", {extents}")
 
 
-def _kernel_text(name: str, comment: str, params: list[str], body: str, entry: bool = True,
+def _kernel_text(target: targets.Target, name: str, comment: str, params: list[str], body: str, entry: bool = True,
                  constants: list[str] = ()) -> str:
     """A kernel as a function of the thread id, plus (``entry``) its own entry
-    point; ``constants``: int parameters after the buffers (lowering.shared_code)."""
+    point, in workgroups of the target's ``group_size``; ``constants``: int
+    parameters after the buffers (lowering.shared_code)."""
     args = [p.split()[-1] for p in params] + list(constants)
     typed = "".join(", " + p for p in params)
     function = (f"{comment}\nvoid {name}(uint3 tid{typed}{''.join(f', int {c}' for c in constants)})"
@@ -125,12 +126,12 @@ def _kernel_text(name: str, comment: str, params: list[str], body: str, entry: b
     if not entry:
         return function
     return (f"{function}\n\n"
-            f"[shader(\"compute\")]\n[numthreads({GROUP_SIZE}, 1, 1)]\n"
+            f"[shader(\"compute\")]\n[numthreads({target.tuning.group_size}, 1, 1)]\n"
             f"void {name}_main(uint3 tid: SV_DispatchThreadID{typed}{''.join(f', uniform int {c}' for c in constants)})\n"
             f"{{\n    {name}(tid{''.join(', ' + a for a in args)});\n}}")
 
 
-def _fill_kernel(plan: Plan, access: str, identity: float, device: str) -> tuple[str, KernelEntry]:
+def _fill_kernel(plan: Plan, access: str, identity: float, target: targets.Target) -> tuple[str, KernelEntry]:
     """A kernel setting a version to its accumulation's identity (zeros are
     cleared by the runtime without a kernel)."""
     g = plan.graph
@@ -139,11 +140,11 @@ def _fill_kernel(plan: Plan, access: str, identity: float, device: str) -> tuple
     value = SlangPrinter(SLANG_TYPES[dtype] if dtype != "int32" else "int").literal(
         identity if dtype != "int32" or math.isfinite(identity) else (-2**31 if identity < 0 else 2**31 - 1))
     buf = buffer_name(access)
-    mapping = Threads.for_device(count, device)
+    mapping = Threads.for_device(count, target)
     lines = mapping.open("i") + [("    " if mapping.close() else "") + f"{buf}[i] = {value};"] + mapping.close()
     body = "\n".join("    " + line for line in lines)
     name = f"fill_{buf}"
-    text = _kernel_text(name, f"// fill {buf} with the identity of its accumulation",
+    text = _kernel_text(target, name, f"// fill {buf} with the identity of its accumulation",
                         _params({buf: access}, g), body)
     return text, KernelEntry(name, 0, count, {buf: access}, mapping.per_thread, independent=True, work=count)
 
@@ -167,7 +168,7 @@ def _program(entries: list[KernelEntry], g: DataflowGraph, target: targets.Targe
         if e.threads == 0:
             continue
         x, y, _ = e.thread_count
-        cap = worker_cap(e.work, x * y) if e.independent and target.worker_threads else 1
+        cap = worker_cap(e.work, x * y, target.tuning) if e.independent and target.worker_threads else 1
         args = e.arguments()
         typed = _params(e.buffers, g) + [f"int {c}" for c in e.constants]  # its function's parameters
         if cap > 1:  # wrappers per function and dispatched shape: kernels sharing code may differ in shape
@@ -215,13 +216,12 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
     order) and, for a sequential target, the program entry running them all."""
     g = plan.graph
     target = targets.of(device)
-    atomics: set = set()
-    shared: set = set()
+    declared = Declarations()  # the module-level code the kernels' forms need
     guards = IndexGuards(g)
     parts, entries = [], []
     for access, identity in plan.fills.items():
         if identity != 0:
-            text, entry = _fill_kernel(plan, access, identity, device)
+            text, entry = _fill_kernel(plan, access, identity, target)
             parts.append(text)
             entries.append(entry)
     written: dict[str, tuple[int, str, dict[str, str], str]] = {}  # kernel -> (place in parts, comment, buffers, body)
@@ -233,11 +233,11 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
             entries.append(entry)
             continue
         if kernel.finish is not None:  # a function the last workgroup of ``kernel`` calls
-            finish = registry.writer(plan, kernel.finish, target, atomics, guards, shared)
+            finish = registry.writer(plan, kernel.finish, target, guards, declared)
             text = finish.write()
-            parts.append(_kernel_text(identifier(kernel.finish.name), finish.comment("finish"),
+            parts.append(_kernel_text(target, identifier(kernel.finish.name), finish.comment("finish"),
                                       _params(finish.buffers, g), text, entry=False))
-        w = registry.writer(plan, kernel, target, atomics, guards, shared)
+        w = registry.writer(plan, kernel, target, guards, declared)
         body = w.write()
         if w.forms.finish is not None:
             body += "\n" + w.forms.finish.tail(w, identifier(kernel.finish.name), finish.buffers, kernel.counter)
@@ -252,7 +252,8 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
             codes.append(KernelCode((name,), [], list(w.buffers), False))
         else:
             codes.append(kernel_code(body, list(w.buffers), [identifier(s.tasklet.name) for s in kernel.steps],
-                                     tuple(_storage(g, a) for a in w.buffers.values()), entries[-1].work))
+                                     tuple(_storage(g, a) for a in w.buffers.values()), entries[-1].work,
+                                     target.tuning.lift_max_work))
         written[name] = (len(parts), w.comment("kernel"), dict(w.buffers), body)
         parts.append("")
     runs, lifted, also = share(names, codes)
@@ -268,7 +269,7 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
         if positions:
             comment += (f"\n//   {', '.join(positions.values())}: constants that differ between them, "
                         "passed by each")
-        parts[place] = _kernel_text(function, comment, _params(buffers, g), lift(body, positions),
+        parts[place] = _kernel_text(target, function, comment, _params(buffers, g), lift(body, positions),
                                     constants=list(positions.values()))
     parts = [part for part in parts if part]
     for n, entry in enumerate(entries):
@@ -278,8 +279,6 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
         program, buffers = _program(entries, g, target)
         parts.append(program)
     header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", prelude(target)]
-    header += [scatter.helper(s, op, target) for s, op in sorted(atomics)] + ([helper(target)] if guards.checks else [])
-    header += [workgroup_tree.scratch_declaration(t) for t in sorted(shared)]
-    if any(k.finish for k in plan.kernels):
-        header.append(DECLARATION)
+    header += registry.declarations(declared, FUNCTION, target) + ([helper(target)] if guards.checks else [])
+    header += registry.declarations(declared, GROUPSHARED, target)
     return Module("\n\n".join(header + parts) + "\n", entries, buffers, guards.checks)

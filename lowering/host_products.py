@@ -5,7 +5,7 @@ The CPU device's generated micro-kernels (``lowering.matmul``) reach 40-90
 GFLOP/s on one core of this machine and g++ takes seconds over their unrolled
 blocks; numpy's ``matmul`` calls an optimised BLAS (OpenBLAS in numpy's
 wheels) on every core with no compile at all.  So on such a target a product
-large enough (``MIN_WORK`` multiply-adds) runs on the host between the Slang
+large enough (``Tuning.host_blas_min_work`` multiply-adds) runs on the host between the Slang
 launches of a call: its inputs are finished by the launches before, it writes
 its result into its version's buffer in place (a numpy view of the buffer's
 memory, no copy), and the launches after read it.  Its elementwise prologue
@@ -32,10 +32,6 @@ from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.index_analysis import affine_coefficients
 
 from . import targets
-
-# Multiply-adds from which the host's BLAS beats the generated micro-kernel on the
-# CPU device (bench/host_products.py: 128^3 and up on this 2-core machine).
-MIN_WORK = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -161,7 +157,7 @@ def host_product(graph: DataflowGraph, t: Tasklet, target: "targets.Target | Non
     if target is None or not target.host_blas:
         return None
     found = general_product(graph, t)
-    return found if found is not None and found.work >= MIN_WORK else None
+    return found if found is not None and found.work >= target.tuning.host_blas_min_work else None
 
 
 def product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:

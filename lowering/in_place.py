@@ -56,10 +56,6 @@ from .matmul import tiling
 from .plan_types import Kernel, Plan, Step, same_point
 from .workgroups import layout
 
-# Domains with more points than this are not enumerated: their accesses count
-# as touching every element (safe: such a pair is kept in order or keeps its copy).
-MAX_ENUMERATED_POINTS = 1 << 20
-
 
 @dataclass
 class _Access:
@@ -73,10 +69,14 @@ class _Access:
 
 
 class _Elements:
-    """Flat element positions an access touches, enumerated once (None: unknown, any)."""
+    """Flat element positions an access touches, enumerated once (None: unknown, any).
+    Domains of more than ``max_points`` points are not enumerated: their accesses
+    count as touching every element (safe: such a pair is kept in order or keeps
+    its copy)."""
 
-    def __init__(self, graph: DataflowGraph):
+    def __init__(self, graph: DataflowGraph, max_points: int):
         self.graph = graph
+        self.max_points = max_points
         self.found: dict[tuple[str, Memlet, bool], tuple[np.ndarray | None, bool]] = {}
 
     def of(self, step: Step, memlet: Memlet, write: bool) -> tuple[np.ndarray | None, bool]:
@@ -93,7 +93,7 @@ class _Elements:
         (conjunctions of conditions, ``_used_where``) does."""
         domain = [(s, int(b), int(e)) for s, b, e in t.domain]
         count = math.prod(max(e - b, 0) for _, b, e in domain)
-        if uses_connectors(m.index, t) or count > MAX_ENUMERATED_POINTS:
+        if uses_connectors(m.index, t) or count > self.max_points:
             return None, False
         shape = [int(d) for d in self.graph.containers[m.container].shape]
         axes = [a.reshape(-1) for a in np.meshgrid(*[np.arange(b, e, dtype=np.int64) for _, b, e in domain],
@@ -286,7 +286,8 @@ def share_versions(p: Plan, target: "targets.Target | None" = None) -> Plan:
     """``p`` with the copies of in-place updates dropped where their versions
     can share a buffer (the module docstring); ``p.storage`` maps each version
     written into an older one's buffer to the chain's first version.  ``target``
-    tells which kernels run one thread a point (``_one_thread_a_point``)."""
+    tells which kernels run one thread a point (``_one_thread_a_point``) and how
+    large a domain is enumerated (``Tuning.max_enumerated_points``)."""
     g = p.graph
     where: dict[str, tuple[tuple[int, int], int, Step]] = {}
     for k, kernel in enumerate(p.kernels):
@@ -294,7 +295,7 @@ def share_versions(p: Plan, target: "targets.Target | None" = None) -> Plan:
             where[step.tasklet.name] = ((k, 0), n, step)
         for n, step in enumerate(kernel.finish.steps if kernel.finish else ()):
             where[step.tasklet.name] = ((k, 1), n, step)
-    elements = _Elements(g)
+    elements = _Elements(g, targets.tuning_of(target).max_enumerated_points)
     # asked only of a pair sharing a kernel (tiles and lanes cost a matmul and a workgroup analysis)
     one_thread_a_point = functools.cache(lambda k: _one_thread_a_point(g, p.kernels[k], target))
 

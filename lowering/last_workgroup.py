@@ -23,7 +23,7 @@ of the first one's dispatch, in the workgroup that finishes last:
   call (a zero fill, ``plan.fills``).
 
 A kernel qualifies when it is a reduction's first stage run by a workgroup
-per chunk (``workgroups.ALONG_THE_LOOP``) writing only partial results, and
+per chunk (``workgroups.Layout.along_the_loop``) writing only partial results, and
 the next kernel is one point (its second stage, and whatever one-point steps
 joined it).  Nothing runs between them, so the order of the plan is kept.
 """
@@ -35,7 +35,7 @@ from symdiff.ir import tasklet_notes as notes
 from . import targets
 from .plan_types import Kernel
 from .rowfusion import RowKernel
-from .workgroups import ALONG_THE_LOOP, layout
+from .workgroups import layout
 
 
 def finish_in_last_workgroup(graph: DataflowGraph, kernels: list[Kernel], target: targets.Target) -> list[Kernel]:
@@ -60,4 +60,5 @@ def _qualifies(graph: DataflowGraph, first: Kernel, finish: Kernel, target: targ
         return False
     partial = all(notes.two_stage(graph.containers[m.container])
                   for s in first.steps for _, m in graph.writes(s.tasklet.name))
-    return partial and layout(graph, first, target, tiled=False) == ALONG_THE_LOOP
+    found = layout(graph, first, target, tiled=False) if partial else None
+    return found is not None and found.along_the_loop

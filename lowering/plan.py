@@ -391,7 +391,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("recompute_cheap", lambda c: recompute_cheap(c.graph, c.problem.model),
          when=lambda c: c.problem.model.recompute_calls),
     Pass("fold_producers", lambda c: fold_producers(c.graph, c.problem.target)),
-    Pass("merge_sibling_reductions", lambda c: merge_sibling_reductions(c.graph)),
+    Pass("merge_sibling_reductions", lambda c: merge_sibling_reductions(c.graph, c.problem.target)),
     Pass("split_large_reductions", lambda c: split_large_reductions(c.graph, c.problem.target)),
     Pass("chunk_producers", lambda c: chunk_producers(c.graph)),
     Pass("placement", _placement),

@@ -17,7 +17,7 @@ word holds ``@``, which no Slang identifier does, and a local takes its
 longest tasklet prefix), so equal keys mean the same program up to a
 consistent renaming: sharing never changes what a kernel computes.
 
-A small kernel's integer literals may differ too (``LIFT_MAX_WORK``): those
+A small kernel's integer literals may differ too (``Tuning.lift_max_work``): those
 that differ between the kernels sharing a text become ``int`` parameters,
 each kernel passing its own values, so each still computes exactly what its
 own text did.  Literals Slang needs at compile time (array sizes, unrolled
@@ -35,8 +35,6 @@ from dataclasses import dataclass, field
 _TOKEN = re.compile(r"(//[^\n]*)|([A-Za-z_]\w*)|((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\w*)")
 # text whose integer literals Slang may need as compile-time constants
 _CONSTANT_CONTEXT = re.compile(r"\[(?:ForceUnroll|unroll)|groupshared|Wave|Barrier|^\s*\w+ \w+\[", re.M)
-# kernels of at most this many points times loop lengths may share a text whose literals differ
-LIFT_MAX_WORK = 1 << 16
 LIFTED = "constant"  # a lifted literal's parameter: constant0, constant1, ...
 SHARED_BY = "//   the same code runs as "  # the shared function's comment line naming the other kernels
 
@@ -55,16 +53,19 @@ class KernelCode:
     liftable: bool
 
 
-def kernel_code(body: str, buffers: list[str], tasklets: list[str], extra: tuple, work: int) -> KernelCode:
+def kernel_code(body: str, buffers: list[str], tasklets: list[str], extra: tuple, work: int,
+                max_work: int) -> KernelCode:
     """The key of a kernel's ``body``: ``buffers`` are its parameters,
     ``tasklets`` the identifiers prefixing its steps' locals in step order,
-    ``extra`` what else must be equal (the buffers' element types)."""
+    ``extra`` what else must be equal (the buffers' element types); its
+    literals may be lifted where its ``work`` (points times loop lengths) is at
+    most ``max_work`` (the target's ``Tuning.lift_max_work``)."""
     own_buffers = set(buffers)
     prefixes = sorted(enumerate(tasklets), key=lambda it: -len(it[1]))
     renamed: dict[str, str] = {}
     order: list[str] = []
     literals: list[int] = []
-    liftable = work <= LIFT_MAX_WORK and not _CONSTANT_CONTEXT.search(body)
+    liftable = work <= max_work and not _CONSTANT_CONTEXT.search(body)
 
     def rename(match: re.Match) -> str:
         comment, word, number = match.groups()

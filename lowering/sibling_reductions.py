@@ -19,7 +19,8 @@ member reads and computing a term with them (sums sharing only loads stay
 apart, ``_merged``); and no path joins two members (one would have to run
 first).
 Each output keeps its own loop order, so every sum adds the same terms in the
-same order as before.  A merged tasklet sums at most ``MAX_OUTPUTS`` values.
+same order as before.  A merged tasklet sums at most ``Tuning.max_sibling_outputs``
+values (``lowering.targets``).
 """
 from __future__ import annotations
 
@@ -33,18 +34,15 @@ from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.index_analysis import uses_connectors
 from symdiff.ir.rewrite import add_read, add_write, replace_tasklet
 
+from . import targets
 from .inlining import fresh_connector
 from .matmul import matmul_shape, matvec_shape
 
 
-# Most values one merged tasklet sums: on the CPU device each keeps 8 double accumulators
-# (codegen's lanes), two AVX registers.
-MAX_OUTPUTS = 4
-
-
-def merge_sibling_reductions(graph: DataflowGraph) -> None:
+def merge_sibling_reductions(graph: DataflowGraph, target: "targets.Target | None" = None) -> None:
     """Merge each set of sibling reductions of a bound ``graph`` into its first
-    member (in the graph's order), in place."""
+    member (in the graph's order), in place, each of at most ``target``'s
+    ``Tuning.max_sibling_outputs`` outputs (``targets.TUNING``'s without a target)."""
     groups: dict[tuple, list[Tasklet]] = collections.defaultdict(list)
     for name in graph.topological_order():
         t = graph.node(name)
@@ -55,7 +53,7 @@ def merge_sibling_reductions(graph: DataflowGraph) -> None:
     for members in groups.values():
         while len(members) > 1:
             first, *rest = members
-            joined = _join_siblings(graph, first.name, rest)
+            joined = _join_siblings(graph, first.name, rest, targets.tuning_of(target).max_sibling_outputs)
             members = [t for t in rest if t.name not in joined]
 
 
@@ -78,18 +76,18 @@ def _key(graph: DataflowGraph, t: Tasklet) -> tuple | None:
     return (tuple((b, e) for _, b, e in t.domain), t.condition.xreplace(at), positions, dtypes)
 
 
-def _join_siblings(graph: DataflowGraph, into: str, rest: list[Tasklet]) -> set[str]:
+def _join_siblings(graph: DataflowGraph, into: str, rest: list[Tasklet], max_outputs: int) -> set[str]:
     """Merge into tasklet ``into`` each tasklet of ``rest`` that reads a version
     the members so far read, is joined to none of them by a path and computes
     a term with them (``_merged``), while the members sum at most
-    ``MAX_OUTPUTS`` values; returns the names merged."""
+    ``max_outputs`` values; returns the names merged."""
     read = {a for a, _ in graph.reads(into)}
     after = set(_descendants(graph, into))
     members, joined = [into], set()
     for t in rest:
         reads = {a for a, _ in graph.reads(t.name)}
         outputs = len(graph.writes(into)) + len(graph.writes(t.name))
-        if outputs > MAX_OUTPUTS or not reads & read or t.name in after:
+        if outputs > max_outputs or not reads & read or t.name in after:
             continue
         below = _descendants(graph, t.name)
         if any(m in below for m in members) or not _merged(graph, into, t):

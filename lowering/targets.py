@@ -66,7 +66,8 @@ class Tuning:
     split_min_workgroup_chunk: int = 4096
 
     # -- threads (lowering.threads) --
-    # Threads of a workgroup (``[numthreads]``), and most workgroups along one
+    # Threads of a workgroup (``[numthreads]`` of every kernel, and the lanes and
+    # groupshared scratch of a workgroup tree), and most workgroups along one
     # dispatch dimension (Vulkan's and CUDA's limit).
     group_size: int = 256
     max_groups: int = 65535
@@ -77,10 +78,32 @@ class Tuning:
     # worker threads split a kernel by whole threads (a matmul's 256 tiles were one
     # thread of 1024 points, work no second core could share).
     cpu_min_threads: int = 256
+    # Independent partial sums of a reduction's loop inside one CPU thread
+    # (lowering.kernels.thread_loop): g++ may not reorder float additions, so one
+    # accumulator is a loop-carried dependency it cannot vectorise; 8 double lanes
+    # fill two AVX registers.  A loop that also stores elementwise values (a row
+    # kernel's group over a first stage's chunk) takes as many lanes as a vector
+    # holds floats, its lane loop left to g++'s vectoriser.
+    cpu_reduction_lanes: int = 8
+    cpu_storing_lanes: int = 16
+    # Fewest points of a CPU thread for its column sums to run rows outer, the
+    # points inner (lowering.kernels.columns): fewer than a vector's worth of
+    # neighbouring loads gains g++ nothing to vectorise across.
+    cpu_column_points: int = 8
     # Least work (points times their loop lengths) per worker thread for a kernel
     # to be split: below it the pool's wake-up and join cost more than they save
     # (measured crossover: docs/design.md "The CPU device's cores").
     min_work_per_worker: int = 1 << 15
+
+    # -- workgroups sharing a point's loops (lowering.workgroups) --
+    # A shorter loop gives too few points a lane to pay for the combining tree.
+    workgroup_min_loop: int = 64
+    # Fewer points than this leave most of a GPU idle at one thread each: their
+    # loops are shared along the loop even where it does not read memory in order.
+    workgroup_few_points: int = 2048
+    # Points a workgroup covers when its lanes share loops across points: a warp's
+    # worth of neighbouring elements, read together (``group_size // 32`` lanes each).
+    workgroup_across_points: int = 32
 
     # -- rows (lowering.rowfusion, ``Target.max_row``) --
     # One thread looping over a longer row loses its SIMD neighbours (measured on
@@ -124,6 +147,28 @@ class Tuning:
     # Fewer outputs than this leave too few tiles for the cores: a long reduction is
     # then better split in two stages (rewrites.split_large_reductions).
     min_tiled_outputs: int = 256
+    # A register tile's loop over the inner operand's elements is unrolled up to
+    # this length (lowering.kernels.register_tiles); a longer one is left rolled,
+    # to the backend compiler's vectoriser.
+    unrolled_tile_row: int = 8
+    # Multiply-adds from which the host's BLAS beats the generated micro-kernel on a
+    # target with ``host_blas`` (lowering.host_products; bench/host_products.py:
+    # 128^3 and up on this 2-core machine).
+    host_blas_min_work: int = 1 << 21
+
+    # -- planning and sharing (lowering.sibling_reductions, shared_code, in_place) --
+    # Most values one merged tasklet of sibling reductions sums: on the CPU device
+    # each keeps ``cpu_reduction_lanes`` double accumulators (two AVX registers), so
+    # four outputs hold half of AVX2's 16 vector registers.
+    max_sibling_outputs: int = 4
+    # Kernels of at most this much work (points times loop lengths) may share one
+    # function whose integer literals differ, passed as parameters: a larger
+    # kernel's loops run faster with constant bounds and strides.
+    lift_max_work: int = 1 << 16
+    # Most points of a domain whose touched elements ``share_versions`` enumerates to
+    # prove two accesses disjoint (numpy arrays of the points: planning time and
+    # memory); a larger one counts as touching every element, which is safe.
+    max_enumerated_points: int = 1 << 20
 
     # -- store versus recompute (lowering.cost_model) --
     # Most operations of an elementwise value that a GPU recomputes where it is

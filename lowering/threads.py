@@ -34,9 +34,6 @@ from dataclasses import dataclass
 
 from . import targets
 
-# Threads of a workgroup in code that has no target at hand (the kernels' ``[numthreads]``).
-GROUP_SIZE = targets.TUNING.group_size
-
 
 @dataclass(frozen=True)
 class Threads:

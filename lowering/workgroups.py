@@ -5,8 +5,9 @@ CPU device, whose threads run one after another, but on a GPU a 16M sum's
 chunks were 8192 threads each summing 2048 elements in sequence, and a row
 kernel gave one thread a whole softmax row (H100 profile, issue 11).  On a
 target with ``workgroup_reductions`` such a kernel instead shares each
-point's loops between several threads of a workgroup of ``WORKGROUP`` (the
-workgroup-tree kernel form, ``lowering.kernels.workgroup_tree``), in one of two layouts:
+point's loops between several threads of a workgroup of ``Tuning.group_size``
+(the workgroup-tree kernel form, ``lowering.kernels.workgroup_tree``), in one
+of two layouts (the numbers are the default ``Tuning``'s, ``lowering.targets``):
 
 * **along the loop**: a workgroup per point, lane ``l`` of 256 taking the loop's
   points ``l, l + 256, ...``: neighbouring lanes read neighbouring elements
@@ -24,9 +25,10 @@ workgroup-tree kernel form, ``lowering.kernels.workgroup_tree``), in one of two 
 * values of the point itself (a one-point step, a reduction's result) are
   computed by every lane alike and stored by lane 0 only.
 
-A kernel is run this way only where its loop is long enough to feed the lanes;
-along the loop where the loop reads memory contiguously or there are so few
-points that one thread per point would leave the GPU idle, else across points
+A kernel is run this way only where its loop is long enough to feed the lanes
+(``Tuning.workgroup_min_loop``); along the loop where the loop reads memory
+contiguously or there are so few points that one thread per point would leave
+the GPU idle (``Tuning.workgroup_few_points``), else across points
 where neighbouring points read neighbouring elements (not for row kernels);
 otherwise it keeps one thread per point.
 """
@@ -43,29 +45,29 @@ from symdiff.ir.index_analysis import extent
 from . import targets
 from .plan_types import Kernel, Step
 from .rowfusion import RowKernel
-from .threads import GROUP_SIZE
-
-WORKGROUP = GROUP_SIZE  # threads of a workgroup
-MIN_LOOP = 64           # a shorter loop gives too few points a lane to pay for the tree
-FEW_POINTS = 2048       # fewer points than this leave most of a GPU idle at one thread each
-ACROSS_POINTS = 32      # points per workgroup across points (a warp's worth of neighbouring elements)
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How a workgroup's ``WORKGROUP`` threads cover a kernel's points:
-    ``points`` neighbouring points, ``lanes`` threads sharing each one's loops."""
+    """How a workgroup's threads cover a kernel's points: ``points``
+    neighbouring points, ``lanes`` threads sharing each one's loops."""
 
     points: int
     lanes: int
 
+    @property
+    def size(self) -> int:
+        """Threads of a workgroup (the target's ``Tuning.group_size``)."""
+        return self.points * self.lanes
+
+    @property
+    def along_the_loop(self) -> bool:
+        """A workgroup per point, all its lanes sharing the point's loops."""
+        return self.points == 1
+
     def threads(self, points: int) -> int:
         """Threads dispatched for ``points`` points: whole workgroups."""
-        return -(-points // self.points) * WORKGROUP
-
-
-ALONG_THE_LOOP = Layout(1, WORKGROUP)
-ACROSS = Layout(ACROSS_POINTS, WORKGROUP // ACROSS_POINTS)
+        return -(-points // self.points) * self.size
 
 
 def layout(graph: DataflowGraph, kernel: Kernel, target: targets.Target, tiled: bool) -> Layout | None:
@@ -78,12 +80,14 @@ def layout(graph: DataflowGraph, kernel: Kernel, target: targets.Target, tiled: 
         return None
     lengths = [g.length for g in kernel.groups if g.shape] if isinstance(kernel, RowKernel) else \
         [math.prod(extent(r) for r in s.loop) for s in looping]
-    if max(lengths, default=0) < MIN_LOOP:
+    tuning = target.tuning
+    if max(lengths, default=0) < tuning.workgroup_min_loop:
         return None
-    if kernel.threads < FEW_POINTS or all(_contiguous(graph, s, _inner_loop(s)) for s in looping):
-        return ALONG_THE_LOOP
+    if kernel.threads < tuning.workgroup_few_points or all(_contiguous(graph, s, _inner_loop(s)) for s in looping):
+        return Layout(1, tuning.group_size)
     if not isinstance(kernel, RowKernel) and all(_contiguous(graph, s, _inner_point(s)) for s in kernel.steps):
-        return ACROSS
+        across = tuning.workgroup_across_points
+        return Layout(across, tuning.group_size // across)
     return None
 
 

@@ -19,15 +19,14 @@ from symdiff.ir import tasklet_notes as notes
 
 from .writer import BodyForm, KernelShape, KernelWriter, digit, identifier, tasklet_comment
 
-COLUMN_POINTS = 8  # fewest points of a thread for its reductions to run rows outer
-
 
 class ColumnsForm(BodyForm):
     name = "columns"
 
     def applies(self, shape: KernelShape) -> bool:
         k, per, grid = shape.kernel, shape.mapping.per_thread, shape.kernel.box
-        if (not shape.target.sequential or shape.tiling or shape.layout or per < COLUMN_POINTS or len(grid) < 1
+        fewest = shape.target.tuning.cpu_column_points  # points of a thread for its reductions to run rows outer
+        if (not shape.target.sequential or shape.tiling or shape.layout or per < fewest or len(grid) < 1
                 or grid[-1] % per):
             return False
         last = k.steps[0].parallel[-1][0] if k.steps and k.steps[0].parallel else None

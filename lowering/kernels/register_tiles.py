@@ -60,7 +60,8 @@ class RegisterTiles(BodyForm):
         names = self.names(tl)
         outer_read, inner_read = self.operands(tl)
         outer_var, inner_var = f"{p}_{identifier(outer_read.connector)}", f"{p}_{identifier(inner_read.connector)}"
-        unroll = "[ForceUnroll] " if n_i <= 8 else ""  # a long inner loop is left to the vectoriser
+        # a long inner loop is left to the vectoriser
+        unroll = "[ForceUnroll] " if n_i <= w.target.tuning.unrolled_tile_row else ""
         w.emit(f"{w.kept}for (int mm_r = 0; mm_r < {extent(step.loop[0])}; mm_r++)", 1)
         w.emit("{", 1)
         w.emit(f"{w.operand_type(outer_read)} {outer_var}[{n_o}];", 2)

@@ -15,10 +15,16 @@ kernel, so every kernel has a body and a loop.  docs/design.md ("Kernel
 forms") lists the same order, and tests/lowering/kernels/test_registry.py
 holds the two together.
 
+A form whose kernels need module-level code (a helper function, a
+groupshared array) asks for it while writing (``KernelWriter.declare``) and
+writes it in its ``declaration``; ``declarations`` collects what a module's
+kernels asked for, each once, in the order of ``FORMS``.
+
 To add a form: a module in this package with a ``KernelForm`` subclass of
 its part (``BodyForm``, ``LoopForm``, ``FinishForm``, ``UpdateForm``) stating
-where it applies and emitting through the writer, and its ``FORM`` in
-``FORMS`` at its place in the order.
+where it applies and emitting through the writer (and its module-level code,
+if any, through ``declaration``), and its ``FORM`` in ``FORMS`` at its place
+in the order.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ from .. import targets
 from ..plan_types import Kernel, Plan
 from . import columns, cpu_matmul, last_workgroup_finish, point, register_tiles, rows, scatter, thread_loop
 from . import workgroup_tree
-from .writer import BODY, FINISH, LOOP, UPDATE, Forms, KernelForm, KernelShape, KernelWriter
+from .writer import BODY, FINISH, LOOP, UPDATE, Declarations, Forms, KernelForm, KernelShape, KernelWriter
 
 FORMS: tuple[KernelForm, ...] = (
     cpu_matmul.FORM,             # body: a large product on the CPU device, packed micro-kernel blocks
@@ -51,7 +57,14 @@ def choose(shape: KernelShape) -> Forms:
     return Forms(chosen[BODY], chosen[LOOP], chosen.get(FINISH), chosen.get(UPDATE))
 
 
-def writer(plan: Plan, kernel: Kernel, target: targets.Target, atomics: set, guards: IndexGuards,
-           shared: set) -> KernelWriter:
-    """The writer of one kernel of ``plan``, in the forms chosen for it."""
-    return KernelWriter(plan, kernel, target, choose, atomics, guards, shared)
+def writer(plan: Plan, kernel: Kernel, target: targets.Target, guards: IndexGuards,
+           declared: Declarations) -> KernelWriter:
+    """The writer of one kernel of ``plan``, in the forms chosen for it; what
+    its forms declare at module level goes into ``declared``."""
+    return KernelWriter(plan, kernel, target, choose, guards, declared)
+
+
+def declarations(declared: Declarations, kind: str, target: targets.Target) -> list[str]:
+    """The module-level code of ``kind`` (``writer.FUNCTION``, ``GROUPSHARED``) that a
+    module's kernels asked their forms for, in the order of ``FORMS``."""
+    return declared.texts(FORMS, kind, target)

@@ -1,14 +1,15 @@
 """Scatters: writes whose elements several points update (mode ``"atomic"``:
 ``np.add.at``, a gather's gradient), as calls of ``atomic_<op>(buf, i, v)``,
 a helper in the one form the target needs (decided here, never by the Slang
-compiler).  Applies to a kernel with such a write."""
+compiler), declared once per module (``declaration``).  Applies to a kernel
+with such a write."""
 from __future__ import annotations
 
 from symdiff.ir.graph import Tasklet
 
 from .. import targets
 from ..plan_types import LoweringError, Step, Write
-from .writer import COMBINE, STORAGE_TYPES, KernelShape, KernelWriter, UpdateForm
+from .writer import COMBINE, FUNCTION, STORAGE_TYPES, KernelShape, KernelWriter, UpdateForm
 
 # a value's bits, to compare in a compare-and-swap loop (a NaN never equals itself)
 _BITS = {"float": "asuint", "int": ""}
@@ -16,6 +17,7 @@ _BITS = {"float": "asuint", "int": ""}
 
 class Scatter(UpdateForm):
     name = "scatter"
+    declares = FUNCTION
 
     def applies(self, shape: KernelShape) -> bool:
         return any(w.mode == "atomic" for step in shape.kernel.steps for w in step.writes)
@@ -25,8 +27,13 @@ class Scatter(UpdateForm):
         storage = STORAGE_TYPES[w.g.containers[write.memlet.container].dtype]
         _check_atomic(w.target, storage, write.memlet.accumulate, step.tasklet)
         w.colliding = True
-        w.atomics.add((storage, write.memlet.accumulate))
+        w.declare(self, (storage, write.memlet.accumulate))
         w.emit(f"atomic_{write.memlet.accumulate}({buf}, {idx}, {value});", depth)
+
+    def declaration(self, key: tuple[str, str], target: targets.Target) -> str:
+        """The ``atomic_<op>`` helper of a (storage type, accumulation) pair (``helper``)."""
+        storage, op = key
+        return helper(storage, op, target)
 
 
 def _check_atomic(target: targets.Target, storage: str, op: str, t: Tasklet) -> None:

@@ -1,9 +1,9 @@
 """Reduction by thread loop: a point's loop runs inside its own thread.
 
-On the CPU device the loop is cut into lanes: g++ may not reorder float
-additions, so one accumulator makes a loop-carried dependency it cannot
-vectorise; independent lanes combined in a fixed order at the end keep the
-result deterministic.  (lavapipe vectorises across threads instead: one lane.)
+On the CPU device the loop is cut into lanes (``Tuning.cpu_reduction_lanes``,
+``cpu_storing_lanes``): g++ may not reorder float additions, so one
+accumulator makes a loop-carried dependency it cannot vectorise; independent
+lanes combined in a fixed order at the end keep the result deterministic.  (lavapipe vectorises across threads instead: one lane.)
 The fallback loop form: it applies everywhere."""
 from __future__ import annotations
 
@@ -11,10 +11,6 @@ from typing import Callable
 
 from ..plan_types import Step
 from .writer import COMBINE, KernelShape, KernelWriter, LoopForm
-
-# Independent partial results of an in-thread reduction on the CPU device.
-CPU_REDUCTION_LANES = 8
-CPU_STORING_LANES = 16  # lanes of a loop that also stores elementwise values
 
 
 class ThreadLoop(LoopForm):
@@ -36,7 +32,8 @@ class ThreadLoop(LoopForm):
         # floats, the lane loop left to g++'s loop vectoriser (unrolled, it vectorised at half width
         # or not at all)
         wide = storing and w.target.sequential
-        width = CPU_STORING_LANES if wide else CPU_REDUCTION_LANES if w.target.sequential else 1
+        tuning = w.target.tuning
+        width = tuning.cpu_storing_lanes if wide else tuning.cpu_reduction_lanes if w.target.sequential else 1
         lanes = width if accs and length >= 2 * width and not boolean else 1
         start = length - length % lanes if lanes > 1 else 0  # where the single-accumulator loop begins
         if lanes > 1:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .. import targets
 from ..plan_types import Step
-from ..workgroups import WORKGROUP
-from .writer import COMBINE, KernelShape, KernelWriter, LoopForm
+from .writer import COMBINE, GROUPSHARED, KernelShape, KernelWriter, LoopForm
 
 
 def scratch(acc_type: str) -> str:
@@ -18,14 +18,10 @@ def scratch(acc_type: str) -> str:
     return f"workgroup_{acc_type}"
 
 
-def scratch_declaration(acc_type: str) -> str:
-    """The module's declaration of ``scratch(acc_type)`` (the writer collects the types in ``shared``)."""
-    return f"groupshared {acc_type} {scratch(acc_type)}[{WORKGROUP}];"
-
-
 class WorkgroupTree(LoopForm):
     name = "workgroup_tree"
     thread = "global_thread"
+    declares = GROUPSHARED
 
     def applies(self, shape: KernelShape) -> bool:
         return shape.target.workgroup_reductions and shape.layout is not None
@@ -36,13 +32,13 @@ class WorkgroupTree(LoopForm):
         points, ``layout.lanes`` lanes each.  Threads of a last, partial
         workgroup past the final point redo it but store nothing (``spare``):
         they must still reach every barrier."""
-        per = w.layout.points
-        w.emit(f"int group_thread = global_thread % {WORKGROUP};", 1)
+        per, size = w.layout.points, w.layout.size
+        w.emit(f"int group_thread = global_thread % {size};", 1)
         if per == 1:
-            w.emit(f"int lin = global_thread / {WORKGROUP};", 1)
+            w.emit(f"int lin = global_thread / {size};", 1)
             w.emit("int lane = group_thread;", 1)
             return
-        w.emit(f"int point = global_thread / {WORKGROUP} * {per} + group_thread % {per};", 1)
+        w.emit(f"int point = global_thread / {size} * {per} + group_thread % {per};", 1)
         w.emit(f"int lin = min(point, {w.threads - 1});", 1)
         w.emit(f"int lane = group_thread / {per};", 1)
 
@@ -55,7 +51,7 @@ class WorkgroupTree(LoopForm):
 
     def loop(self, w: KernelWriter, reducing: list[Step], length: int, point: Callable[[int, str | None], None],
              storing: bool) -> None:
-        """Lane ``l`` runs points ``l``, ``l + WORKGROUP``, ... and each
+        """Lane ``l`` runs points ``l``, ``l + lanes``, ... and each
         reducing step's accumulators are then combined over the lanes
         (``combine_lanes``)."""
         w.emit(f"{w.kept}for (int r = lane; r < {length}; r += {w.layout.lanes})", 1)
@@ -77,7 +73,7 @@ class WorkgroupTree(LoopForm):
         per = w.layout.points  # a point's lanes sit ``per`` apart in the workgroup
         # a point's lanes are neighbouring threads, so the tree's last steps stay within a wave
         waves = w.target.wave_operations and per == 1
-        w.shared.add(acc_type)
+        w.declare(self, acc_type)
         w.emit(f"// {acc}: the lanes' partial results combined in a fixed tree", 1)
         w.emit(f"{array}[group_thread] = {acc};", 1)
         w.emit("GroupMemoryBarrierWithGroupSync();", 1)
@@ -114,6 +110,11 @@ class WorkgroupTree(LoopForm):
         upper = COMBINE[op].format(a="partner", b=acc)
         w.emit(f"{acc} = ({acc}_lane & width) != 0 ? {upper} : {lower_first};", 2)
         w.emit("}", 1)
+
+    def declaration(self, key: str, target: targets.Target) -> str:
+        """The groupshared array of ``key`` (an accumulator's type) that ``combine_lanes``
+        combines a workgroup's partial results in, one element a thread."""
+        return f"groupshared {key} {scratch(key)}[{target.tuning.group_size}];"
 
 
 FORM = WorkgroupTree()

@@ -27,7 +27,7 @@ import math
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Hashable, Sequence
 
 import sympy
 
@@ -41,7 +41,7 @@ from ..matmul import tiling
 from ..plan_types import Kernel, Plan, Step, Write
 from ..printer import SLANG_TYPES, SlangPrinter, is_index_valued, print_flat_index
 from ..threads import Threads
-from ..workgroups import WORKGROUP, layout
+from ..workgroups import layout
 
 
 # Slang type of a buffer element: bools travel as ints (structured buffers of
@@ -137,6 +137,10 @@ class KernelShape:
 
 # A form's place in a kernel: which part of the code it writes (``Forms``).
 BODY, LOOP, FINISH, UPDATE = "body", "loop", "finish", "update"
+# What a form's module-level code is (``KernelForm.declares``): helper functions, or
+# groupshared variables.  A module holds the functions first, then the bounds check's
+# helper, then the variables (``codegen.generate``).
+FUNCTION, GROUPSHARED = "function", "groupshared"
 
 
 class KernelForm(ABC):
@@ -147,10 +151,19 @@ class KernelForm(ABC):
 
     name: str = ""
     part: str = ""
+    declares: str = ""  # FUNCTION or GROUPSHARED where the form has module-level code (``declaration``)
 
     @abstractmethod
     def applies(self, shape: KernelShape) -> bool:
         """Whether this form can write its part of a kernel of this shape on its target."""
+
+    def declaration(self, key: Hashable, target: targets.Target) -> str:
+        """The module-level code (a helper function, a groupshared array) that
+        ``key`` stands for: a kernel written in this form asked for it with
+        ``KernelWriter.declare(self, key)``, and the module holds it once, outside
+        its kernels, whatever the number of kernels asking (``Declarations``).  A
+        form that declares something says what kind of code it is (``declares``)."""
+        raise NotImplementedError(f"kernel form {self.name!r} declares no module-level code")
 
 
 class BodyForm(KernelForm):
@@ -209,6 +222,23 @@ class UpdateForm(KernelForm):
         """``buf[idx] = buf[idx] <op> value`` for ``write``, safe where points collide."""
 
 
+class Declarations:
+    """The module-level code a module's kernels asked their forms for
+    (``KernelWriter.declare``), each once: the keys each form was given."""
+
+    def __init__(self) -> None:
+        self.keys: dict[KernelForm, set] = {}
+
+    def add(self, form: KernelForm, key: Hashable) -> None:
+        self.keys.setdefault(form, set()).add(key)
+
+    def texts(self, forms: Sequence[KernelForm], kind: str, target: targets.Target) -> list[str]:
+        """The declarations of ``kind`` (``FUNCTION``, ``GROUPSHARED``) asked for,
+        form by form in the order of ``forms``, each form's in the order of its keys."""
+        return [form.declaration(key, target) for form in forms if form.declares == kind
+                for key in sorted(self.keys.get(form, ()))]
+
+
 @dataclass(frozen=True)
 class Forms:
     """The forms a kernel is written in, one per part (none for an absent finish or update)."""
@@ -223,11 +253,11 @@ class KernelWriter(KernelShape):
     """The text of one kernel, written in the forms ``choose`` picks for its shape."""
 
     def __init__(self, plan: Plan, kernel: Kernel, target: targets.Target, choose: Callable[[KernelShape], Forms],
-                 atomics: set, guards: IndexGuards, shared: set):
+                 guards: IndexGuards, declared: Declarations):
         super().__init__(plan, kernel, target)
         self.forms = choose(self)
         self.guards = guards
-        self.atomics = atomics  # (storage, op) of the colliding updates the module needs helpers for
+        self.declared = declared  # the module-level code the module's kernels need (``declare``)
         self.lines: list[str] = []
         self.buffers: dict[str, str] = {}
         # loads of one fixed element (a seed, a scalar parameter): load text -> local
@@ -236,7 +266,6 @@ class KernelWriter(KernelShape):
         self.loop_invariant: dict[str, str] = {}
         self.loop_invariant_count = 0  # locals named so far in this kernel
         self.written = {w.memlet.container for step in kernel.steps for w in step.writes}
-        self.shared = shared  # element types of the groupshared scratch arrays the module needs
         self.per_lane = False  # emitting a loop body whose points are the current lane's own
         self.kept = "[loop] " if target.keep_loops else ""  # prefix of the long loops (targets.keep_loops)
         self.indent = 0  # extra depth of the point loop and of the per-output loop of a tiled kernel
@@ -246,6 +275,10 @@ class KernelWriter(KernelShape):
         """The kernel's body: its forms' code, after the loads hoisted to its top."""
         self.forms.body.write(self)
         return self.text()
+
+    def declare(self, form: KernelForm, key: Hashable) -> None:
+        """This kernel needs ``form``'s module-level code for ``key`` (``KernelForm.declaration``)."""
+        self.declared.add(form, key)
 
     def emit(self, line: str, depth: int) -> None:
         self.lines.append("    " * (depth + self.indent) + line)
@@ -544,7 +577,7 @@ class KernelWriter(KernelShape):
         then = (f"\n//   then, in the last workgroup to finish, {identifier(kernel.finish.name)}'s "
                 f"{len(kernel.finish.steps)} tasklet(s) (lowering.last_workgroup)" if kernel.finish else "")
         return (f"// {kind} {identifier(kernel.name)}: {len(kernel.steps)} tasklet(s), {self.threads} "
-                + (f"point(s), {self.layout.points} a workgroup of {WORKGROUP} threads, {self.layout.lanes} "
+                + (f"point(s), {self.layout.points} a workgroup of {self.layout.size} threads, {self.layout.lanes} "
                    "sharing each point's loops" if self.layout else "thread(s)")
                 + f" over {list(kernel.box)}" + (f" in tiles of {list(self.tiling.tile)}" if self.tiling else "")
                 + f"\n//   {described}{then}")

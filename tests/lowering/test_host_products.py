@@ -1,7 +1,7 @@
 """Products the host's BLAS computes on the CPU device (lowering.host_products):
 every form the reverse pass writes, batches, a coefficient, two products adding
 into one gradient, against float64 references with bounds from the arithmetic;
-and where they are used (the CPU device, from ``MIN_WORK``) and where not
+and where they are used (the CPU device, from ``Tuning.host_blas_min_work``) and where not
 (GPU targets, standalone exports).
 
 A float32 dot product of ``K`` terms is within ``K u sum_k |a_k b_k|`` of the
@@ -10,13 +10,15 @@ the generated kernels sum in different orders, so the bound, not a tolerance
 copied from a run, is what a correct product meets.  A transposed or misplaced
 operand misses it by orders of magnitude.
 """
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import sympy
 
 import symdiff as sd
 from symdiff import lowering
-from symdiff.lowering import host_products, targets
+from symdiff.lowering import devices, targets
 from symdiff.lowering.export import export
 from symdiff.lowering.plan import plan
 from symdiff.lowering.plan_types import HostKernel
@@ -37,7 +39,7 @@ def product_bound(a: np.ndarray, b: np.ndarray, subscripts: str, coeff: float = 
 
 def on_host(graph, sizes=None) -> int:
     """How many of the CPU device's kernels for ``graph`` the host computes."""
-    return sum(isinstance(kern, HostKernel) for kern in plan(graph, dict(sizes or {}), targets.CPU).kernels)
+    return sum(isinstance(kern, HostKernel) for kern in plan(graph, dict(sizes or {}), devices.target("cpu")).kernels)
 
 
 EINSUM = {"nn": "ik,kj->ij", "tn": "ki,kj->ij", "nt": "ik,jk->ij", "out_transposed": "ki,kj->ji"}
@@ -111,7 +113,7 @@ def test_mlp_gradients_match_the_interpreter_in_float64():
 def test_only_the_cpu_target_and_only_from_min_work():
     small, _ = matmul_graph(64, 32, 64, "nn")  # 131k multiply-adds
     large, _ = matmul_graph(128, 128, 128, "nn")
-    assert 64 * 32 * 64 < host_products.MIN_WORK <= 128 ** 3
+    assert 64 * 32 * 64 < targets.CPU.tuning.host_blas_min_work <= 128 ** 3
     assert on_host(small) == 0 and on_host(large) == 1
     for target in (targets.VULKAN, targets.CUDA, targets.LAVAPIPE):
         assert not any(isinstance(kern, HostKernel) for kern in plan(large, {}, target).kernels)
@@ -172,7 +174,9 @@ def test_an_index_that_is_not_affine_stays_a_slang_kernel():
 @pytest.fixture
 def any_size(monkeypatch):
     """Products of any size go to the host: the forms below at unit-test sizes."""
-    monkeypatch.setattr(host_products, "MIN_WORK", 1)
+    own = devices.target
+    anywhere = replace(targets.CPU, tuning=replace(targets.CPU.tuning, host_blas_min_work=1))
+    monkeypatch.setattr(devices, "target", lambda kind: anywhere if kind == "cpu" else own(kind))
 
 
 h_, d_ = index_symbol("h"), index_symbol("d")

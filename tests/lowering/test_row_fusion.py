@@ -152,7 +152,7 @@ def test_row_loops_sum_in_lanes_and_load_row_values_once(device):
     (kernel,) = plan(graph, {}).kernels
     assert isinstance(kernel, RowKernel)
     src = generate(plan(graph, {}), "cpu").source
-    assert "double sum_1_y_acc_lanes[16];" in src  # the loop stores y too: CPU_STORING_LANES, for g++'s vectoriser
+    assert "double sum_1_y_acc_lanes[16];" in src  # the loop stores y too: Tuning.cpu_storing_lanes, for g++'s vectoriser
     assert src.count("s_v0[t0]") == 1 and src.index("s_v0[t0]") < src.index("for (int block")
     r = rng(4)
     inputs = {"x": r.standard_normal((48, 32)).astype(np.float32), "s": r.standard_normal(48).astype(np.float32)}

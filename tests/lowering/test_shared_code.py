@@ -11,7 +11,9 @@ from corpus import Case, assert_matches_jax, build_program, set_item
 from symdiff.lowering import targets
 from symdiff.lowering.codegen import generate
 from symdiff.lowering.plan import plan
-from symdiff.lowering.shared_code import LIFT_MAX_WORK, kernel_code, lift, share
+from symdiff.lowering.shared_code import kernel_code, lift, share
+
+LIFT_MAX_WORK = targets.TUNING.lift_max_work
 
 
 def _jacobi_steps(xp, a):
@@ -80,7 +82,7 @@ def test_kernels_share_functions(name, device):
 
 
 def _key(body, buffers=("a_v0", "b_v1"), tasklets=("add_3",), work=64):
-    return kernel_code(body, list(buffers), list(tasklets), ("double",) * len(buffers), work)
+    return kernel_code(body, list(buffers), list(tasklets), ("double",) * len(buffers), work, LIFT_MAX_WORK)
 
 
 def test_renaming_keeps_what_is_not_the_kernels_own():
