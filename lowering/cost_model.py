@@ -22,7 +22,8 @@ is taken and what it asks here:
 * ``rematerialise``: what every plan recomputes (``free``: arithmetic on one
   element), what a GPU's plan recomputes (``cheap_on_a_gpu``), how far a
   reader may grow (``within_reader_limit``), which expansions pay
-  (``expansion_pays``);
+  (``expansion_pays``), and neither where a product reads the value
+  (``spoils_a_product``);
 * ``plan.plan``'s trials: which values a second plan recomputes
   (``trial_recomputes``, ``trial_pays``) and which plan is kept
   (``stores_less``: fewer elements stored in no more kernels);
@@ -41,7 +42,7 @@ import collections
 import enum
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, NamedTuple
+from typing import Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 import sympy
@@ -52,7 +53,9 @@ from symdiff.ir.op_cost import Op
 from symdiff.ir.sizes import substitute_sizes
 
 from . import targets
+from .host_products import product
 from .inlining import producer_point, streamed, varies
+from .matmul import matvec_shape
 from .plan_types import Plan
 
 
@@ -162,6 +165,32 @@ class CostModel:
         ``sqrt`` of a sum of three squared differences take 40 operations)."""
         return elements >= self.tuning.expansion_min_elements and \
             all(op_cost.operations(body) <= self.tuning.max_recomputed_ops for body in t.body.values())
+
+    def spoils_a_product(self, graph: DataflowGraph, p: Tasklet, recomputable: Callable[[str], bool]) -> bool:
+        """Whether recomputing ``p`` costs a matrix or vector-matrix product that
+        reads its value more than storing it: always, unless ``p`` is ``free``.
+        Recomputed there, the product would read ``p``'s inputs instead of one
+        operand and stop being one, losing its tiled kernel (``lowering.matmul``)
+        or the host's BLAS (``lowering.host_products``), and would compute ``p``
+        once per use of each element (gemm's reverse pass recomputing
+        ``2 * y * g`` in ``G B^T`` on the CPU device: 5.6 -> 171 ms at 512^3).
+        A product reads the value too through a free value built on it that is
+        recomputed in the product in turn (``recomputable``: whether a tasklet's
+        value may be recomputed where it is read, ``rematerialise.candidates``):
+        once the seed's broadcast is recomputed (``recompute_expansions``),
+        gemm's ``1.5 * G`` is free, and ``G`` read by it alone."""
+        return not self.free(graph, p) and self._read_by_a_product(graph, p.name, recomputable)
+
+    def _read_by_a_product(self, graph: DataflowGraph, name: str, recomputable: Callable[[str], bool]) -> bool:
+        """A product reads what tasklet ``name`` writes, or a free value read by one does."""
+        (access, _), = graph.writes(name)
+        for r in {r for r, _ in graph.readers(access)}:
+            t = graph.node(r)
+            if product(graph, t) or matvec_shape(graph, t):
+                return True
+            if recomputable(r) and self.free(graph, t) and self._read_by_a_product(graph, r, recomputable):
+                return True
+        return False
 
     def added_reads(self, graph: DataflowGraph, t: Tasklet, read: Memlet, p: Tasklet) -> int:
         """How many more distinct elements ``t`` reads once ``p`` replaces its ``read``

@@ -48,9 +48,7 @@ from symdiff.ir.index_analysis import uses_connectors
 from symdiff.ir.rewrite import add_read, remove_read, remove_version, remove_write, replace_tasklet
 
 from .cost_model import CostModel
-from .host_products import product
 from .inlining import exact_reads, inline, producer, streamed
-from .matmul import matvec_shape
 from .plan_types import Plan
 from .rewrites import split_tasklet
 
@@ -228,35 +226,17 @@ def cheap_on_gpu(p: Plan, model: CostModel) -> list[str]:
 
 def _cheap_on_a_gpu(graph: DataflowGraph, model: CostModel) -> list[str]:
     """The candidates a GPU recomputes where they are read (``CostModel.cheap_on_a_gpu``)
-    but for the operands of a product (``_feeds_a_product``)."""
+    but for those a product reads (``_spoils_a_product``)."""
     return [n for n in candidates(graph)
-            if model.cheap_on_a_gpu(graph, graph.node(n)) and not _feeds_a_product(graph, n, model)]
+            if model.cheap_on_a_gpu(graph, graph.node(n)) and not _spoils_a_product(graph, n, model)]
 
 
-def _feeds_a_product(graph: DataflowGraph, name: str, model: CostModel) -> bool:
-    """A matrix or vector-matrix product reads what tasklet ``name`` writes,
-    and ``name`` is no free candidate: recomputed there, the product would read
-    its inputs instead of one operand and stop being one, losing its tiled
-    kernel (``lowering.matmul``), and would compute it once per use of each
-    element (gemm's reverse pass recomputing ``2 * y * g`` in ``G B^T`` on the
-    CPU device: 5.6 -> 171 ms at 512^3).  A product reads it too through a
-    free candidate reading it (recomputed in the product in turn): once the
-    seed's broadcast is recomputed (``recompute_expansions``), gemm's
-    ``1.5 * G`` is free, and ``G`` read by it alone."""
-    return (not model.free(graph, graph.node(name))
-            and _read_by_a_product(graph, name, {graph.latest(c) for c in graph.results}, model))
-
-
-def _read_by_a_product(graph: DataflowGraph, name: str, results: set[str], model: CostModel) -> bool:
-    """A product reads what tasklet ``name`` writes, or a free candidate read by one does."""
-    (access, _), = graph.writes(name)
-    for r in {r for r, _ in graph.readers(access)}:
-        t = graph.node(r)
-        if product(graph, t) or matvec_shape(graph, t):
-            return True
-        if _candidate(graph, r, results) and model.free(graph, t) and _read_by_a_product(graph, r, results, model):
-            return True
-    return False
+def _spoils_a_product(graph: DataflowGraph, name: str, model: CostModel) -> bool:
+    """Whether recomputing tasklet ``name`` costs a product reading its value
+    (``CostModel.spoils_a_product``; a value is recomputed in a product in turn
+    where it is one of ``candidates``)."""
+    results = {graph.latest(c) for c in graph.results}
+    return model.spoils_a_product(graph, graph.node(name), lambda r: _candidate(graph, r, results))
 
 
 def _elements(graph: DataflowGraph, name: str) -> int:
@@ -328,7 +308,7 @@ def recompute_expansions(graph: DataflowGraph, model: CostModel) -> None:
     while True:
         _split_plain_writers(graph, lambda t: _expands(graph, t, model))
         names = [n for n in candidates(graph)
-                 if _expands(graph, graph.node(n), model) and not _feeds_a_product(graph, n, model)]
+                 if _expands(graph, graph.node(n), model) and not _spoils_a_product(graph, n, model)]
         if not names or not rematerialise(graph, {notes.origin(graph.node(n)) for n in names}, model):
             return
 
