@@ -170,6 +170,27 @@ class Tuning:
     # memory); a larger one counts as touching every element, which is safe.
     max_enumerated_points: int = 1 << 20
 
+    # -- scans (lowering.library_kernels.scans; workgroups of ``group_size`` threads) --
+    # Threads of a workgroup of the kernels giving each line, or each piece of a
+    # line, its own thread (no barriers, so no need for a full workgroup).
+    scan_line_group: int = 64
+    # Bytes of a workgroup scan's block tile in groupshared memory: with the
+    # threads' partial states it stays within Vulkan's guaranteed 16 KiB.
+    scan_tile_bytes: int = 8192
+    # Fewer lines than this, each longer than two workgroups, take the workgroup
+    # scan: a thread per line would leave most of a GPU idle.
+    scan_few_lines: int = 2048
+    # lavapipe (no cheap barriers): elements of a thread's piece of a long line
+    # (the workgroup scan's barriers made a 16M cumsum take 1.8 s there).
+    scan_gpu_chunk: int = 256
+    # The CPU device: contiguous lines of at least ``scan_on_workers`` elements in
+    # all go to the worker threads, in about ``scan_cpu_pieces`` pieces of at least
+    # ``scan_cpu_chunk`` elements (two passes over the input: it pays only with more
+    # than two workers, and the pieces do not depend on the worker count).
+    scan_on_workers: int = 1 << 20
+    scan_cpu_pieces: int = 64
+    scan_cpu_chunk: int = 1 << 15
+
     # -- store versus recompute (lowering.cost_model) --
     # Most operations of an elementwise value that a GPU recomputes where it is
     # read rather than store it: it does tens of flops in the time one element

@@ -12,10 +12,11 @@ An array of shape ``(outer, n, inner)`` around the scanned axis holds
   along it (neighbouring threads read neighbouring elements).
 * lavapipe (a GPU target whose barriers cost more than they give,
   ``Target.workgroup_reductions`` off) with few long lines: a thread per
-  piece of ``GPU_CHUNK`` elements, totalled, a line's totals scanned by one
+  piece of ``Tuning.scan_gpu_chunk`` elements, totalled, a line's totals scanned by one
   thread, the pieces scanned again from their offsets (``_in_chunks``).
 * Vulkan and CUDA with few long lines: a reduce-then-scan in workgroups of
-  ``GROUP`` threads over blocks of ``GROUP * per_thread`` elements.  Each
+  ``GROUP`` threads (``Tuning.group_size``) over blocks of ``GROUP * per_thread``
+  elements.  Each
   block's total (one dispatch: loaded into groupshared memory, each thread
   combining its own run of elements, then a Hillis-Steele scan of the
   threads' totals), the exclusive scan of a line's block totals (one
@@ -28,6 +29,9 @@ Every op is a scan of a *state* under an associative ``combine`` (left is
 earlier): a value for add and multiply, a pair ``(a, b)`` for the linear
 recurrence (``(a1, b1)`` then ``(a2, b2)`` is ``(a1 a2, a2 b1 + b2)``; its
 result is ``b``).
+
+The sizes are the target's ``Tuning`` fields (``group_size``, ``max_groups``,
+``scan_*``: ``lowering.targets``).
 """
 from __future__ import annotations
 
@@ -37,16 +41,6 @@ from typing import Sequence
 from .. import targets, threads
 from ..printer import SLANG_TYPES
 from .registry import Dispatch, Kernel, Spec, register
-
-GROUP = 256           # threads of a workgroup on GPU targets
-LINE_GROUP = 64       # threads of a workgroup of the thread-per-line kernel
-MAX_GROUPS = 65535    # per dispatch dimension
-SHARED_BYTES = 8192   # a block's groupshared tile (Vulkan guarantees 16 KiB in all)
-FEW_LINES = 2048      # fewer lines than this, each longer than a block: the workgroup scan
-CHUNK = 1 << 15       # CPU device: fewest elements a worker's piece of a line holds
-PIECES = 64           # CPU device: pieces the worker threads share
-GPU_CHUNK = 256       # lavapipe: elements of a thread's piece of a long line
-ON_WORKERS = 1 << 20  # CPU device: contiguous lines of at least this many elements in all go to the workers
 
 # op -> (state fields, identity per field, combine(l, r) per field, the result's field)
 _STATES = {
@@ -88,10 +82,10 @@ def _prelude(op: str, dtype: str) -> str:
     ])
 
 
-def _grid(groups: int, size: int) -> tuple[tuple[int, int, int], int]:
+def _grid(groups: int, size: int, tuning: targets.Tuning) -> tuple[tuple[int, int, int], int]:
     """Thread counts for ``groups`` workgroups of ``size`` threads (rows of at
-    most ``MAX_GROUPS``) and the row's width in groups."""
-    width = min(groups, MAX_GROUPS)
+    most ``tuning.max_groups``) and the row's width in groups."""
+    width = min(groups, tuning.max_groups)
     return (width * size, -(-groups // width), 1), width
 
 
@@ -159,9 +153,10 @@ def _chunk_functions(op: str, n: int, inner: int, reverse: bool, arity: int, chu
         f"        out0[p] = T(acc.{_STATES[op][3]});\n    }}\n}}\n\n")
 
 
-def _on_workers(op: str, lines: int, n: int, reverse: bool, arity: int, workers: int) -> tuple[str, Dispatch, int]:
+def _on_workers(op: str, lines: int, n: int, reverse: bool, arity: int, workers: int,
+                tuning: targets.Tuning) -> tuple[str, Dispatch, int]:
     """Contiguous lines over the CPU device's worker threads (``lowering.threads``):
-    each line cut into ``chunks`` pieces (about ``PIECES`` in all, whatever
+    each line cut into ``chunks`` pieces (about ``tuning.scan_cpu_pieces`` in all, whatever
     the worker count); the workers total their pieces, one thread scans each
     line's totals (exclusive), and the workers scan their pieces again from
     those offsets.  The order is fixed, so every worker count gives the same
@@ -169,7 +164,7 @@ def _on_workers(op: str, lines: int, n: int, reverse: bool, arity: int, workers:
     piece: ``2 / workers`` of the single loop's time, so it is taken only
     with more than two workers.  Returns the source, its dispatch and the
     scratch's length in states."""
-    chunks = max(1, min(n // CHUNK, -(-PIECES // lines)))
+    chunks = max(1, min(n // tuning.scan_cpu_chunk, -(-tuning.scan_cpu_pieces // lines)))
     pieces = lines * chunks
     ins = [f"RWStructuredBuffer<T> in{k}" for k in range(arity)]
     names = [f"in{k}" for k in range(arity)]
@@ -191,20 +186,21 @@ def _on_workers(op: str, lines: int, n: int, reverse: bool, arity: int, workers:
 
 
 def _in_chunks(op: str, lines: int, n: int, inner: int, reverse: bool,
-               arity: int) -> tuple[str, tuple[Dispatch, ...], int]:
+               arity: int, tuning: targets.Tuning) -> tuple[str, tuple[Dispatch, ...], int]:
     """Few long lines on a GPU target without cheap barriers (lavapipe): a
-    thread per piece of ``GPU_CHUNK`` elements, the same three steps as
+    thread per piece of ``tuning.scan_gpu_chunk`` elements, the same three steps as
     ``_on_workers`` as three dispatches (pieces totalled, a thread per line
     scanning its totals, pieces scanned again).  The workgroup scan's
     barriers made lavapipe take 1.8 s over a 16M cumsum (measured)."""
-    chunks = -(-n // GPU_CHUNK)
+    chunks = -(-n // tuning.scan_gpu_chunk)
     pieces = lines * chunks
     typed = "".join(f", RWStructuredBuffer<T> in{k}" for k in range(arity))
     args = "".join(f", in{k}" for k in range(arity))
-    grid, width = _grid(-(-pieces // LINE_GROUP), LINE_GROUP)
-    lines_grid, _ = _grid(-(-lines // LINE_GROUP), LINE_GROUP)
-    head = f"[shader(\"compute\")]\n[numthreads({LINE_GROUP}, 1, 1)]\n"
-    piece = f"    int q = int(t.x) + int(t.y) * {width * LINE_GROUP};\n    if (q >= {pieces}) return;\n"
+    group = tuning.scan_line_group
+    grid, width = _grid(-(-pieces // group), group, tuning)
+    lines_grid, _ = _grid(-(-lines // group), group, tuning)
+    head = f"[shader(\"compute\")]\n[numthreads({group}, 1, 1)]\n"
+    piece = f"    int q = int(t.x) + int(t.y) * {width * group};\n    if (q >= {pieces}) return;\n"
     source = (_chunk_functions(op, n, inner, reverse, arity, chunks)
               + head + f"void piece_totals(uint3 t: SV_DispatchThreadID{typed}, RWStructuredBuffer<A> scratch0)\n{{\n"
               + piece + f"    chunk_total(uint3(q, 0, 0){args}, scratch0);\n}}\n\n"
@@ -220,16 +216,18 @@ def _in_chunks(op: str, lines: int, n: int, inner: int, reverse: bool,
     return source, dispatches, pieces * len(_STATES[op][0])
 
 
-def _per_line(op: str, lines: int, n: int, inner: int, reverse: bool, arity: int) -> tuple[str, Dispatch]:
+def _per_line(op: str, lines: int, n: int, inner: int, reverse: bool, arity: int,
+              tuning: targets.Tuning) -> tuple[str, Dispatch]:
     """A thread per line (GPU targets, many or short lines)."""
     inputs = "".join(f", RWStructuredBuffer<T> in{k}" for k in range(arity))
     args = ", ".join(f"in{k}" for k in range(arity))
     result = _STATES[op][3]
-    threads, width = _grid(-(-lines // LINE_GROUP), LINE_GROUP)
+    group = tuning.scan_line_group
+    threads, width = _grid(-(-lines // group), group, tuning)
     source = (_position(n, inner, reverse)
-              + f"[shader(\"compute\")]\n[numthreads({LINE_GROUP}, 1, 1)]\n"
+              + f"[shader(\"compute\")]\n[numthreads({group}, 1, 1)]\n"
               f"void scan_lines(uint3 t: SV_DispatchThreadID{inputs}, RWStructuredBuffer<T> out0)\n{{\n"
-              f"    int line = int(t.x) + int(t.y) * {width * LINE_GROUP};\n"
+              f"    int line = int(t.x) + int(t.y) * {width * group};\n"
               f"    if (line >= {lines}) return;\n"
               f"    S acc = identity();\n"
               f"    for (int k = 0; k < {n}; k++)\n    {{\n"
@@ -240,18 +238,19 @@ def _per_line(op: str, lines: int, n: int, inner: int, reverse: bool, arity: int
 
 
 def _workgroups(op: str, dtype: str, lines: int, n: int, inner: int, reverse: bool,
-                arity: int) -> tuple[str, tuple[Dispatch, ...], tuple[tuple[str, int], ...]]:
+                arity: int, tuning: targets.Tuning) -> tuple[str, tuple[Dispatch, ...], tuple[tuple[str, int], ...]]:
     """The reduce-then-scan of few long lines (GPU targets; see the module docstring)."""
     fields = len(_STATES[op][0])
     size = fields * (8 if _accumulator(dtype) == "float64" else 4)
-    per_thread = max(1, SHARED_BYTES // (GROUP * size))
-    block = GROUP * per_thread
+    group = tuning.group_size
+    per_thread = max(1, tuning.scan_tile_bytes // (group * size))
+    block = group * per_thread
     blocks = -(-n // block)
     inputs = "".join(f", RWStructuredBuffer<T> in{k}" for k in range(arity))
     args = ", ".join(f"in{k}" for k in range(arity))
     result = _STATES[op][3]
     groups = lines * blocks
-    threads, width = _grid(groups, GROUP)
+    threads, width = _grid(groups, group, tuning)
     scan_part = (
         "    for (int d = 1; d < GROUP; d *= 2)\n    {\n"
         "        S other = j >= d ? part[j - d] : identity();\n"
@@ -260,7 +259,7 @@ def _workgroups(op: str, dtype: str, lines: int, n: int, inner: int, reverse: bo
         "        GroupMemoryBarrierWithGroupSync();\n    }\n")
     source = (
         _position(n, inner, reverse)
-        + f"static const int GROUP = {GROUP};\nstatic const int PER_THREAD = {per_thread};\n"
+        + f"static const int GROUP = {group};\nstatic const int PER_THREAD = {per_thread};\n"
         f"groupshared S tile[{block}];\ngroupshared S part[GROUP];\n\n"
         "// Scan block `blk` of `line` from `carry`: its total; with `write`, its results stored.\n"
         f"S block_scan(int line, int blk, int j, S carry, bool write{inputs}, RWStructuredBuffer<T> out0)\n{{\n"
@@ -284,13 +283,13 @@ def _workgroups(op: str, dtype: str, lines: int, n: int, inner: int, reverse: bo
         "            int k = k0 + e * GROUP + j;\n"
         f"            if (k < {n}) out0[pos(line, k)] = T(tile[e * GROUP + j].{result});\n        }}\n    }}\n"
         "    return total;\n}\n\n"
-        f"[shader(\"compute\")]\n[numthreads({GROUP}, 1, 1)]\n"
+        f"[shader(\"compute\")]\n[numthreads({group}, 1, 1)]\n"
         f"void block_totals(uint3 g: SV_GroupID, uint3 l: SV_GroupThreadID{inputs}, RWStructuredBuffer<T> out0, "
         "RWStructuredBuffer<A> scratch0)\n{\n"
         f"    int q = int(g.x) + int(g.y) * {width};\n    if (q >= {groups}) return;\n"
         f"    S total = block_scan(q / {blocks}, q % {blocks}, int(l.x), identity(), false, {args}, out0);\n"
         "    if (l.x == 0) store_scratch(scratch0, q, total);\n}\n\n"
-        f"[shader(\"compute\")]\n[numthreads({GROUP}, 1, 1)]\n"
+        f"[shader(\"compute\")]\n[numthreads({group}, 1, 1)]\n"
         "void scan_totals(uint3 g: SV_GroupID, uint3 l: SV_GroupThreadID, RWStructuredBuffer<A> scratch0)\n{\n"
         "    int line = int(g.x), j = int(l.x);\n    S carry = identity();\n"
         f"    for (int c = 0; c < {blocks}; c += GROUP)\n    {{\n"
@@ -300,14 +299,14 @@ def _workgroups(op: str, dtype: str, lines: int, n: int, inner: int, reverse: bo
         f"        if (t < {blocks}) store_scratch(scratch0, line * {blocks} + t, "
         "combine(carry, j > 0 ? part[j - 1] : identity()));\n"
         "        carry = combine(carry, part[GROUP - 1]);\n        GroupMemoryBarrierWithGroupSync();\n    }\n}\n\n"
-        f"[shader(\"compute\")]\n[numthreads({GROUP}, 1, 1)]\n"
+        f"[shader(\"compute\")]\n[numthreads({group}, 1, 1)]\n"
         f"void block_outputs(uint3 g: SV_GroupID, uint3 l: SV_GroupThreadID{inputs}, RWStructuredBuffer<T> out0, "
         "RWStructuredBuffer<A> scratch0)\n{\n"
         f"    int q = int(g.x) + int(g.y) * {width};\n    if (q >= {groups}) return;\n"
         f"    block_scan(q / {blocks}, q % {blocks}, int(l.x), load_scratch(scratch0, q), true, {args}, out0);\n}}\n")
     ins = {f"in{k}": f"in{k}" for k in range(arity)}
     dispatches = (Dispatch("block_totals", threads, {**ins, "out0": "out0", "scratch0": "scratch0"}),
-                  Dispatch("scan_totals", (lines * GROUP, 1, 1), {"scratch0": "scratch0"}),
+                  Dispatch("scan_totals", (lines * group, 1, 1), {"scratch0": "scratch0"}),
                   Dispatch("block_outputs", threads, {**ins, "out0": "out0", "scratch0": "scratch0"}))
     return source, dispatches, ((_accumulator(dtype), groups * fields),)
 
@@ -323,19 +322,20 @@ def build(target: targets.Target, inputs: Sequence[Spec], outputs: Sequence[Spec
     lines, arity = outer * inner, len(inputs)
     prelude = _prelude(op, dtype)
     workers = threads.cpu_workers() if target.worker_threads else 1
-    if target.sequential and inner == 1 and lines * n >= ON_WORKERS and workers > 2:
-        source, dispatch, states = _on_workers(op, lines, n, reverse, arity, workers)
+    tuning = target.tuning
+    if target.sequential and inner == 1 and lines * n >= tuning.scan_on_workers and workers > 2:
+        source, dispatch, states = _on_workers(op, lines, n, reverse, arity, workers, tuning)
         return Kernel(prelude + source, (dispatch,), ((_accumulator(dtype), states),))
     if target.sequential:
         source, dispatch = _sequential(op, outer, n, inner, reverse, arity)
         return Kernel(prelude + source, (dispatch,), ((_accumulator(dtype), inner),))
-    if lines >= FEW_LINES or n <= GROUP * 2:
-        source, dispatch = _per_line(op, lines, n, inner, reverse, arity)
+    if lines >= tuning.scan_few_lines or n <= tuning.group_size * 2:
+        source, dispatch = _per_line(op, lines, n, inner, reverse, arity, tuning)
         return Kernel(prelude + source, (dispatch,))
     if not target.workgroup_reductions:
-        source, dispatches, states = _in_chunks(op, lines, n, inner, reverse, arity)
+        source, dispatches, states = _in_chunks(op, lines, n, inner, reverse, arity, tuning)
         return Kernel(prelude + source, dispatches, ((_accumulator(dtype), states),))
-    source, dispatches, scratch = _workgroups(op, dtype, lines, n, inner, reverse, arity)
+    source, dispatches, scratch = _workgroups(op, dtype, lines, n, inner, reverse, arity, tuning)
     return Kernel(prelude + source, dispatches, scratch)
 
 

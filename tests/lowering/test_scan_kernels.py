@@ -121,17 +121,18 @@ def test_worker_threads_give_the_same_bits_for_any_count(monkeypatch):
     thresholds lowered so that lines of 3000 take the workers."""
     if "cpu" not in sd.available_devices():
         pytest.skip("cpu is not available here")
-    from symdiff.lowering import library_kernels, targets
-    from symdiff.lowering.library_kernels import scans
-    monkeypatch.setattr(scans, "ON_WORKERS", 1000)
-    monkeypatch.setattr(scans, "CHUNK", 100)
+    from dataclasses import replace
+    from symdiff.lowering import devices, library_kernels, targets
+    cpu = replace(targets.CPU, tuning=replace(targets.CPU.tuning, scan_on_workers=1000, scan_cpu_chunk=100))
+    own = devices.target
+    monkeypatch.setattr(devices, "target", lambda kind: cpu if kind == "cpu" else own(kind))
     x = np.random.default_rng(7).uniform(0.9999, 1.0001, size=(2, 3000))
     graph = sd.differentiable_program(_long_scan).graph
     (name,) = graph.meta.get("result_names", graph.results)
     results = {}
     for workers in ("3", "8"):
         monkeypatch.setenv("SYMDIFF_CPU_THREADS", workers)
-        kernel = library_kernels.build("scan.add", targets.CPU, [((2, 3000), "float64")], [], {"axis": 1})
+        kernel = library_kernels.build("scan.add", cpu, [((2, 3000), "float64")], [], {"axis": 1})
         assert kernel.dispatches[0].entry == "scan_workers"
         results[workers] = sd.lowering.compile(graph, device="cpu")({"x": x})[name]
         np.testing.assert_allclose(results[workers], np.cumsum(x, 1), rtol=1e-14)

@@ -13,6 +13,7 @@ import symdiff as sd
 from symdiff import ir
 from symdiff.ir.specs import f32
 from symdiff.lowering import targets
+from symdiff.lowering.codegen import generate
 from symdiff.lowering.kernels.registry import FORMS, choose
 from symdiff.lowering.kernels.writer import KernelShape
 from symdiff.lowering.plan import plan
@@ -113,3 +114,31 @@ def test_colliding_updates_are_scatters_on_every_target():
     for target in (CPU, targets.LAVAPIPE, targets.CUDA):
         assert "scatter" in {update for *_, update in forms(graph, target)}
     assert all(update is None for *_, update in forms(ir.trace(elementwise), targets.CUDA))
+
+
+def sums_and_gather(x: sd.f32[1 << 16], y: sd.f32[1 << 16], t: sd.f32[8], idx: sd.i32[64]):
+    return np.sum(np.sin(x) * x) * np.sum(np.cos(y) * y) + np.sum(np.tanh(t[idx]))
+
+
+def test_module_level_code_is_the_forms_own_declared_once():
+    """What a module holds outside its kernels comes from the forms that asked
+    for it (``KernelForm.declaration``), once however often it was asked for
+    (here the lanes of several sums combine in the same scratch): the
+    scatter's ``atomic_sum`` helper, then the workgroup tree's scratch array and
+    the last workgroup's flag.  A target's own ``Tuning.group_size`` sizes the
+    scratch, the entry points and the tree's lanes alike."""
+    graph = sd.differentiable_program(sums_and_gather).backward_graph(wrt=["x", "y", "t"])
+    for group in (256, 128):
+        target = replace(targets.CUDA, tuning=replace(targets.CUDA.tuning, group_size=group))
+        p = plan(graph, {}, target)
+        used = forms(graph, target)
+        assert "scatter" in {f[3] for f in used} and "workgroup_tree" in {f[1] for f in used}
+        source = generate(p, target).source
+        assert source.count("partial results combined in a fixed tree") > 1
+        outside = [line for line in source.splitlines() if line.startswith(("void atomic_", "groupshared "))]
+        assert len(outside) == len(set(outside)) == 3, outside
+        helper, scratch, flag = outside
+        assert helper.startswith("void atomic_sum(") and flag.startswith("groupshared int workgroup_last;")
+        assert re.fullmatch(rf"groupshared \w+ workgroup_\w+\[{group}\];", scratch)
+        assert set(re.findall(r"numthreads\((\d+), 1, 1\)", source)) == {str(group)}
+        assert f"int group_thread = global_thread % {group};" in source
