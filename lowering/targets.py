@@ -191,6 +191,26 @@ class Tuning:
     scan_cpu_pieces: int = 64
     scan_cpu_chunk: int = 1 << 15
 
+    # -- np.linalg kernels (lowering.library_kernels.linalg) --
+    # Largest matrix one workgroup takes: one workgroup per matrix leaves a GPU
+    # idle on one large matrix, and no blocked multi-workgroup kernel is written,
+    # so a larger one is a host step (numpy's LAPACK).
+    linalg_max_n: int = 64
+    # ... and on a target with ``host_blas`` (LAPACK in place on the buffers), where
+    # one thread per matrix loses past tiny sizes (value_and_grad, 1 BLAS thread:
+    # solve 64 x 32 x 32 5.2 ms against LAPACK's 2.1).
+    linalg_host_lapack_n: int = 16
+    # Largest matrix of the Jacobi eigh/svd kernels, one thread's sweeps a matrix
+    # (eigvalsh on lavapipe, one 64 x 64: 39.7 ms against the host's 1.3; 16 x 16:
+    # 1.6 against 1.0), and on a ``host_blas`` target (64 x 8 x 8: 0.82 against 0.74).
+    linalg_jacobi_n: int = 16
+    linalg_host_lapack_jacobi_n: int = 8
+    # A workgroup's threads cooperating on a matrix (two NVIDIA warps, eight lavapipe
+    # waves), and matrices to a workgroup of one thread each (lavapipe: four of its
+    # 8-wide waves).
+    linalg_threads: int = 64
+    linalg_matrices: int = 32
+
     # -- store versus recompute (lowering.cost_model) --
     # Most operations of an elementwise value that a GPU recomputes where it is
     # read rather than store it: it does tens of flops in the time one element

@@ -11,8 +11,6 @@ import pytest
 
 from symdiff.lowering import devices, library_kernels, runtime, targets
 from symdiff.lowering.library_kernels.launch import Launch
-from symdiff.lowering.library_kernels import linalg
-from symdiff.lowering.library_kernels.linalg import workgroup
 
 scipy_linalg = pytest.importorskip("scipy.linalg")
 rng = np.random.default_rng(5)
@@ -166,16 +164,17 @@ def test_singular_determinants_are_numpys():
 
 
 def test_host_steps_past_the_kernels_limits():
-    """None (the node stays a host step): past MAX_N, past HOST_LAPACK_N on the CPU device, past
-    JACOBI_N for eigh, and slogdet in float64 where double log is wrong."""
-    small = linalg.HOST_LAPACK_N + 1
+    """None (the node stays a host step): past linalg_max_n, past linalg_host_lapack_n on the CPU
+    device, past linalg_jacobi_n for eigh (``targets.Tuning``), and slogdet in float64 where double log
+    is wrong."""
+    small = targets.CPU.tuning.linalg_host_lapack_n + 1
     assert library_kernels.build("linalg.cholesky", targets.CPU, [((small, small), "float32")],
                                  [((small, small), "float32")], {}) is None
-    n = workgroup.MAX_N + 1
+    n = targets.VULKAN.tuning.linalg_max_n + 1
     assert library_kernels.build("linalg.solve", targets.VULKAN, [((n, n), "float64"), ((n, 1), "float64")],
                                  [((n, 1), "float64")], {}) is None
     assert library_kernels.build("linalg.inv", targets.CPU, [((n, n), "float32")], [((n, n), "float32")], {}) is None
-    jacobi = linalg.JACOBI_N + 1    # one thread per matrix: smaller limits
+    jacobi = targets.CUDA.tuning.linalg_jacobi_n + 1    # one thread per matrix: smaller limits
     assert library_kernels.build("linalg.eigh", targets.CUDA, [((jacobi, jacobi), "float32")],
                                  [((jacobi,), "float32"), ((jacobi, jacobi), "float32")], {}) is None
     spec = [((4, 4), "float64")]
@@ -190,10 +189,10 @@ def test_workgroup_forms():
     cpu = library_kernels.build("linalg.cholesky", targets.CPU, spec, spec, {})
     assert "groupshared" in gpu.source and "GroupMemoryBarrierWithGroupSync" in gpu.source
     assert "groupshared" not in cpu.source and "Barrier" not in cpu.source
-    assert gpu.dispatches[0].threads == (workgroup.THREADS, 1, 1) and cpu.dispatches[0].threads == (1, 1, 1)
+    assert gpu.dispatches[0].threads == (targets.CUDA.tuning.linalg_threads, 1, 1) and cpu.dispatches[0].threads == (1, 1, 1)
     batch = [((40, 8, 8), "float32")]   # lavapipe: one thread per matrix, 32 to a workgroup
     lavapipe = library_kernels.build("linalg.cholesky", targets.LAVAPIPE, batch, batch, {})
-    assert "Barrier" not in lavapipe.source and lavapipe.dispatches[0].threads == (2 * workgroup.MATRICES, 1, 1)
+    assert "Barrier" not in lavapipe.source and lavapipe.dispatches[0].threads == (2 * targets.LAVAPIPE.tuning.linalg_matrices, 1, 1)
     big = [((64, 64), "float64")]   # 32 KiB: past the 16 KiB groupshared budget
     on_device = library_kernels.build("linalg.inv", targets.CUDA, big, big, {})
     assert "groupshared" not in on_device.source and "AllMemoryBarrierWithGroupSync" in on_device.source

@@ -6,18 +6,18 @@ Jacobi ``eigh`` and ``svd``, one thread per matrix.
 Each builder takes the node's concrete shapes and returns None, so that the
 node stays a host step (numpy's LAPACK), where:
 
-* a matrix is larger than ``workgroup.MAX_N`` (64): one workgroup per matrix
+* a matrix is larger than ``Tuning.linalg_max_n`` (64): one workgroup per matrix
   suits small matrices only, and no multi-workgroup (blocked) kernel is
   written;
 * on a target whose buffers are host memory that numpy computes in
   (``Target.host_blas``: the CPU device), a matrix is larger than
-  ``HOST_LAPACK_N`` (16): there the host step is LAPACK reading the piece's
+  ``Tuning.linalg_host_lapack_n`` (16): there the host step is LAPACK reading the piece's
   buffers in place, and one thread per matrix loses to it past tiny sizes
   (value_and_grad, 1 BLAS thread: solve 64 x 32 x 32 5.2 ms against 2.1 ms,
   one 64 x 64 0.60 against 0.49 ms; 256 x 8 x 8 0.94 against 1.17 ms, and
   Cholesky's 64 x 16 x 16 1.05 against 3.8 ms: docs/guide.md);
 * for ``eigh`` and ``svd``, whose Jacobi kernels run a matrix on one thread,
-  a matrix is larger than ``JACOBI_N`` (16; ``HOST_LAPACK_JACOBI_N``, 8, on
+  a matrix is larger than ``Tuning.linalg_jacobi_n`` (16; ``linalg_host_lapack_jacobi_n``, 8, on
   the CPU device): one thread's sweeps over a larger matrix lose to the
   host step (value_and_grad of eigvalsh on lavapipe, one 64 x 64: 39.7 ms
   against 1.3 ms; 16 x 16: 1.6 against 1.0 ms; on the CPU device 64 x 16 x 16:
@@ -35,19 +35,15 @@ import math
 from ...targets import Target
 from ..registry import Kernel, Spec, register
 from . import cholesky, eigh, lu, qr, svd, triangular
-from .workgroup import MAX_GROUPS, MAX_N
-
-
-HOST_LAPACK_N = 16
-JACOBI_N = 16
-HOST_LAPACK_JACOBI_N = 8
+from .workgroup import MAX_GROUPS
 
 
 def _fits(target: Target, batch: tuple[int, ...], n: int, jacobi: bool = False) -> bool:
+    tuning = target.tuning
     if jacobi:
-        limit = HOST_LAPACK_JACOBI_N if target.host_blas else JACOBI_N
+        limit = tuning.linalg_host_lapack_jacobi_n if target.host_blas else tuning.linalg_jacobi_n
     else:
-        limit = HOST_LAPACK_N if target.host_blas else MAX_N
+        limit = tuning.linalg_host_lapack_n if target.host_blas else tuning.linalg_max_n
     return n <= limit and math.prod(batch) <= MAX_GROUPS * MAX_GROUPS
 
 

@@ -23,14 +23,14 @@ import math
 
 from ...targets import Target
 from ..registry import Kernel
-from .workgroup import MATRICES, Form, Matrix, entry_point, kernel, literal, scalar
+from .workgroup import Form, Matrix, entry_point, kernel, literal, scalar
 
 SWEEPS = 30
 EPS = {"float32": 2.0 ** -23, "float64": 2.0 ** -52}
 
 
 def build(target: Target, batch: tuple[int, ...], n: int, dtype: str, lower: bool) -> Kernel:
-    f = Form(1, False, 1 if target.sequential else MATRICES)
+    f = Form(1, False, 1 if target.sequential else target.tuning.linalg_matrices)
     groups = math.prod(batch)
     a = Matrix("", n, n, False, "work", f"g * {n * n}")
     v = Matrix("", n, n, False, "v", f"g * {n * n}")

@@ -2,7 +2,7 @@
 it: ``linalg.solve``, ``linalg.inv``, ``linalg.det``, ``linalg.slogdet``.
 
 Step ``k`` of the factorisation (LAPACK's ``getf2``, unblocked: a matrix of at
-most ``workgroup.MAX_N`` rows gains nothing from blocking inside one
+most ``Tuning.linalg_max_n`` rows gains nothing from blocking inside one
 workgroup): every thread finds the same pivot row ``p`` (the first largest
 ``|a[i, k]|``, ``i >= k``), the threads swap rows ``k`` and ``p`` (of the
 right-hand sides too), scale the column below the pivot, and subtract its

@@ -18,11 +18,11 @@ import math
 from ...targets import Target
 from ..registry import Kernel
 from .eigh import EPS, SWEEPS
-from .workgroup import MATRICES, Form, entry_point, kernel, literal, scalar
+from .workgroup import Form, entry_point, kernel, literal, scalar
 
 
 def build(target: Target, batch: tuple[int, ...], m: int, n: int, dtype: str) -> Kernel:
-    f = Form(1, False, 1 if target.sequential else MATRICES)
+    f = Form(1, False, 1 if target.sequential else target.tuning.linalg_matrices)
     groups, rows, cols = math.prod(batch), max(m, n), min(m, n)
     wide = m < n
     ty, zero, one = scalar(dtype), literal(0.0, dtype), literal(1.0, dtype)

@@ -17,11 +17,14 @@ device memory (the output buffer itself, or a scratch buffer the launch
 allocates), with device-memory barriers.  On a sequential target they always
 stay in device memory: there is no faster memory to copy them to.
 
-Sizes: ``MAX_N`` is the largest matrix a workgroup takes.  One workgroup per
+Sizes: ``Tuning.linalg_max_n`` is the largest matrix a workgroup takes.  One workgroup per
 matrix leaves a GPU idle on one large matrix (a 512 x 512 LU would run its
 134M multiply-adds on one of the H100's 132 multiprocessors), and the
 blocked multi-workgroup kernels that would suit it are not written: above
-``MAX_N`` the op runs as a host step (``lowering.host_steps``).
+it the op runs as a host step (``lowering.host_steps``).  A workgroup's threads
+and matrices are ``Tuning.linalg_threads`` and ``linalg_matrices``; the
+groupshared budget (Vulkan's guaranteed minimum) and the workgroups along a
+dispatch axis are limits of the API, not choices.
 """
 from __future__ import annotations
 
@@ -34,9 +37,6 @@ from ...targets import Target
 from ..registry import Dispatch, Kernel
 
 SHARED_BYTES = 16384
-MAX_N = 64
-THREADS = 64          # a workgroup's threads on a concurrent target (two NVIDIA warps, eight lavapipe waves)
-MATRICES = 32         # matrices to a workgroup of one thread each (lavapipe: four of its 8-wide waves)
 MAX_GROUPS = 65535    # workgroups along one dispatch axis
 
 
@@ -95,7 +95,8 @@ def form(target: Target) -> Form:
     96 ms cooperative, measured)."""
     if target.sequential:
         return Form(1, False)
-    return Form(THREADS, True) if target.workgroup_reductions else Form(1, False, MATRICES)
+    tuning = target.tuning
+    return Form(tuning.linalg_threads, True) if target.workgroup_reductions else Form(1, False, tuning.linalg_matrices)
 
 
 def scalar(dtype: str) -> str:
