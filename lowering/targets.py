@@ -157,13 +157,12 @@ class Tuning:
     group_tile_k: int = 16
     group_thread_tile: tuple[int, int] = (4, 4)
     # -- split-K (lowering.kernels.split_k) --
-    # A product with fewer outputs than ``split_k_max_outputs`` over a contraction at
-    # least ``split_k_min_length`` long (an MLP's weight gradient: 512x10 outputs
-    # over 65536 rows) leaves most of a GPU idle at a workgroup per output tile:
-    # its contraction is cut into slices, each slice's partial products stored,
-    # then summed over the slices in a fixed order.  About ``split_k_target_workgroups``
-    # workgroups in all (an H100 has 132 SMs), slices at least ``split_k_min_slice`` long.
-    split_k_max_outputs: int = 1 << 16
+    # A product whose output tiles are too few for a GPU, over a contraction at least
+    # ``split_k_min_length`` long (an MLP's weight gradients: 512x10 outputs, 8 tiles,
+    # and 512x512, 64 tiles, over 65536 rows), has its contraction cut into slices,
+    # each slice's partial products stored, then summed over the slices in a fixed
+    # order: about ``split_k_target_workgroups`` workgroups in all (an H100 has 132
+    # SMs: two a multiprocessor), slices at least ``split_k_min_slice`` long.
     split_k_min_length: int = 4096
     split_k_target_workgroups: int = 264
     split_k_min_slice: int = 512
