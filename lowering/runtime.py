@@ -282,7 +282,8 @@ class Executable:
         (``lowering.buffer_plan``: all live at once during a call), and
         saved_bytes: what sharing buffers between versions with disjoint
         lifetimes saved against one buffer each.  Arguments' upload buffers
-        and small results' read-back buffer come on top."""
+        and small results' read-back buffer come on top (a result written over
+        an argument's upload, ``BufferPlan.upload_of``, adds nothing)."""
         return dict(self._stats)
 
     def kernels(self) -> dict[str, list[str]]:
@@ -324,18 +325,22 @@ class Executable:
             slots = [self.backend.new_buffer(n) for n in bplan.slot_bytes]
             buffers = {a: self.backend.new_buffer(n) for a, n in bplan.own_bytes.items()}
             buffers.update({a: slots[s] for a, s in bplan.slot_of.items()})
+            for version, argument in bplan.upload_of.items():  # a version written over an upload
+                c = g.containers[g.node(argument).container]
+                buffers[version] = buffers[argument] = _new_buffer(self.backend, c.dtype, math.prod(c.shape))
             enc = dev.create_command_encoder()
             for buffer in {id(b): b for b in buffers.values()}.values():
                 enc.clear_buffer(buffer)  # versions nobody writes read as zeros
             if module.checks:  # the kernels guard data-dependent indices (lowering.bounds_check)
                 buffers[FLAG] = _new_buffer(self.backend, "int32", FLAG_WORDS)
             dev.submit_command_buffer(enc.finish())
-            self._stats["buffers_allocated"] += len(slots) + len(bplan.own_bytes) + (FLAG in buffers)
+            self._stats["buffers_allocated"] += len(slots) + len(bplan.own_bytes) + len(bplan.upload_of) + (FLAG in buffers)
             self._stats["compiles"] += cache.stats["compiles"] - before
             self._stats["compile_time"] += time.perf_counter() - start
             handed = {a for a in latest.values() if a in buffers}  # bound per call: handed over (_hand_over)
+            per_call = handed | set(bplan.upload_of.values())  # and arguments: a caller's device array
             inst = self._instances[key] = _Instance(p, module, kernels, buffers, shapes, latest,
-                                                    self._dispatches(module, kernels, buffers, handed), bplan,
+                                                    self._dispatches(module, kernels, buffers, per_call), bplan,
                                                     launches, key=key, level=level,
                                                     compile_seconds=cache.compile_seconds(self.device, module.source, level))
             memory.hold(self, key, inst.held_bytes, self.device)  # may release older bindings past the limit
@@ -512,14 +517,18 @@ class Executable:
 
     def _replace_handed(self, inst: _Instance) -> list[spy.Buffer]:
         """Bind a spare buffer (one a caller has dropped, else a new one) to
-        every version handed over by an earlier call; returns those this call
-        must clear first (versions that not every call fills or overwrites)."""
+        every version handed over by an earlier call, and to the argument whose
+        upload buffer it was written into (``BufferPlan.upload_of``); returns
+        those this call must clear first (versions that not every call fills
+        or overwrites)."""
         to_clear = []
         for access in inst.handed:
             spare = self._spare(inst.buffers[access].size)
             if access not in inst.plan.overwritten and access not in inst.plan.fills:
                 to_clear.append(spare)
             inst.buffers[access] = spare
+            if access in inst.buffer_plan.upload_of:
+                inst.buffers[inst.buffer_plan.upload_of[access]] = spare
         inst.handed.clear()
         return to_clear
 
@@ -534,15 +543,16 @@ class Executable:
         return bound
 
     def _dispatches(self, module: Module, kernels: dict[str, spy.ComputeKernel],
-                    buffers: dict[str, spy.Buffer], handed: set[str]) -> dict[str, _Dispatch]:
+                    buffers: dict[str, spy.Buffer], per_call: set[str]) -> dict[str, _Dispatch]:
         """Each kernel's launch, its buffers bound once, but for arguments and
-        the ``handed`` result versions, which are bound per call."""
+        the ``per_call`` versions (results handed over, arguments' upload
+        buffers a version shares), which are bound per call."""
         if self.backend.target().sequential:  # one entry point runs the whole program there
             launches = {PROGRAM: (kernels[PROGRAM], [1, 1, 1], module.buffers, {})}
         else:
             launches = {e.name: (kernels[f"{e.function}_main"], e.thread_count, e.buffers, e.constants)
                         for e in module.kernels if e.threads}
-        fixed = set(buffers) - handed
+        fixed = set(buffers) - per_call
         return {name: _Dispatch(kernel, thread_count,
                                 {**{n: buffers[a] for n, a in names.items() if a in fixed}, **constants},
                                 {n: a for n, a in names.items() if a not in fixed})
@@ -637,6 +647,8 @@ class Executable:
             self._stats["calls"] += 1
             inst = self._instance({**self.sizes, **(sizes or {})})
             g = inst.plan.graph
+            for buffer in self._replace_handed(inst):  # a call's result may hold an upload buffer
+                enc.clear_buffer(buffer)
             bindings, _ = self._bind_arguments(
                 inst, inputs, lambda buffer, host: enc.upload_buffer_data(buffer, 0, host.reshape(-1)))
             results = {}
