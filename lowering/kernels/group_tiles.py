@@ -42,7 +42,7 @@ from ..matmul import MatmulShape, Tiling
 from ..plan_types import Kernel, Step
 from ..printer import SlangPrinter
 from ..threads import Threads
-from ..workgroups import ALONG_THE_LOOP, WORKGROUP
+from ..workgroups import Layout
 from . import thread_loop
 from .register_tiles import RegisterTiles
 from .writer import KernelShape, KernelWriter, identifier, tasklet_comment
@@ -159,8 +159,9 @@ class GroupTiles(RegisterTiles):
         self.take_threads(w, gt)
         for line in w.mapping.open("global_thread"):
             w.emit(line, 1)
-        w.emit(f"int group_thread = global_thread % {WORKGROUP};", 1)
-        w.emit(f"int lin = global_thread / {WORKGROUP};  // this workgroup's tile", 1)
+        group = w.layout.size
+        w.emit(f"int group_thread = global_thread % {group};", 1)
+        w.emit(f"int lin = global_thread / {group};  // this workgroup's tile", 1)
         strides = [1] * len(gt.grid)
         for a in range(len(gt.grid) - 2, -1, -1):
             strides[a] = strides[a + 1] * gt.grid[a + 1]
@@ -176,10 +177,10 @@ class GroupTiles(RegisterTiles):
     @staticmethod
     def take_threads(w: KernelWriter, gt: GroupTiling) -> None:
         """The kernel's points become its workgroup tiles, a workgroup each
-        (``ALONG_THE_LOOP``: dispatched as ``WORKGROUP`` threads a tile); its
+        (along the loop: dispatched as ``Tuning.group_size`` threads a tile); its
         other steps' loops run in each output's own thread (``thread_loop``)."""
-        w.tiling, w.threads, w.layout = gt, gt.threads, ALONG_THE_LOOP
-        w.mapping = Threads.for_device(ALONG_THE_LOOP.threads(gt.threads), w.target)
+        w.tiling, w.threads, w.layout = gt, gt.threads, Layout(1, w.target.tuning.group_size)
+        w.mapping = Threads.for_device(w.layout.threads(gt.threads), w.target)
         w.forms = replace(w.forms, loop=thread_loop.FORM)
 
     def accumulate(self, w: KernelWriter, gt: GroupTiling) -> None:
@@ -235,9 +236,10 @@ class GroupTiles(RegisterTiles):
         elements = n * gt.k_tile
         k_fastest = gt.shape.k in sympy.sympify(read.memlet.index[-1]).free_symbols
         w.emit(f"// {read.connector}: its {n}x{gt.k_tile} tile into groupshared memory", 2)
-        w.emit(f"[ForceUnroll] for (int mm_l = 0; mm_l < {-(-elements // WORKGROUP)}; mm_l++)", 2)
+        group = w.layout.size
+        w.emit(f"[ForceUnroll] for (int mm_l = 0; mm_l < {-(-elements // group)}; mm_l++)", 2)
         w.emit("{", 2)
-        w.emit(f"int mm_e = min(group_thread + mm_l * {WORKGROUP}, {elements - 1});  // a last partial "
+        w.emit(f"int mm_e = min(group_thread + mm_l * {group}, {elements - 1});  // a last partial "
                "round copies its last element again", 3)
         if k_fastest:
             w.emit(f"int mm_kk = mm_e % {gt.k_tile}, mm_at = mm_e / {gt.k_tile};", 3)
