@@ -334,7 +334,8 @@ class Executable:
             if module.checks:  # the kernels guard data-dependent indices (lowering.bounds_check)
                 buffers[FLAG] = _new_buffer(self.backend, "int32", FLAG_WORDS)
             dev.submit_command_buffer(enc.finish())
-            self._stats["buffers_allocated"] += len(slots) + len(bplan.own_bytes) + len(bplan.upload_of) + (FLAG in buffers)
+            self._stats["buffers_allocated"] += (len(slots) + len(bplan.own_bytes) + len(bplan.upload_of)
+                                                 + (FLAG in buffers))
             self._stats["compiles"] += cache.stats["compiles"] - before
             self._stats["compile_time"] += time.perf_counter() - start
             handed = {a for a in latest.values() if a in buffers}  # bound per call: handed over (_hand_over)
