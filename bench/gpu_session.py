@@ -218,22 +218,28 @@ def row_summary(row: dict[str, Any]) -> dict[str, Any]:
     return cells
 
 
+def json_run(cmd: list[str], path: Path, log: Path, deadline: Deadline, runs: list) -> dict[str, Any] | None:
+    """``cmd --json path`` (its run added to ``runs``) and the JSON it wrote;
+    None if too little time is left to start it or it wrote none."""
+    if deadline.remaining() <= MIN_CHUNK_S:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runs.append(run_command([*cmd, "--json", str(path)], log, deadline))
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def bench_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
     from .gpu import geomean
     from .gpu_products import PRECISION_NOTE
 
     rows, runs, missing = [], [], []
     for name, cmd in bench_jobs(s):
-        if deadline.remaining() <= MIN_CHUNK_S:
+        results = json_run(cmd, s.out / "bench" / f"{name}.json", s.out / "logs" / f"bench-{name}.log", deadline,
+                           runs)
+        if results is None:
             missing.append(name)
-            continue
-        path = s.out / "bench" / f"{name}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        runs.append(run_command([*cmd, "--json", str(path)], s.out / "logs" / f"bench-{name}.log", deadline))
-        if path.exists():
-            rows += [row_summary(r) for r in json.loads(path.read_text())["rows"]]
         else:
-            missing.append(name)
+            rows += [row_summary(r) for r in results["rows"]]
     memory_bound = [r["x_jax"] for r in rows if "x_jax" in r and "precision" not in r]
     wrong = [r["workload"] for r in rows if r["symdiff"] != "ok"]
     status = "out of time" if missing and deadline.remaining() <= MIN_CHUNK_S else \
@@ -277,21 +283,16 @@ def sweep_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
     software = s.device == "vulkan" and _software_vulkan()
     rows, runs, missing = [], [], []
     for n, variant in enumerate(variants):
-        if deadline.remaining() <= MIN_CHUNK_S:
-            missing.append(variant)
-            continue
-        path = s.out / "sweep" / f"variant-{n}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [s.python, "-m", "bench.gpu_products", "--device", s.device, "--scale", f"{s.scale:g}",
                "--budget", f"{s.measure_budget:g}", "--peers", "jax", "--tuning", json.dumps(variant),
-               *[a for w in names for a in ("--workload", w)], *(["--gpu-form"] if software else []),
-               "--json", str(path)]
-        runs.append(run_command(cmd, s.out / "logs" / f"sweep-{n}.log", deadline))
-        if not path.exists():
+               *[a for w in names for a in ("--workload", w)], *(["--gpu-form"] if software else [])]
+        results = json_run(cmd, s.out / "sweep" / f"variant-{n}.json", s.out / "logs" / f"sweep-{n}.log", deadline,
+                           runs)
+        if results is None:
             missing.append(variant)
             continue
         row: dict[str, Any] = {"variant": variant}
-        for r in json.loads(path.read_text())["rows"]:
+        for r in results["rows"]:
             row[f"{r['workload']}_ms"] = r["symdiff"].get("ms")
             row[f"{r['workload']}_status"] = r["symdiff"].get("status")
         rows.append(row)

@@ -208,15 +208,13 @@ class GroupTiles(RegisterTiles):
         w.emit(f"[ForceUnroll] for (int mm_kk = 0; mm_kk < {gt.k_tile}; mm_kk++)", 2)
         w.emit("{", 2)
         regs = {}
-        for axis, read, count, place in ((gt.outer, outer_read, tm, "mm_ty + mm_u"),
-                                         (gt.inner, inner_read, tn, "mm_tx + mm_v")):
+        for axis, read, count, var, thread in ((gt.outer, outer_read, tm, "mm_u", "mm_ty"),
+                                               (gt.inner, inner_read, tn, "mm_v", "mm_tx")):
+            # the thread's outputs along an axis lie threads_along apart (``point``)
             regs[axis] = f"{p}_{identifier(read.connector)}"
-            step_along = gt.threads_along(axis)
-            index = place.replace(" + mm_", f" + {step_along} * mm_")
-            var = "mm_u" if axis == gt.outer else "mm_v"
             w.emit(f"{w.operand_type(read)} {regs[axis]}[{count}];", 3)
-            w.emit(f"[ForceUnroll] for (int {var} = 0; {var} < {count}; {var}++) "
-                   f"{regs[axis]}[{var}] = {tiles[axis]}[mm_kk][{index}];", 3)
+            w.emit(f"[ForceUnroll] for (int {var} = 0; {var} < {count}; {var}++) {regs[axis]}[{var}] = "
+                   f"{tiles[axis]}[mm_kk][{thread} + {gt.threads_along(axis)} * {var}];", 3)
         w.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {tm}; mm_u++) [ForceUnroll] for (int mm_v = 0; "
                f"mm_v < {tn}; mm_v++) {p}_acc[mm_u][mm_v] += {regs[gt.outer]}[mm_u] * {regs[gt.inner]}[mm_v];", 3)
         w.emit("}", 2)
