@@ -15,9 +15,10 @@ budget (``--budget STAGE=SECONDS`` overrides one):
 2. ``fuzz``: a 200-program differential fuzz campaign on the device
    (``python -m tests.fuzz``) in chunks of consecutive seeds, so running out of
    time loses one chunk, not the campaign; ``OUTDIR/fuzz/``.
-3. ``bench``: ``bench.gpu_products`` (MLP and gemm, fp32 with TFLOP/s: symdiff
-   has no TF32 setting, so no TF32 rows; the JSON says so) then every
-   memory-bound row of ``bench.gpu``, one process per row; ``OUTDIR/bench/``.
+3. ``bench``: ``bench.gpu_products`` (MLP and gemm, fp32 with TFLOP/s:
+   symdiff's ``matmul_precision="tf32"`` has no tensor-core form yet, so no
+   TF32 rows; the JSON says so) then every memory-bound row of ``bench.gpu``,
+   one process per row; ``OUTDIR/bench/``.
 4. ``sweep``: product variants (``SWEEP_VARIANTS``: group tile shapes, k
    tiles, split-K targets), each ``bench.gpu_products`` in its own process
    with the device's ``lowering.targets.Tuning`` overridden (``--tuning``),
@@ -249,7 +250,7 @@ def bench_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
             "geomean_x_jax_memory_bound": gm, "tf32": PRECISION_NOTE,
             "detail": f"{len(rows)} rows, memory-bound x JAX geomean "
                       f"{'-' if gm is None else format(gm, '.2f')} over {len(memory_bound)}; "
-                      f"not ok: {wrong or 'none'}; missing: {missing or 'none'}; no TF32 rows (no setting)"}
+                      f"not ok: {wrong or 'none'}; missing: {missing or 'none'}; no TF32 rows (no tensor-core form)"}
 
 
 # -- stage 4: sweep -----------------------------------------------------------------------
