@@ -29,8 +29,6 @@ SMALL = dict(group_tile=(32, 16), group_thread_tile=(2, 1), group_tile_k=4,
              split_k_min_length=512, split_k_min_slice=64, split_k_target_workgroups=16)
 OTHER = dict(group_tile=(16, 16), group_thread_tile=(1, 1), group_tile_k=8)
 
-pytestmark = pytest.mark.vulkan
-
 
 def gpu_form(monkeypatch, **tuning) -> None:
     """lavapipe in the GPU form (its own target keeps thread-per-output products), with ``tuning``."""
@@ -64,6 +62,7 @@ def products(xp, x, y, z, u, v):
     return xp.sum(xp.tanh(x @ y) * z) + xp.sum(xp.tanh(u @ v))
 
 
+@pytest.mark.vulkan
 def test_every_product_form_matches_jax_float64(monkeypatch):
     gpu_form(monkeypatch, **SMALL)
 
@@ -77,6 +76,7 @@ def test_every_product_form_matches_jax_float64(monkeypatch):
     close_to_jax(lambda *a: products(jnp, *a), args, value, grads, "xyzuv")
 
 
+@pytest.mark.vulkan
 def test_the_tile_shape_changes_no_bit(monkeypatch):
     """Each output sums its k's in order in whichever tile: the same bits."""
     def make():
@@ -102,6 +102,7 @@ def mlp(xp, x, w1, w2):
     return xp.sum(xp.sin(xp.tanh(x @ w1) @ w2))
 
 
+@pytest.mark.vulkan
 def test_split_k_weight_gradients_match_jax_and_repeat_bit_for_bit(monkeypatch):
     gpu_form(monkeypatch, **SMALL)
 
