@@ -171,22 +171,34 @@ def into_uploads(p: Plan, own: dict[str, int], results: set[str]) -> dict[str, s
     """Versions of ``own`` (access -> bytes: those with buffers of their own)
     to write into an argument's upload buffer instead, at most one an
     argument: one of the argument's size written after the kernels are done
-    reading the argument (``_written_after_reads``).  An argument that is a
-    result (``results``: returned unchanged) is read after the call: it is
-    never written over."""
+    reading the argument (``_written_after_reads``).  Matched so that as many
+    as possible find an upload (augmenting paths): in ``x * w``-shaped chains
+    the gradient of ``x`` is written before the last read of ``x`` but after
+    the last read of ``w``, and the gradient of ``w`` the other way round.
+    An argument that is a result (``results``: returned unchanged) is read
+    after the call: it is never written over."""
     g = p.graph
-    out: dict[str, str] = {}
+    fits: dict[str, list[str]] = {}
     for argument in sorted(p.stored - results):
         node = g.node(argument)
         c = g.containers[node.container]
-        if c.role != "argument" or node.version != 0:
-            continue
-        size = buffer_bytes(c.dtype, int(math.prod(c.shape)))
-        version = next((v for v in sorted(own) if v not in out and own[v] == size
-                        and _written_after_reads(p, argument, v)), None)
-        if version is not None:
-            out[version] = argument
-    return out
+        if c.role == "argument" and node.version == 0:
+            size = buffer_bytes(c.dtype, int(math.prod(c.shape)))
+            fits[argument] = [v for v in sorted(own) if own[v] == size and _written_after_reads(p, argument, v)]
+    holder: dict[str, str] = {}  # version -> argument
+
+    def place(argument: str, tried: set[str]) -> bool:
+        for version in fits[argument]:
+            if version not in tried:
+                tried.add(version)
+                if version not in holder or place(holder[version], tried):
+                    holder[version] = argument
+                    return True
+        return False
+
+    for argument in fits:
+        place(argument, set())
+    return holder
 
 
 def _written_after_reads(p: Plan, argument: str, version: str) -> bool:
