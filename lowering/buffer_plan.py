@@ -209,9 +209,11 @@ def _written_after_reads(p: Plan, argument: str, version: str) -> bool:
     writer's own point, at the element it writes, and no later in the point's
     steps than the writer (a tasklet reads before it stores).  Each point's
     steps run in order in one thread in a kernel without loops (the point
-    form) and in a row kernel's loop group (``lowering.kernels.rows``); the
-    write's index is injective, so no other point reads or writes that
-    element."""
+    form) and in a row kernel's loop group (``lowering.kernels.rows``), where
+    the thread owning the row runs its groups one after the other: a read in
+    an earlier group of the row, at the element the writer stores at the
+    same loop point, is done before the writer's group starts.  The write's
+    index is injective, so no other point reads or writes that element."""
     if (version not in p.overwritten or version in p.fills or version in p.storage
             or version in p.storage.values()):
         return False
@@ -232,14 +234,13 @@ def _written_after_reads(p: Plan, argument: str, version: str) -> bool:
         return True
     if any(k > at or fin for k, _, _, fin in late):
         return False
-    if isinstance(kernel, RowKernel):
-        steps = next(group.steps for group in kernel.groups if any(s is writer for s in group.steps))
+    if isinstance(kernel, RowKernel):  # (loop group, step in it)
+        order = {id(s): (n, m) for n, group in enumerate(kernel.groups) for m, s in enumerate(group.steps)}
     elif type(kernel) is Kernel and not any(s.loop for s in kernel.steps):
-        steps = kernel.steps
+        order = {id(s): (0, m) for m, s in enumerate(kernel.steps)}
     else:
         return False  # tiles, lanes or a host product: no point order to rely on
-    position = {id(s): n for n, s in enumerate(steps)}
-    if not all(id(step) in position and position[id(step)] <= position[id(writer)]
+    if not all(id(step) in order and order[id(step)] <= order[id(writer)]
                and _same_element(writer, write.memlet.index, step, r.memlet.index) for _, step, r, _ in late):
         return False
     index, axes = _at_point(writer, write.memlet.index)
