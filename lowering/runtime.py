@@ -714,7 +714,8 @@ class Executable:
             if isinstance(d, HostProduct):
                 if pending:  # consecutive host products wait for the launches before them once
                     enc, pending = self._finished(enc), False
-                self._kept(inst, len(launches), (position,), [bindings[a] for a in d.accesses],
+                # keyed by the product too: a cut launch list (bench.profile) puts others at its position
+                self._kept(inst, len(launches), (position, id(d)), [bindings[a] for a in d.accesses],
                            lambda: self._host_run(d, bindings))()
                 continue
             pending = True
