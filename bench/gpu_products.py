@@ -2,12 +2,14 @@
 65536x512 -> 512 -> 10 and a 4096^3 gemm, as ``bench.gpu`` rows (symdiff's
 value_and_grad against JAX ``jit`` and PyTorch on the same device) with TFLOP/s.
 
-Precision: symdiff computes products in exact float32 and has no TF32 setting
-(no ``matmul_precision`` anywhere in ``symdiff``/``lowering``), so these rows are
-fp32 only, and the peers are held to fp32 too: JAX's default float32 matmul on
-an H100 is TF32 (``../shared/notes/gpu.md``), so this module sets
+Precision: symdiff's ``matmul_precision="tf32"`` (``lowering.kernels.precision``)
+exists but no kernel form uses tensor cores yet, so symdiff's products are exact
+float32 and these rows are fp32 only, the peers held to fp32 too: JAX's default
+float32 matmul on an H100 is TF32 (``../shared/notes/gpu.md``), so this module sets
 ``jax_default_matmul_precision="highest"`` and turns torch's TF32 off.  Run it
 in its own process (``bench.gpu_session`` does): both settings are global.
+``--tuning JSON`` overrides the device's ``Tuning`` fields for one variant of
+``bench.gpu_session``'s sweep.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from symdiff.lowering import targets
 from . import gpu, report
 from .workloads import fan_in, mlp_softmax_xent, normal, one_hot
 
-PRECISION_NOTE = "fp32 only: symdiff has no TF32 setting (no matmul_precision option), peers held to fp32"
+PRECISION_NOTE = ("fp32 only: symdiff's matmul_precision=\"tf32\" has no tensor-core form yet (exact fp32), "
+                  "peers held to fp32")
 
 
 def gemm_loss(xp, a, b, c):

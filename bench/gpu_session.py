@@ -15,9 +15,10 @@ budget (``--budget STAGE=SECONDS`` overrides one):
 2. ``fuzz``: a 200-program differential fuzz campaign on the device
    (``python -m tests.fuzz``) in chunks of consecutive seeds, so running out of
    time loses one chunk, not the campaign; ``OUTDIR/fuzz/``.
-3. ``bench``: ``bench.gpu_products`` (MLP and gemm, fp32 with TFLOP/s: symdiff
-   has no TF32 setting, so no TF32 rows; the JSON says so) then every
-   memory-bound row of ``bench.gpu``, one process per row; ``OUTDIR/bench/``.
+3. ``bench``: ``bench.gpu_products`` (MLP and gemm, fp32 with TFLOP/s:
+   symdiff's ``matmul_precision="tf32"`` has no tensor-core form yet, so no
+   TF32 rows; the JSON says so) then every memory-bound row of ``bench.gpu``,
+   one process per row; ``OUTDIR/bench/``.
 4. ``sweep``: product variants (``SWEEP_VARIANTS``: group tile shapes, k
    tiles, split-K targets), each ``bench.gpu_products`` in its own process
    with the device's ``lowering.targets.Tuning`` overridden (``--tuning``),
@@ -218,22 +219,28 @@ def row_summary(row: dict[str, Any]) -> dict[str, Any]:
     return cells
 
 
+def json_run(cmd: list[str], path: Path, log: Path, deadline: Deadline, runs: list) -> dict[str, Any] | None:
+    """``cmd --json path`` (its run added to ``runs``) and the JSON it wrote;
+    None if too little time is left to start it or it wrote none."""
+    if deadline.remaining() <= MIN_CHUNK_S:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runs.append(run_command([*cmd, "--json", str(path)], log, deadline))
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def bench_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
     from .gpu import geomean
     from .gpu_products import PRECISION_NOTE
 
     rows, runs, missing = [], [], []
     for name, cmd in bench_jobs(s):
-        if deadline.remaining() <= MIN_CHUNK_S:
+        results = json_run(cmd, s.out / "bench" / f"{name}.json", s.out / "logs" / f"bench-{name}.log", deadline,
+                           runs)
+        if results is None:
             missing.append(name)
-            continue
-        path = s.out / "bench" / f"{name}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        runs.append(run_command([*cmd, "--json", str(path)], s.out / "logs" / f"bench-{name}.log", deadline))
-        if path.exists():
-            rows += [row_summary(r) for r in json.loads(path.read_text())["rows"]]
         else:
-            missing.append(name)
+            rows += [row_summary(r) for r in results["rows"]]
     memory_bound = [r["x_jax"] for r in rows if "x_jax" in r and "precision" not in r]
     wrong = [r["workload"] for r in rows if r["symdiff"] != "ok"]
     status = "out of time" if missing and deadline.remaining() <= MIN_CHUNK_S else \
@@ -243,21 +250,24 @@ def bench_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
             "geomean_x_jax_memory_bound": gm, "tf32": PRECISION_NOTE,
             "detail": f"{len(rows)} rows, memory-bound x JAX geomean "
                       f"{'-' if gm is None else format(gm, '.2f')} over {len(memory_bound)}; "
-                      f"not ok: {wrong or 'none'}; missing: {missing or 'none'}; no TF32 rows (no setting)"}
+                      f"not ok: {wrong or 'none'}; missing: {missing or 'none'}; no TF32 rows (no tensor-core form)"}
 
 
 # -- stage 4: sweep -----------------------------------------------------------------------
 
-# Tuning overrides per variant, in the order they run (the first is the target's
-# own numbers, the baseline); lowering.targets.Tuning says what each field does.
+# Tuning overrides per variant, in the order they run, the likeliest gains first (a
+# stage out of time loses the last); the first is the target's own numbers, the
+# baseline.  lowering.targets.Tuning says what each field does.
 SWEEP_VARIANTS: list[dict[str, Any]] = [
     {},
     {"group_tile": [128, 64], "group_thread_tile": [8, 4]},     # 32 sums a thread
     {"group_tile": [128, 128], "group_thread_tile": [8, 8]},    # 64 sums a thread, 16 KiB of tiles
+    {"group_narrow_tile": [128, 32], "group_narrow_thread_tile": [8, 2]},  # the MLP's 10-wide products
+    {"split_k_target_workgroups": 132},                         # split-K: one workgroup an H100 SM
     {"group_tile_k": 32},                                       # half the barriers
     {"group_tile": [32, 32], "group_thread_tile": [2, 2]},      # 4 sums a thread, many workgroups
-    {"split_k_target_workgroups": 132},                         # split-K: one workgroup an H100 SM
     {"split_k_target_workgroups": 528},                         # four
+    {"group_narrow": 0},                                        # no narrow tiles
     {"split_k_min_length": 1 << 30},                            # no split-K
 ]
 QUICK_SWEEP = 2                       # variants a --quick session runs
@@ -277,21 +287,16 @@ def sweep_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
     software = s.device == "vulkan" and _software_vulkan()
     rows, runs, missing = [], [], []
     for n, variant in enumerate(variants):
-        if deadline.remaining() <= MIN_CHUNK_S:
-            missing.append(variant)
-            continue
-        path = s.out / "sweep" / f"variant-{n}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [s.python, "-m", "bench.gpu_products", "--device", s.device, "--scale", f"{s.scale:g}",
                "--budget", f"{s.measure_budget:g}", "--peers", "jax", "--tuning", json.dumps(variant),
-               *[a for w in names for a in ("--workload", w)], *(["--gpu-form"] if software else []),
-               "--json", str(path)]
-        runs.append(run_command(cmd, s.out / "logs" / f"sweep-{n}.log", deadline))
-        if not path.exists():
+               *[a for w in names for a in ("--workload", w)], *(["--gpu-form"] if software else [])]
+        results = json_run(cmd, s.out / "sweep" / f"variant-{n}.json", s.out / "logs" / f"sweep-{n}.log", deadline,
+                           runs)
+        if results is None:
             missing.append(variant)
             continue
         row: dict[str, Any] = {"variant": variant}
-        for r in json.loads(path.read_text())["rows"]:
+        for r in results["rows"]:
             row[f"{r['workload']}_ms"] = r["symdiff"].get("ms")
             row[f"{r['workload']}_status"] = r["symdiff"].get("status")
         rows.append(row)
