@@ -35,8 +35,9 @@ their own are placed there (results, mostly gradients: the caller takes the
 buffer with the result, and the next call uploads into a spare), and only
 where every read of the argument is provably done with each element before
 the version's write lands on it (``_written_after_reads``), on a sequential
-target: its kernels are C++ (g++ assumes two ``float*`` may alias), while
-SPIR-V may assume two storage-buffer bindings never alias.
+target: its kernels are C++, where two ``float*`` parameters may point to
+the same memory (g++ must allow for it), while a SPIR-V compiler may assume
+that two storage-buffer bindings never alias.
 """
 from __future__ import annotations
 
