@@ -36,6 +36,8 @@ class Problem:
     sizes: dict[str, int]
     target: Target | None
     model: CostModel
+    # the element sets ``in_place.share_versions`` enumerated, for the runs after (their steps are mostly the same)
+    elements: dict = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

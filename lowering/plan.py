@@ -329,7 +329,7 @@ def _finish_in_last_workgroup(planning: Planning) -> None:
 
 
 def _share_versions(planning: Planning) -> None:
-    planning.plan = share_versions(planning.plan, planning.problem.target)
+    planning.plan = share_versions(planning.plan, planning.problem.target, planning.problem.elements)
 
 
 def _write_modes(planning: Planning) -> None:
