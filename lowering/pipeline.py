@@ -14,8 +14,8 @@ passes before the first one reading a field two choices differ in give both
 the same state.  ``Pipeline`` runs them once: it keeps the state before each
 pass that reads the choice (a fork of the graph), and a trial starts from the
 latest kept state its choice agrees with, running only the passes after it
-(the first five of the list, a fifth of a run, are run once per plan instead
-of once per trial).
+(the first five of the list, a tenth of a run over the bench workloads, run
+once per plan instead of once per trial).
 """
 from __future__ import annotations
 
