@@ -173,7 +173,7 @@ class DifferentiableProgram:
         graph = self.graph if forward_only else self.backward_graph(wrt)
         exe = self._executable(graph, device)
         if lowering.backends.of(exe.device).interprets:
-            raise ProgramError("device 'numpy' runs the IR interpreter and generates no Slang; "
+            raise ProgramError(f"device {exe.device!r} runs the IR interpreter and generates no Slang; "
                                "pass device='cpu' or 'vulkan'")
         if exe.source is None:
             raise ProgramError(f"{self.name}'s shapes use size symbols, which are bound (and the Slang "
@@ -338,9 +338,9 @@ class DifferentiableProgram:
         of those choices)."""
         if budget is None:
             return self._backward_graph(specs, wrt, accumulate), None
-        kind = lowering.devices.resolve(requested_device(device or self.device))
+        kind = lowering.backends.resolve(requested_device(device or self.device))
         if lowering.backends.of(kind).interprets:
-            raise ProgramError("memory_budget plans the buffers of the Slang devices; the numpy device "
+            raise ProgramError(f"memory_budget plans the buffers of the Slang devices; the {kind} device "
                                "interprets the graph without them: pass device='cpu' (or a GPU device)")
         sizes = ir.bind_sizes(forward, inputs)
         key = (specs, wrt, tuple(sorted((accumulate or {}).items())), kind, tuple(sorted(sizes.items())), budget)

@@ -167,14 +167,13 @@ def gpu_form():
     """Every device's target with a GPU's performance choices, for the duration;
     and workgroups for loops and point counts as small as the generator's
     (a GPU takes them from 64 elements and 2048 points: lowering.workgroups)."""
-    from symdiff.lowering import devices, workgroups
-    own, thresholds = devices.target, (workgroups.MIN_LOOP, workgroups.FEW_POINTS)
-    devices.target = lambda kind: replace(own(kind), workgroup_reductions=True, recompute_transcendentals=True)
+    from symdiff.lowering import backends, workgroups
+    thresholds = workgroups.MIN_LOOP, workgroups.FEW_POINTS
     workgroups.MIN_LOOP, workgroups.FEW_POINTS = 2, 4
     try:
-        yield
+        with backends.targets_changed(lambda t: replace(t, workgroup_reductions=True, recompute_transcendentals=True)):
+            yield
     finally:
-        devices.target = own
         workgroups.MIN_LOOP, workgroups.FEW_POINTS = thresholds
 
 

@@ -6,7 +6,7 @@ import numpy as np
 
 import symdiff as sd
 from symdiff.ir.op_cost import Op
-from symdiff.lowering import targets
+from symdiff.lowering import backends, targets
 from symdiff.lowering.cost_model import CostModel
 from symdiff.lowering.plan import plan
 
@@ -14,13 +14,13 @@ from symdiff.lowering.plan import plan
 def test_each_targets_model():
     assert CostModel.of(None) == CostModel()  # a plan for every target: no calls recomputed, no trial
     assert CostModel.of(None).trial_ops is None and not CostModel.of(None).recompute_calls
-    assert CostModel.of(targets.CUDA).recompute_calls and CostModel.of(targets.CUDA).trial_ops is None
-    assert CostModel.of(targets.CPU).trial_ops is Op.ARITHMETIC  # its vectorised loop pays for a call again
-    assert CostModel.of(targets.LAVAPIPE).trial_ops is Op.CALL
+    assert CostModel.of(backends.cuda.TARGET).recompute_calls and CostModel.of(backends.cuda.TARGET).trial_ops is None
+    assert CostModel.of(backends.cpu.TARGET).trial_ops is Op.ARITHMETIC  # its vectorised loop pays for a call again
+    assert CostModel.of(backends.vulkan.LAVAPIPE).trial_ops is Op.CALL
     small = dataclasses.replace(targets.TUNING, trial_min_elements=10)
-    cpu = CostModel.of(dataclasses.replace(targets.CPU, tuning=small))
+    cpu = CostModel.of(dataclasses.replace(backends.cpu.TARGET, tuning=small))
     assert cpu.trial_pays([10]) and not cpu.trial_pays([9])
-    assert CostModel.of(targets.LAVAPIPE).trial_pays([1])  # lavapipe's trial has no size floor
+    assert CostModel.of(backends.vulkan.LAVAPIPE).trial_pays([1])  # lavapipe's trial has no size floor
 
 
 def _softplus_logsumexp(x: sd.f32[64, 128]):
@@ -32,8 +32,8 @@ def test_recompute_ops_decides_what_a_gpu_recomputes():
     """On a GPU target values of up to ``recompute_ops`` operations are recomputed where
     they are read: at 0, ``exp(x)`` and the reverse pass's terms are stored instead."""
     graph = sd.differentiable_program(_softplus_logsumexp).backward_graph(wrt=["x"])
-    default = plan(graph, {}, targets.CUDA)
-    none = plan(graph, {}, dataclasses.replace(targets.CUDA,
+    default = plan(graph, {}, backends.cuda.TARGET)
+    none = plan(graph, {}, dataclasses.replace(backends.cuda.TARGET,
                                                tuning=dataclasses.replace(targets.TUNING, recompute_ops=0)))
     assert CostModel.stored_elements(default) < CostModel.stored_elements(none)
-    assert CostModel.of(targets.CUDA).stores_less(default, none)
+    assert CostModel.of(backends.cuda.TARGET).stores_less(default, none)
