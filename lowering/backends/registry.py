@@ -21,6 +21,9 @@ def register(backend: Backend) -> Backend:
     ``targets.of``); returns it.  Registering a name again replaces it."""
     if not backend.name:
         raise ValueError(f"{type(backend).__name__} has no device name")
+    if backend.TARGET is not None and backend.TARGET.name != backend.name:
+        raise ValueError(f"backend {backend.name!r} states a target named {backend.TARGET.name!r}: "
+                         f"give its Target the backend's name")
     _BACKENDS[backend.name] = backend
     if backend.TARGET is not None:
         targets.register(backend.TARGET)
