@@ -117,3 +117,72 @@ def test_layer_norm_recomputes_values_built_on_row_statistics(device):
     p = plan(graph, {}, lowering.backends.of(device).target())
     full = {a for a in p.buffers if p.graph.containers[p.graph.node(a).container].shape == (64, 256)}
     assert len(full - {"x#0", "grad_x#0"}) <= 3 and not {"subtract#0", "divide#0"} & full, sorted(full)
+
+
+@sd.differentiable_program
+def _tanh_x(x):
+    return np.mean(np.tanh(x) * x)
+
+
+@sd.differentiable_program
+def _neighbours(x):
+    return np.sum(np.tanh(x[1:]) * x[:-1])
+
+
+def _upload_of(program) -> dict[str, str]:
+    """Which versions the CPU device's plan writes into an argument's upload buffer."""
+    return lowering.planned_buffers(program.backward_graph(), "cpu", {}).upload_of
+
+
+def _jax_value_and_grad(f, x):
+    return jax.value_and_grad(lambda v: f(jnp, v))(x.astype(np.float64))
+
+
+def test_a_gradient_is_written_over_the_upload_of_x_never_over_the_callers_x():
+    """mean(tanh(x) * x): the gradient kernel reads x at each point before it
+    stores the gradient there, so the gradient takes x's upload buffer
+    (lowering.buffer_plan.into_uploads) and the call allocates nothing else of
+    x's size.  The caller's x, host array or device array, is never written;
+    a gradient the caller still holds is not written by the next call, nor by
+    a recorded one (``Executable.record``, a loop's) uploading x.  Values
+    and gradients vs JAX in float64.  (300001 elements: rows with a tail, and a
+    gradient over READ_PACKED_BYTES, handed over as its buffer.)"""
+    x = np.random.default_rng(5).standard_normal(300_001).astype(np.float32)
+    kept = x.copy()
+    f = lambda xp, v: xp.mean(xp.tanh(v) * v)  # noqa: E731
+    value, grads = _tanh_x.value_and_grad(x, device="cpu")
+    assert _upload_of(_tanh_x) == {"grad_x#0": "x#0"}
+    np.testing.assert_array_equal(x, kept)
+    want_value, want = _jax_value_and_grad(f, x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    np.testing.assert_allclose(grads["x"], want, rtol=1e-5, atol=1e-12)
+    first = grads["x"].copy()
+    value, again = _tanh_x.value_and_grad(x[::-1].copy(), device="cpu")  # the first gradient still held
+    np.testing.assert_array_equal(grads["x"], first)
+    np.testing.assert_allclose(again["x"], want[::-1], rtol=1e-5, atol=1e-12)
+    held = again["x"].copy()
+    (exe,) = [e for e in _tanh_x._executables.values() if e.device == "cpu"]  # a loop records its calls
+    dev = lowering.backends.of("cpu").device()
+    enc = dev.create_command_encoder()
+    recorded = exe.record(enc, {"x": x, **{s: np.ones((), np.float32) for s in exe.graph.meta["seeds"].values()}})
+    dev.wait_for_submit(dev.submit_command_buffer(enc.finish()))
+    np.testing.assert_array_equal(again["x"], held)
+    np.testing.assert_allclose(np.asarray(recorded[exe.graph.meta["gradients"]["x"]]), want, rtol=1e-5, atol=1e-12)
+    on_device = lowering.asarray(x, device="cpu")
+    for arrays in (False, True):
+        value, grads = _tanh_x.value_and_grad(on_device, device="cpu", device_arrays=arrays)
+        np.testing.assert_array_equal(np.asarray(on_device), kept)
+        np.testing.assert_allclose(np.asarray(grads["x"]), want, rtol=1e-5, atol=1e-12)
+    np.testing.assert_array_equal(x, kept)
+
+
+def test_a_gradient_reading_neighbours_of_x_keeps_a_buffer_of_its_own():
+    """The gradient at i reads x at i - 1 and i + 1 (other points' elements):
+    written over x's upload it would read gradients, so it keeps its own buffer."""
+    x = np.random.default_rng(6).standard_normal(4097).astype(np.float32)
+    f = lambda xp, v: xp.sum(xp.tanh(v[1:]) * v[:-1])  # noqa: E731
+    value, grads = _neighbours.value_and_grad(x, device="cpu")
+    want_value, want = _jax_value_and_grad(f, x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    np.testing.assert_allclose(grads["x"], want, rtol=1e-5, atol=1e-6)
+    assert _upload_of(_neighbours) == {}
