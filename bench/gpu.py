@@ -20,7 +20,6 @@ import os
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX takes 75% of a GPU up front otherwise
 
 import argparse
-import contextlib
 import datetime
 import functools
 import gc
@@ -28,7 +27,7 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -411,24 +410,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def gpu_form() -> contextlib.AbstractContextManager:
+def use_gpu_form() -> None:
     """Plan and generate for lavapipe as for a hardware Vulkan device (its own
     target keeps a thread per reduction and stores transcendental values, for
     lavapipe's speed): what the tests and the fuzzer's ``vulkan+gpu-form`` run."""
-    return lowering.backends.targets_changed(
-        lambda target: replace(target, workgroup_reductions=True, recompute_transcendentals=True))
+    from dataclasses import replace
+    lowering.backends.change_targets(lambda target: replace(target, workgroup_reductions=True,
+                                                            recompute_transcendentals=True))
 
 
 def main(argv: list[str]) -> dict[str, Any]:
     args = parse_args(argv)
-    with gpu_form() if args.gpu_form else contextlib.nullcontext():
-        return run(args, argv)
-
-
-def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
-    """The rows of one configuration, published (``main``)."""
     started = time.perf_counter()
     device = args.device or next(d for d in lowering.available_devices() if d in DEVICES)
+    if args.gpu_form:
+        use_gpu_form()
     settings = Settings(budget=args.budget)
     peers = [p for p in (JaxPeer(), TorchPeer()) if p.available()]
     platform_of = dict(zip(("jax", "torch"), peer_devices(device)))

@@ -171,22 +171,34 @@ def into_uploads(p: Plan, own: dict[str, int], results: set[str]) -> dict[str, s
     """Versions of ``own`` (access -> bytes: those with buffers of their own)
     to write into an argument's upload buffer instead, at most one an
     argument: one of the argument's size written after the kernels are done
-    reading the argument (``_written_after_reads``).  An argument that is a
-    result (``results``: returned unchanged) is read after the call: it is
-    never written over."""
+    reading the argument (``_written_after_reads``).  Matched so that as many
+    as possible find an upload (augmenting paths): in ``x * w``-shaped chains
+    the gradient of ``x`` is written before the last read of ``x`` but after
+    the last read of ``w``, and the gradient of ``w`` the other way round.
+    An argument that is a result (``results``: returned unchanged) is read
+    after the call: it is never written over."""
     g = p.graph
-    out: dict[str, str] = {}
+    fits: dict[str, list[str]] = {}
     for argument in sorted(p.stored - results):
         node = g.node(argument)
         c = g.containers[node.container]
-        if c.role != "argument" or node.version != 0:
-            continue
-        size = buffer_bytes(c.dtype, int(math.prod(c.shape)))
-        version = next((v for v in sorted(own) if v not in out and own[v] == size
-                        and _written_after_reads(p, argument, v)), None)
-        if version is not None:
-            out[version] = argument
-    return out
+        if c.role == "argument" and node.version == 0:
+            size = buffer_bytes(c.dtype, int(math.prod(c.shape)))
+            fits[argument] = [v for v in sorted(own) if own[v] == size and _written_after_reads(p, argument, v)]
+    holder: dict[str, str] = {}  # version -> argument
+
+    def place(argument: str, tried: set[str]) -> bool:
+        for version in fits[argument]:
+            if version not in tried:
+                tried.add(version)
+                if version not in holder or place(holder[version], tried):
+                    holder[version] = argument
+                    return True
+        return False
+
+    for argument in fits:
+        place(argument, set())
+    return holder
 
 
 def _written_after_reads(p: Plan, argument: str, version: str) -> bool:
@@ -197,9 +209,11 @@ def _written_after_reads(p: Plan, argument: str, version: str) -> bool:
     writer's own point, at the element it writes, and no later in the point's
     steps than the writer (a tasklet reads before it stores).  Each point's
     steps run in order in one thread in a kernel without loops (the point
-    form) and in a row kernel's loop group (``lowering.kernels.rows``); the
-    write's index is injective, so no other point reads or writes that
-    element."""
+    form) and in a row kernel's loop group (``lowering.kernels.rows``), where
+    the thread owning the row runs its groups one after the other: a read in
+    an earlier group of the row, at the element the writer stores at the
+    same loop point, is done before the writer's group starts.  The write's
+    index is injective, so no other point reads or writes that element."""
     if (version not in p.overwritten or version in p.fills or version in p.storage
             or version in p.storage.values()):
         return False
@@ -220,14 +234,13 @@ def _written_after_reads(p: Plan, argument: str, version: str) -> bool:
         return True
     if any(k > at or fin for k, _, _, fin in late):
         return False
-    if isinstance(kernel, RowKernel):
-        steps = next(group.steps for group in kernel.groups if any(s is writer for s in group.steps))
+    if isinstance(kernel, RowKernel):  # (loop group, step in it)
+        order = {id(s): (n, m) for n, group in enumerate(kernel.groups) for m, s in enumerate(group.steps)}
     elif type(kernel) is Kernel and not any(s.loop for s in kernel.steps):
-        steps = kernel.steps
+        order = {id(s): (0, m) for m, s in enumerate(kernel.steps)}
     else:
         return False  # tiles, lanes or a host product: no point order to rely on
-    position = {id(s): n for n, s in enumerate(steps)}
-    if not all(id(step) in position and position[id(step)] <= position[id(writer)]
+    if not all(id(step) in order and order[id(step)] <= order[id(writer)]
                and _same_element(writer, write.memlet.index, step, r.memlet.index) for _, step, r, _ in late):
         return False
     index, axes = _at_point(writer, write.memlet.index)

@@ -335,7 +335,8 @@ class Executable:
             if module.checks:  # the kernels guard data-dependent indices (lowering.bounds_check)
                 buffers[FLAG] = _new_buffer(self.backend, "int32", FLAG_WORDS)
             dev.submit_command_buffer(enc.finish())
-            self._stats["buffers_allocated"] += len(slots) + len(bplan.own_bytes) + len(bplan.upload_of) + (FLAG in buffers)
+            self._stats["buffers_allocated"] += (len(slots) + len(bplan.own_bytes) + len(bplan.upload_of)
+                                                 + (FLAG in buffers))
             self._stats["compiles"] += cache.stats["compiles"] - before
             self._stats["compile_time"] += time.perf_counter() - start
             handed = {a for a in latest.values() if a in buffers}  # bound per call: handed over (_hand_over)
@@ -667,7 +668,8 @@ class Executable:
         """Record the fills and kernel dispatches of one call; returns their count
         and the encoder the caller goes on with.  A product the host computes
         (``lowering.host_products``) submits what is recorded so far, waits, runs
-        on the buffers' memory and starts a new encoder.
+        on the buffers' memory and starts a new encoder (consecutive products
+        submit and wait once).
         A zero fill comes before every launch, or, for a version sharing its
         buffer (``lowering.buffer_plan``), just before the launch that first
         binds it, once the slot's earlier tenants are done: a filled version is
@@ -699,13 +701,19 @@ class Executable:
             elif identity == 0:
                 enc.clear_buffer(bindings[access])
         launches = self._launches(inst)
+        pending = True  # enc holds commands not yet run (the caller's uploads and fills, at first)
         for position, (d, uniforms) in enumerate(launches):
             for access in late.get(position, ()):
                 enc.clear_buffer(bindings[access])
+                pending = True
             if isinstance(d, HostProduct):
-                enc = self._on_host(enc, self._kept(inst, len(launches), (position,), [
-                    bindings[a] for a in d.accesses], lambda: self._host_run(d, bindings)))
+                if pending:  # consecutive host products wait for the launches before them once
+                    enc, pending = self._finished(enc), False
+                # keyed by the product too: a cut launch list (bench.profile) puts others at its position
+                self._kept(inst, len(launches), (position, id(d)), [bindings[a] for a in d.accesses],
+                           lambda: self._host_run(d, bindings))()
                 continue
+            pending = True
             per_call = [bindings[a] for a in d.per_call.values()]
             root = self._kept(inst, len(launches), (position, *uniforms.values()), per_call,
                               lambda: self._root(d, {**uniforms, **d.params, **{
@@ -743,11 +751,11 @@ class Executable:
         dtype = np.dtype(DTYPES[product.dtype])
         return product.bound(lambda o: dlpack.memory_view(bindings[o.access], (o.size,), dtype))
 
-    def _on_host(self, enc: spy.CommandEncoder, run: Callable[[], None]) -> spy.CommandEncoder:
-        """``run`` a host product after what ``enc`` holds; a new encoder for what follows."""
+    def _finished(self, enc: spy.CommandEncoder) -> spy.CommandEncoder:
+        """Submit what ``enc`` holds and wait for it (a host product reads its
+        results next); a new encoder for what follows."""
         dev = self.backend.device()
         dev.wait_for_submit(dev.submit_command_buffer(enc.finish()))
-        run()
         return dev.create_command_encoder()
 
 

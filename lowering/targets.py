@@ -159,6 +159,12 @@ class Tuning:
     group_tile: tuple[int, int] = (64, 64)
     group_tile_k: int = 16
     group_thread_tile: tuple[int, int] = (4, 4)
+    # A product with at most ``group_narrow`` outputs along one axis (an MLP's 10
+    # classes) takes ``group_narrow_tile`` (wide axis, narrow axis) instead, a
+    # thread summing ``group_narrow_thread_tile`` of it: 64x64 would idle 54 of 64.
+    group_narrow: int = 16
+    group_narrow_tile: tuple[int, int] = (256, 16)
+    group_narrow_thread_tile: tuple[int, int] = (16, 1)
     # -- split-K (lowering.kernels.split_k) --
     # A product whose output tiles are too few for a GPU, over a contraction at least
     # ``split_k_min_length`` long (an MLP's weight gradients: 512x10 outputs, 8 tiles,

@@ -15,8 +15,9 @@ A new kind (Metal, D3D12) is one more module here, imported below: a
 ``register(...)`` (docs/design.md, "Adding a backend").
 """
 from .base import Backend
-from .registry import auto, available_devices, kinds, of, register, resolve, targets_changed, unregister
+from .registry import (auto, available_devices, change_targets, kinds, of, register, resolve, targets_changed,
+                       unregister)
 from . import cuda, vulkan, cpu, interpreter  # noqa: E402  registration order: how available_devices lists them
 
-__all__ = ["Backend", "auto", "available_devices", "kinds", "of", "register", "resolve", "targets_changed", "unregister",
-           "cuda", "vulkan", "cpu", "interpreter"]
+__all__ = ["Backend", "auto", "available_devices", "change_targets", "kinds", "of", "register", "resolve",
+           "targets_changed", "unregister", "cuda", "vulkan", "cpu", "interpreter"]

@@ -78,21 +78,31 @@ def resolve(device: str | None) -> str:
     return name
 
 
-@contextlib.contextmanager
-def targets_changed(change: Callable[[Target], Target]) -> Iterator[None]:
-    """Within the block, every code-generating backend's ``target()`` comes
-    through ``change``: the fuzzer and ``bench.gpu`` plan for lavapipe as for
-    a hardware GPU (its "GPU form") this way."""
+def change_targets(change: Callable[[Target], Target]) -> Callable[[], None]:
+    """From now on every code-generating backend's ``target()`` comes through
+    ``change``; returns what undoes it.  The fuzzer and the GPU benchmarks
+    plan for lavapipe as for a hardware GPU (their "GPU form"), or with other
+    ``Tuning`` numbers, this way."""
     saved = {}
     for backend in _BACKENDS.values():
         if not backend.interprets:
             saved[backend] = backend.__dict__.get("target")
             backend.target = (lambda own: lambda: change(own()))(backend.target)
-    try:
-        yield
-    finally:
+
+    def undo() -> None:
         for backend, own in saved.items():
             if own is None:
                 del backend.target
             else:
                 backend.target = own
+    return undo
+
+
+@contextlib.contextmanager
+def targets_changed(change: Callable[[Target], Target]) -> Iterator[None]:
+    """``change_targets`` for the block."""
+    undo = change_targets(change)
+    try:
+        yield
+    finally:
+        undo()

@@ -26,7 +26,8 @@ whichever tile shape the target's ``Tuning`` gives.  The kernel's other steps
 Applies on targets whose workgroups run together (``workgroup_reductions``:
 CUDA and GPU Vulkan; lavapipe runs it when a test asks, barriers and all) to
 a kernel whose first qualifying step is a product of two float buffers
-(``product``), with at least ``Tuning.min_tiled_outputs`` outputs.  Operands
+(``product``), with at least ``Tuning.min_tiled_outputs`` outputs.  The
+tile's shape is ``tile_shapes.workgroup_tile``'s.  Operands
 are loaded one element a thread: the kernels' buffers are structured buffers
 of scalars, so 16-byte loads would need another buffer type."""
 from __future__ import annotations
@@ -43,7 +44,7 @@ from ..plan_types import Kernel, Step
 from ..printer import SlangPrinter
 from ..threads import Threads
 from ..workgroups import ALONG_THE_LOOP, WORKGROUP
-from . import thread_loop
+from . import thread_loop, tile_shapes
 from .register_tiles import RegisterTiles
 from .writer import KernelShape, KernelWriter, identifier, tasklet_comment
 
@@ -124,28 +125,20 @@ def _rest_per_output(kernel: Kernel, step: Step) -> bool:
                for other in kernel.steps if other is not step)
 
 
-def check_tuning(tuning) -> None:
-    """A clear error for group tile numbers that cannot make a workgroup."""
-    (bm, bn), (tm, tn) = tuning.group_tile, tuning.group_thread_tile
-    if bm % tm or bn % tn or (bm // tm) * (bn // tn) != tuning.group_size or tuning.group_tile_k < 1:
-        raise ValueError(f"Tuning(group_tile={tuning.group_tile}, group_thread_tile={tuning.group_thread_tile}): "
-                         f"the tile must split into whole thread blocks, {tuning.group_size} of them "
-                         "(group_size), and group_tile_k must be positive; e.g. group_tile=(64, 64) with "
-                         "group_thread_tile=(4, 4)")
-
-
 def _tiles(graph: DataflowGraph, kernel: Kernel, step: Step, shape: MatmulShape, tuning) -> GroupTiling:
     """The inner axis (``inner``) is the output's last one where it is the row
     or column (its stores then run along memory), else the column."""
-    check_tuning(tuning)
+    tile_shapes.check(tuning)
     syms = [s for s, _, _ in step.parallel]
     out_last = step.writes[0].memlet.index[-1]
     inner = out_last if out_last in (shape.row, shape.col) else shape.col
     outer = shape.row if inner == shape.col else shape.col
+    o, i = syms.index(outer), syms.index(inner)
+    group, per_thread = tile_shapes.workgroup_tile(tuning, kernel.box[o], kernel.box[i])
     tile = [1] * len(kernel.box)
-    tile[syms.index(outer)], tile[syms.index(inner)] = tuning.group_tile
+    tile[o], tile[i] = group
     return GroupTiling(step, shape, outer, inner, tuple(tile), kernel.box, k_tile=tuning.group_tile_k,
-                       per_thread=tuning.group_thread_tile)
+                       per_thread=per_thread)
 
 
 class GroupTiles(RegisterTiles):
@@ -208,15 +201,13 @@ class GroupTiles(RegisterTiles):
         w.emit(f"[ForceUnroll] for (int mm_kk = 0; mm_kk < {gt.k_tile}; mm_kk++)", 2)
         w.emit("{", 2)
         regs = {}
-        for axis, read, count, place in ((gt.outer, outer_read, tm, "mm_ty + mm_u"),
-                                         (gt.inner, inner_read, tn, "mm_tx + mm_v")):
+        for axis, read, count, var, thread in ((gt.outer, outer_read, tm, "mm_u", "mm_ty"),
+                                               (gt.inner, inner_read, tn, "mm_v", "mm_tx")):
+            # the thread's outputs along an axis lie threads_along apart (``point``)
             regs[axis] = f"{p}_{identifier(read.connector)}"
-            step_along = gt.threads_along(axis)
-            index = place.replace(" + mm_", f" + {step_along} * mm_")
-            var = "mm_u" if axis == gt.outer else "mm_v"
             w.emit(f"{w.operand_type(read)} {regs[axis]}[{count}];", 3)
-            w.emit(f"[ForceUnroll] for (int {var} = 0; {var} < {count}; {var}++) "
-                   f"{regs[axis]}[{var}] = {tiles[axis]}[mm_kk][{index}];", 3)
+            w.emit(f"[ForceUnroll] for (int {var} = 0; {var} < {count}; {var}++) {regs[axis]}[{var}] = "
+                   f"{tiles[axis]}[mm_kk][{thread} + {gt.threads_along(axis)} * {var}];", 3)
         w.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {tm}; mm_u++) [ForceUnroll] for (int mm_v = 0; "
                f"mm_v < {tn}; mm_v++) {p}_acc[mm_u][mm_v] += {regs[gt.outer]}[mm_u] * {regs[gt.inner]}[mm_v];", 3)
         w.emit("}", 2)

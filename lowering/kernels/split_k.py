@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from .. import targets
+from . import tile_shapes
 
 
 def slices(target: targets.Target | None, rows: int, cols: int, batch: int, length: int) -> int:
@@ -28,7 +29,7 @@ def slices(target: targets.Target | None, rows: int, cols: int, batch: int, leng
     workgroups run together, over a contraction at least
     ``split_k_min_length`` long: about ``split_k_target_workgroups``
     workgroups in all (each slice as many as the product has tiles of
-    ``group_tile``), so none where the tiles alone fill half of them; each
+    ``tile_shapes.workgroup_tile``), so none where the tiles alone fill half of them; each
     slice at least ``split_k_min_slice`` long; the largest such count dividing
     ``length``."""
     if target is None or not target.workgroup_reductions:
@@ -36,7 +37,7 @@ def slices(target: targets.Target | None, rows: int, cols: int, batch: int, leng
     tuning = target.tuning
     if length < tuning.split_k_min_length:
         return 1
-    bm, bn = tuning.group_tile
+    (bm, bn), _ = tile_shapes.workgroup_tile(tuning, rows, cols)
     tiles = math.ceil(rows / bm) * math.ceil(cols / bn) * batch
     most = min(tuning.split_k_target_workgroups // tiles, length // tuning.split_k_min_slice)
     return next((n for n in range(most, 1, -1) if length % n == 0), 1)

@@ -129,6 +129,16 @@ def _neighbours(x):
     return np.sum(np.tanh(x[1:]) * x[:-1])
 
 
+@sd.differentiable_program
+def _product(x, w):
+    return np.sum(np.tanh(x * w))
+
+
+@sd.differentiable_program
+def _row_sums(x):
+    return np.sum(np.tanh(np.sum(x, axis=1)))
+
+
 def _upload_of(program) -> dict[str, str]:
     """Which versions the CPU device's plan writes into an argument's upload buffer."""
     return lowering.planned_buffers(program.backward_graph(), "cpu", {}).upload_of
@@ -186,3 +196,37 @@ def test_a_gradient_reading_neighbours_of_x_keeps_a_buffer_of_its_own():
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     np.testing.assert_allclose(grads["x"], want, rtol=1e-5, atol=1e-6)
     assert _upload_of(_neighbours) == {}
+
+
+def test_each_gradient_finds_the_upload_its_kernel_is_done_reading():
+    """sum(tanh(x * w)): the gradient of x (tanh' * w) is stored before the
+    gradient of w reads x, so it can only go over w's upload, and the gradient
+    of w over x's: both gradients take an upload (matched, not first come).
+    Inputs unchanged; gradients vs JAX in float64."""
+    rng = np.random.default_rng(8)
+    x, w = (rng.standard_normal(4097).astype(np.float32) for _ in range(2))
+    kept = x.copy(), w.copy()
+    value, grads = _product.value_and_grad(x, w, device="cpu")
+    want_value, want = jax.value_and_grad(lambda a, b: jnp.sum(jnp.tanh(a * b)), argnums=(0, 1))(
+        x.astype(np.float64), w.astype(np.float64))
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for name, expected in zip("xw", want):
+        np.testing.assert_allclose(grads[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_array_equal(x, kept[0])
+    np.testing.assert_array_equal(w, kept[1])
+    assert _upload_of(_product) == {"grad_x#0": "w#0", "grad_w#0": "x#0"}
+
+
+def test_a_row_kernel_writes_the_gradient_over_x_in_a_later_loop_over_the_row():
+    """sum(tanh(x.sum(axis=1))): one row kernel, whose thread sums its row of
+    x in a first loop and stores the row's gradient in a later one, reading
+    no x there: the sums are done with the row before it is written over.
+    x unchanged; gradients vs JAX in float64."""
+    x = np.random.default_rng(9).standard_normal((64, 48)).astype(np.float32)
+    kept = x.copy()
+    value, grads = _row_sums.value_and_grad(x, device="cpu")
+    want_value, want = _jax_value_and_grad(lambda xp, v: xp.sum(xp.tanh(xp.sum(v, axis=1))), x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    np.testing.assert_allclose(grads["x"], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(x, kept)
+    assert _upload_of(_row_sums) == {"grad_x#0": "x#0"}

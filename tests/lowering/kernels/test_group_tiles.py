@@ -14,7 +14,7 @@ import pytest
 import symdiff as sd
 from symdiff import lowering
 from symdiff.lowering import backends, targets
-from symdiff.lowering.kernels import group_tiles, split_k
+from symdiff.lowering.kernels import split_k, tile_shapes
 from symdiff.lowering.kernels.registry import choose
 from symdiff.lowering.kernels.writer import KernelShape
 from symdiff.lowering.plan import plan
@@ -28,8 +28,6 @@ MARK = "through groupshared memory"  # the comment opening a group-tiled product
 SMALL = dict(group_tile=(32, 16), group_thread_tile=(2, 1), group_tile_k=4,
              split_k_min_length=512, split_k_min_slice=64, split_k_target_workgroups=16)
 OTHER = dict(group_tile=(16, 16), group_thread_tile=(1, 1), group_tile_k=8)
-
-pytestmark = pytest.mark.vulkan
 
 
 def gpu_form(monkeypatch, **tuning) -> None:
@@ -65,6 +63,7 @@ def products(xp, x, y, z, u, v):
     return xp.sum(xp.tanh(x @ y) * z) + xp.sum(xp.tanh(u @ v))
 
 
+@pytest.mark.vulkan
 def test_every_product_form_matches_jax_float64(monkeypatch):
     gpu_form(monkeypatch, **SMALL)
 
@@ -78,6 +77,7 @@ def test_every_product_form_matches_jax_float64(monkeypatch):
     close_to_jax(lambda *a: products(jnp, *a), args, value, grads, "xyzuv")
 
 
+@pytest.mark.vulkan
 def test_the_tile_shape_changes_no_bit(monkeypatch):
     """Each output sums its k's in order in whichever tile: the same bits."""
     def make():
@@ -103,6 +103,7 @@ def mlp(xp, x, w1, w2):
     return xp.sum(xp.sin(xp.tanh(x @ w1) @ w2))
 
 
+@pytest.mark.vulkan
 def test_split_k_weight_gradients_match_jax_and_repeat_bit_for_bit(monkeypatch):
     gpu_form(monkeypatch, **SMALL)
 
@@ -137,9 +138,10 @@ def test_chosen_where_workgroups_run_together():
 
 
 def test_split_k_slices_an_mlps_weight_gradients_on_an_h100_sized_target():
-    # 512x10 (8 tiles of 64x64) over 65536 rows: 264 // 8 = 33 at most, 32 divides 65536;
-    # 512x512 (64 tiles): 264 // 64 = 4; a 4096^2 gemm's 4096 tiles: none; lavapipe: none
-    assert split_k.slices(backends.cuda.TARGET, 512, 10, 1, 65536) == 32
+    # 512x10 (2 narrow tiles of 256x16) over 65536 rows: 264 // 2 = 132 at most, and
+    # 65536 // 512 = 128 long enough, 128 divides 65536;
+    # 512x512 (64 tiles of 64x64): 264 // 64 = 4; a 4096^2 gemm's 4096 tiles: none; lavapipe: none
+    assert split_k.slices(backends.cuda.TARGET, 512, 10, 1, 65536) == 128
     assert split_k.slices(backends.cuda.TARGET, 512, 512, 1, 65536) == 4
     assert split_k.slices(backends.cuda.TARGET, 4096, 4096, 1, 4096) == 1
     assert split_k.slices(backends.vulkan.LAVAPIPE, 512, 10, 1, 65536) == 1
@@ -147,6 +149,13 @@ def test_split_k_slices_an_mlps_weight_gradients_on_an_h100_sized_target():
     assert split_k.slices(backends.cuda.TARGET, 512, 10, 1, 65537) == 1
 
 
+def test_narrow_products_take_narrow_tiles_along_their_wide_axis():
+    tuning = targets.TUNING
+    assert tile_shapes.workgroup_tile(tuning, 65536, 10) == ((256, 16), (16, 1))
+    assert tile_shapes.workgroup_tile(tuning, 10, 512) == ((16, 256), (1, 16))
+    assert tile_shapes.workgroup_tile(tuning, 17, 4096) == ((64, 64), (4, 4))
+
+
 def test_tile_numbers_that_make_no_workgroup_are_refused_by_name():
-    with pytest.raises(ValueError, match=r"group_tile=\(64, 64\), group_thread_tile=\(4, 2\)"):
-        group_tiles.check_tuning(replace(targets.TUNING, group_thread_tile=(4, 2)))
+    with pytest.raises(ValueError, match=r"group_tile/group_thread_tile = \(64, 64\)/\(4, 2\)"):
+        tile_shapes.check(replace(targets.TUNING, group_thread_tile=(4, 2)))
