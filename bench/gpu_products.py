@@ -2,27 +2,32 @@
 65536x512 -> 512 -> 10 and a 4096^3 gemm, as ``bench.gpu`` rows (symdiff's
 value_and_grad against JAX ``jit`` and PyTorch on the same device) with TFLOP/s.
 
-Precision: symdiff computes products in exact float32 and has no TF32 setting
-(no ``matmul_precision`` anywhere in ``symdiff``/``lowering``), so these rows are
-fp32 only, and the peers are held to fp32 too: JAX's default float32 matmul on
-an H100 is TF32 (``../shared/notes/gpu.md``), so this module sets
+Precision: symdiff's ``matmul_precision="tf32"`` (``lowering.kernels.precision``)
+exists but no kernel form uses tensor cores yet, so symdiff's products are exact
+float32 and these rows are fp32 only, the peers held to fp32 too: JAX's default
+float32 matmul on an H100 is TF32 (``../shared/notes/gpu.md``), so this module sets
 ``jax_default_matmul_precision="highest"`` and turns torch's TF32 off.  Run it
 in its own process (``bench.gpu_session`` does): both settings are global.
+``--tuning JSON`` overrides the device's ``Tuning`` fields for one variant of
+``bench.gpu_session``'s sweep.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from symdiff import lowering
+from symdiff.lowering import targets
 
 from . import gpu, report
 from .workloads import fan_in, mlp_softmax_xent, normal, one_hot
 
-PRECISION_NOTE = "fp32 only: symdiff has no TF32 setting (no matmul_precision option), peers held to fp32"
+PRECISION_NOTE = ("fp32 only: symdiff's matmul_precision=\"tf32\" has no tensor-core form yet (exact fp32), "
+                  "peers held to fp32")
 
 
 def gemm_loss(xp, a, b, c):
@@ -51,6 +56,25 @@ def flops(name: str, shapes: dict[str, tuple]) -> int:
     hidden, classes = shapes["w2"]
     first, second = 2 * batch * d_in * hidden, 2 * batch * hidden * classes
     return 2 * first + 3 * second   # x@w1, dW1; h@w2, dW2, dh
+
+
+def use_tuning(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Plan and generate this process's programs with the device's ``Tuning``
+    changed by ``overrides`` (field -> value; a JSON list for a tuple field):
+    one variant of ``bench.gpu_session``'s sweep.  The target's ``repr``, which
+    the on-disk plan cache keys by, holds its tuning: no variant reads
+    another's plans.  Returns the overrides as applied."""
+    from dataclasses import fields, replace
+
+    known = {f.name: f for f in fields(targets.Tuning)}
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise SystemExit(f"bench.gpu_products: --tuning names no Tuning field {unknown}; "
+                         f"fields are {sorted(known)}")
+    applied = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
+    own = lowering.devices.target
+    lowering.devices.target = lambda kind: replace(own(kind), tuning=replace(own(kind).tuning, **applied))
+    return applied
 
 
 def hold_peers_to_fp32() -> None:
@@ -99,15 +123,25 @@ def main(argv: list[str]) -> dict[str, Any]:
     p.add_argument("--scale", type=float, default=1.0, help="divide every workload's element count by this")
     p.add_argument("--budget", type=float, default=gpu.Settings.budget)
     p.add_argument("--json", type=Path)
+    p.add_argument("--gpu-form", action="store_true",
+                   help="on lavapipe, the kernels a hardware GPU gets (bench.gpu.use_gpu_form): group tiles, split-K")
+    p.add_argument("--tuning", type=json.loads, default={}, metavar="JSON",
+                   help='Tuning fields to override, e.g. \'{"group_tile": [128, 64], "group_thread_tile": [8, 4]}\'')
+    p.add_argument("--peers", default="jax,torch", help="comma-separated peers to time (the first is the reference)")
     args = p.parse_args(argv)
+    if args.gpu_form:
+        gpu.use_gpu_form()
+    tuning = use_tuning(args.tuning)
     hold_peers_to_fp32()
-    peers = [q for q in (gpu.JaxPeer(), gpu.TorchPeer()) if q.available()]
+    wanted = [q for q in args.peers.split(",") if q]
+    peers = [q for q in (gpu.JaxPeer(), gpu.TorchPeer()) if q.name in wanted and q.available()]
     settings = gpu.Settings(budget=args.budget)
     specs = [w for w in PRODUCTS if not args.workload or w.name in args.workload]
     rows = [with_tflops(gpu.run_row(spec, args.scale, args.device, peers, settings, bandwidth=math.inf))
             for spec in specs]
     platform_of = dict(zip(("jax", "torch"), gpu.peer_devices(args.device)))
-    results = {"device": args.device, "scale": args.scale, "precision_note": PRECISION_NOTE,
+    results = {"device": args.device + (" (GPU form)" if args.gpu_form else ""), "scale": args.scale,
+               "tuning": tuning, "precision_note": PRECISION_NOTE,
                "peers": gpu.peer_names({q.name: platform_of[q.name] for q in peers}),
                "available_devices": lowering.available_devices(), "rows": rows}
     return report.publish(results, render(results), args.json)

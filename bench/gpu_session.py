@@ -15,14 +15,15 @@ budget (``--budget STAGE=SECONDS`` overrides one):
 2. ``fuzz``: a 200-program differential fuzz campaign on the device
    (``python -m tests.fuzz``) in chunks of consecutive seeds, so running out of
    time loses one chunk, not the campaign; ``OUTDIR/fuzz/``.
-3. ``bench``: ``bench.gpu_products`` (MLP and gemm, fp32 with TFLOP/s: symdiff
-   has no TF32 setting, so no TF32 rows; the JSON says so) then every
-   memory-bound row of ``bench.gpu``, one process per row; ``OUTDIR/bench/``.
-4. ``sweep``: a product variant sweep needs tile/split knobs settable from
-   outside; ``lowering.targets.Target`` has none (the GPU tile is the module
-   constant ``lowering.matmul.VECTOR_TILE``, and patching it would also be
-   unsound: the on-disk plan cache keys by source text), so the stage checks
-   for a ``tuning`` field and records why it skipped.
+3. ``bench``: ``bench.gpu_products`` (MLP and gemm, fp32 with TFLOP/s:
+   symdiff's ``matmul_precision="tf32"`` has no tensor-core form yet, so no
+   TF32 rows; the JSON says so) then every memory-bound row of ``bench.gpu``,
+   one process per row; ``OUTDIR/bench/``.
+4. ``sweep``: product variants (``SWEEP_VARIANTS``: group tile shapes, k
+   tiles, split-K targets), each ``bench.gpu_products`` in its own process
+   with the device's ``lowering.targets.Tuning`` overridden (``--tuning``),
+   checked against JAX; ``OUTDIR/sweep/``.  The fastest variant per product
+   is the one to write into ``Tuning`` (CUDA's, or GPU Vulkan's).
 
 A stage's commands run as child processes: at the end of its budget a child
 gets SIGINT (pytest then still writes its XML), then SIGKILL, and the session
@@ -47,7 +48,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -58,8 +59,8 @@ MIN_CHUNK_S = 20.0       # a fuzz chunk is not started with less time than this 
 FUZZ_FAILURES = ("wrong", "crash", "error")   # tests.fuzz.runner.FAILURES
 
 # budgets in seconds per stage: full adds up to 7.5 minutes, with the grace inside each
-BUDGETS = {"tests": 140.0, "fuzz": 90.0, "bench": 210.0, "sweep": 5.0}
-QUICK_BUDGETS = {"tests": 60.0, "fuzz": 60.0, "bench": 100.0, "sweep": 5.0}
+BUDGETS = {"tests": 125.0, "fuzz": 70.0, "bench": 180.0, "sweep": 75.0}
+QUICK_BUDGETS = {"tests": 60.0, "fuzz": 60.0, "bench": 100.0, "sweep": 60.0}
 TEST_PATHS = ("tests/lowering", "tests/symdiff")
 QUICK_TEST_PATHS = ("tests/lowering/test_dlpack.py", "tests/lowering/test_matmul.py")
 
@@ -218,22 +219,28 @@ def row_summary(row: dict[str, Any]) -> dict[str, Any]:
     return cells
 
 
+def json_run(cmd: list[str], path: Path, log: Path, deadline: Deadline, runs: list) -> dict[str, Any] | None:
+    """``cmd --json path`` (its run added to ``runs``) and the JSON it wrote;
+    None if too little time is left to start it or it wrote none."""
+    if deadline.remaining() <= MIN_CHUNK_S:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runs.append(run_command([*cmd, "--json", str(path)], log, deadline))
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def bench_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
     from .gpu import geomean
     from .gpu_products import PRECISION_NOTE
 
     rows, runs, missing = [], [], []
     for name, cmd in bench_jobs(s):
-        if deadline.remaining() <= MIN_CHUNK_S:
+        results = json_run(cmd, s.out / "bench" / f"{name}.json", s.out / "logs" / f"bench-{name}.log", deadline,
+                           runs)
+        if results is None:
             missing.append(name)
-            continue
-        path = s.out / "bench" / f"{name}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        runs.append(run_command([*cmd, "--json", str(path)], s.out / "logs" / f"bench-{name}.log", deadline))
-        if path.exists():
-            rows += [row_summary(r) for r in json.loads(path.read_text())["rows"]]
         else:
-            missing.append(name)
+            rows += [row_summary(r) for r in results["rows"]]
     memory_bound = [r["x_jax"] for r in rows if "x_jax" in r and "precision" not in r]
     wrong = [r["workload"] for r in rows if r["symdiff"] != "ok"]
     status = "out of time" if missing and deadline.remaining() <= MIN_CHUNK_S else \
@@ -243,20 +250,75 @@ def bench_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
             "geomean_x_jax_memory_bound": gm, "tf32": PRECISION_NOTE,
             "detail": f"{len(rows)} rows, memory-bound x JAX geomean "
                       f"{'-' if gm is None else format(gm, '.2f')} over {len(memory_bound)}; "
-                      f"not ok: {wrong or 'none'}; missing: {missing or 'none'}; no TF32 rows (no setting)"}
+                      f"not ok: {wrong or 'none'}; missing: {missing or 'none'}; no TF32 rows (no tensor-core form)"}
 
 
 # -- stage 4: sweep -----------------------------------------------------------------------
 
-def sweep_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
-    from symdiff.lowering import targets
+# Tuning overrides per variant, in the order they run, the likeliest gains first (a
+# stage out of time loses the last); the first is the target's own numbers, the
+# baseline.  lowering.targets.Tuning says what each field does.
+SWEEP_VARIANTS: list[dict[str, Any]] = [
+    {},
+    {"group_tile": [128, 64], "group_thread_tile": [8, 4]},     # 32 sums a thread
+    {"group_tile": [128, 128], "group_thread_tile": [8, 8]},    # 64 sums a thread, 16 KiB of tiles
+    {"group_narrow_tile": [128, 32], "group_narrow_thread_tile": [8, 2]},  # the MLP's 10-wide products
+    {"split_k_target_workgroups": 132},                         # split-K: one workgroup an H100 SM
+    {"group_tile_k": 32},                                       # half the barriers
+    {"group_tile": [32, 32], "group_thread_tile": [2, 2]},      # 4 sums a thread, many workgroups
+    {"split_k_target_workgroups": 528},                         # four
+    {"group_narrow": 0},                                        # no narrow tiles
+    {"split_k_min_length": 1 << 30},                            # no split-K
+]
+QUICK_SWEEP = 2                       # variants a --quick session runs
+QUICK_SWEEP_WORKLOADS = ("gemm",)     # and on which products
 
-    if "tuning" in {f.name for f in fields(targets.Target)}:
-        return {"status": "skipped", "detail": "lowering.targets.Target now has a tuning field; "
-                "this script does not sweep it yet (add its variants to bench.gpu_session.sweep_stage)"}
-    return {"status": "skipped", "detail": "no tile/split knob settable from outside: Target has no tuning "
-            "field, the GPU tile is lowering.matmul.VECTOR_TILE (a module constant the disk cache "
-            "does not key by)"}
+
+def sweep_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
+    """Each variant of ``SWEEP_VARIANTS`` in its own process (one that fails or
+    crashes loses only itself): ``bench.gpu_products`` with the device's
+    ``Tuning`` overridden, JAX alone as the reference (its times are the bench
+    stage's), in the GPU form on a software Vulkan.  Rows: each variant's time
+    per product, and its ratio to the baseline variant's."""
+    from .gpu_products import PRODUCTS
+
+    variants = SWEEP_VARIANTS[:QUICK_SWEEP] if s.quick else SWEEP_VARIANTS
+    names = [w.name for w in PRODUCTS if not s.quick or w.name in QUICK_SWEEP_WORKLOADS]
+    software = s.device == "vulkan" and _software_vulkan()
+    rows, runs, missing = [], [], []
+    for n, variant in enumerate(variants):
+        cmd = [s.python, "-m", "bench.gpu_products", "--device", s.device, "--scale", f"{s.scale:g}",
+               "--budget", f"{s.measure_budget:g}", "--peers", "jax", "--tuning", json.dumps(variant),
+               *[a for w in names for a in ("--workload", w)], *(["--gpu-form"] if software else [])]
+        results = json_run(cmd, s.out / "sweep" / f"variant-{n}.json", s.out / "logs" / f"sweep-{n}.log", deadline,
+                           runs)
+        if results is None:
+            missing.append(variant)
+            continue
+        row: dict[str, Any] = {"variant": variant}
+        for r in results["rows"]:
+            row[f"{r['workload']}_ms"] = r["symdiff"].get("ms")
+            row[f"{r['workload']}_status"] = r["symdiff"].get("status")
+        rows.append(row)
+    base = rows[0] if rows and rows[0]["variant"] == {} else None
+    for row in rows:
+        for w in names:
+            ms, base_ms = row.get(f"{w}_ms"), base and base.get(f"{w}_ms")
+            row[f"{w}_x_base"] = ms / base_ms if ms and base_ms else None
+    wrong = [r["variant"] for r in rows if any(r.get(f"{w}_status") != "ok" for w in names)]
+    status = "out of time" if missing and deadline.remaining() <= MIN_CHUNK_S else \
+        "failures" if wrong or missing else "ok"
+    best = {w: min((r for r in rows if r.get(f"{w}_ms")), key=lambda r: r[f"{w}_ms"], default=None) for w in names}
+    return {"status": status, "rows": rows, "missing": missing, "not ok": wrong, "runs": runs,
+            "detail": f"{len(rows)}/{len(variants)} variants on {', '.join(names)}; fastest: "
+                      + "; ".join(f"{w} {json.dumps(b['variant'])} {b[f'{w}_ms']:.3g} ms" if b else f"{w} none"
+                                  for w, b in best.items())
+                      + (f"; not ok: {wrong}" if wrong else "")}
+
+
+def _software_vulkan() -> bool:
+    from symdiff import lowering
+    return lowering.devices.is_software("vulkan")
 
 
 STAGES = [Stage("tests", tests_stage), Stage("fuzz", fuzz_stage), Stage("bench", bench_stage),
@@ -308,6 +370,14 @@ def table(summary: dict[str, Any]) -> str:
             ms = _ms(r["symdiff_ms"]) if r["symdiff"] == "ok" else str(r["symdiff"])[:10]
             lines.append(f"{r['workload']:<20} {r['size']:<14} {ms:>10} {_ms(r.get('jax_ms')):>8} "
                          f"{_ms(r.get('torch_ms')):>8} {_ms(r.get('x_jax')):>6} {_ms(r.get('symdiff_tflops')):>8}")
+    sweep = summary["stages"].get("sweep", {}).get("rows", [])
+    if sweep:
+        names = sorted({k[:-3] for r in sweep for k in r if k.endswith("_ms")})
+        lines.append("")
+        lines.append("sweep: " + ", ".join(f"{w} ms (x base)" for w in names) + ", variant")
+        for r in sweep:
+            cells = [f"{_ms(r.get(w + '_ms'))} ({_ms(r.get(w + '_x_base'))})" for w in names]
+            lines.append("  " + "  ".join(f"{c:<18}" for c in cells) + json.dumps(r["variant"]))
     return "\n".join(lines)
 
 

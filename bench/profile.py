@@ -3,7 +3,8 @@
 The bench says how fast; this says why.  cProfile cannot see inside slangpy's
 (nanobind) calls, so the split is measured directly on the compiled
 executable: each kernel alone (its own command buffer, submit and wait), the
-buffer fills, an empty submit (the fixed cost of one submission), and the
+buffer fills, an empty submit (the fixed cost of one submission), the
+products the host's BLAS computes apart from the Slang launches, and the
 rest of a steady call, which is host-side work: Python in symdiff and
 lowering, recording the dispatches, allocating result buffers, uploading the
 seed and reading the scalar back.  The compile of the first call is split
@@ -61,6 +62,11 @@ def device_split(exe, args: dict[str, DeviceArray]) -> dict[str, float]:
     split = {"empty submit + wait": best_of(lambda: (dev.submit_command_buffer(dev.create_command_encoder().finish()),
                                                      dev.wait())),
              "fills only": submit([]), "all fills + kernels": submit(all_launches)}
+    on_host = [run for run in all_launches if run[0].host]
+    if on_host:  # products the host's BLAS computes between the launches (lowering.host_products)
+        split[f"fills + {len(on_host)} host products only"] = submit(on_host)
+        split[f"fills + {len(all_launches) - len(on_host)} Slang launches only"] = \
+            submit([run for run in all_launches if not run[0].host])
     for entry in inst.module.kernels:
         if entry.threads:
             split[f"kernel {entry.name} ({entry.threads} threads, + fills)"] = submit([[entry]])

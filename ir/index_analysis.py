@@ -327,8 +327,52 @@ def flat_position(index: Sequence, shape: Sequence) -> sympy.Expr | None:
     flat, stride = sympy.Integer(0), sympy.Integer(1)
     for e, extent in reversed(list(zip(index, shape))):
         flat, stride = flat + stride * sympy.sympify(e), stride * sympy.sympify(extent)
-    flat = sympy.expand(flat.rewrite(sympy.floor).replace(lambda e: isinstance(e, sympy.floor), _integer_part_out))
+    flat = _floor_form(flat)
     return None if flat.has(sympy.floor, sympy.Mod) else flat
+
+
+def cancel_floors(expr: sympy.Expr) -> sympy.Expr:
+    """An integer index expression with the ``floor``/``Mod`` pairs that
+    reshapes leave cancelled where they cancel: a flat index that reads a
+    merged view of a contiguous array, ``25*floor(r/25) + 5*Mod(floor(r/5), 5)
+    + Mod(r, 5)``, is ``r``.  The result where it has fewer ``floor`` and
+    ``Mod`` nodes than ``expr`` (so fewer integer divisions in a kernel's
+    inner loop), else ``expr`` unchanged.  Exact: every step is an identity
+    of the floor division (see ``_floor_form``)."""
+    expr = sympy.sympify(expr)
+    if not expr.has(sympy.floor, sympy.Mod):
+        return expr
+    simpler = _floor_form(expr)
+    return simpler if _divisions(simpler) < _divisions(expr) else expr
+
+
+def _divisions(expr: sympy.Expr) -> int:
+    return sum(1 for e in sympy.preorder_traversal(expr) if isinstance(e, (sympy.floor, sympy.Mod)))
+
+
+def _floor_form(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` over floors only, expanded, one form per floor, so that floors
+    that differ only in form cancel: ``Mod(x, b)`` is ``x - b*floor(x/b)``; a
+    floor of a floor merges (``_nested_floor_out``); ``_integer_part_out``."""
+    expr = sympy.sympify(expr).rewrite(sympy.floor)
+    expr = expr.replace(lambda e: isinstance(e, sympy.floor), _nested_floor_out)
+    return sympy.expand(expr.replace(lambda e: isinstance(e, sympy.floor), _integer_part_out))
+
+
+def _nested_floor_out(e: sympy.floor) -> sympy.Expr:
+    """``floor(floor(u)/b + c)`` as ``floor(u/b + c)`` for a positive integer
+    ``b`` and an integer ``b*c`` (a reshape's ``Mod(floor(r/5), 5)`` holds
+    ``floor(floor(r/5)/5)``, which is ``floor(r/25)``): ``floor(u) + b*c`` is
+    ``floor(u + b*c)``, and ``floor(floor(v)/b) = floor(v/b)``."""
+    terms = sympy.Add.make_args(sympy.expand(e.args[0]))
+    for k, term in enumerate(terms):
+        coeff, inner = term.as_coeff_Mul()
+        if not isinstance(inner, sympy.floor) or not coeff.is_Rational or coeff <= 0 or coeff.p != 1:
+            continue
+        rest = sympy.Add(*terms[:k], *terms[k + 1:])
+        if sympy.expand(rest * coeff.q).is_integer:
+            return sympy.floor(inner.args[0] * coeff + rest)
+    return e
 
 
 def _integer_part_out(e: sympy.floor) -> sympy.Expr:

@@ -102,26 +102,53 @@ class HostProduct:
 
     def run(self, view: Callable[[Operand], np.ndarray]) -> None:
         """Compute into the output, reading and writing through ``view`` (an
-        operand's whole container, flat, over its buffer's memory).  Several
-        row, column or reduced axes are merged into one by a reshape, a view
-        where their strides allow it and a copy of that operand otherwise."""
+        operand's whole container, flat, over its buffer's memory)."""
+        self.bound(view)()
+
+    def bound(self, view: Callable[[Operand], np.ndarray]) -> Callable[[], None]:
+        """``run`` over the memory ``view`` gives, as a function of no arguments
+        that a call runs again and again (``runtime`` keeps one per set of
+        buffers): the strided views are made here once, since making them cost
+        a sixth of the BLAS time of an unrolled RNN's 64x256x256 products (159
+        a call).  Several row, column or reduced axes are merged into one, a
+        view where their strides allow it; an operand they do not allow (or
+        whose strides BLAS cannot take, ``_blasable``) is copied on every run,
+        as its values change.  An output BLAS can write (``_layout``) is
+        written by ``matmul`` itself, through its transpose where it is
+        column-major, unless the product adds into it."""
         extent = {s: e - b for s, b, e in self.ranges}
         size = lambda axes: math.prod(extent[s] for s in axes)  # noqa: E731
         batch = self.batch
         lead = tuple(extent[s] for s in batch)
-        a = self._arranged(view(self.a), self.a, (*batch, *self.rows, *self.ks))
-        b = self._arranged(view(self.b), self.b, (*batch, *self.ks, *self.columns))
-        a = _blasable(a.reshape(*lead, size(self.rows), size(self.ks)))
-        b = _blasable(b.reshape(*lead, size(self.ks), size(self.columns)))
+        a = _operand_of(self._arranged(view(self.a), self.a, (*batch, *self.rows, *self.ks)),
+                        (*lead, size(self.rows), size(self.ks)))
+        b = _operand_of(self._arranged(view(self.b), self.b, (*batch, *self.ks, *self.columns)),
+                        (*lead, size(self.ks), size(self.columns)))
         out = self._arranged(view(self.out), self.out, (*batch, *self.rows, *self.columns), writeable=True)
-        product = np.matmul(a, b).reshape(out.shape)
-        coeff = self.coeff * math.prod(float(view(s)[s.offset]) for s in self.scalars)
-        if coeff != 1:
-            product *= product.dtype.type(coeff)
-        if self.accumulate:
-            out += product
-        else:
-            out[...] = product
+        merged = _merged(out, (*lead, size(self.rows), size(self.columns)))
+        target = out if merged is None else merged
+        scalars = [view(s)[s.offset:s.offset + 1] for s in self.scalars]
+        coeff, accumulate = self.coeff, self.accumulate
+        layout = None if accumulate or merged is None else _layout(merged)
+
+        def run() -> None:
+            c = coeff * math.prod(float(s[0]) for s in scalars)
+            if layout == "row":
+                np.matmul(a(), b(), out=merged)
+            elif layout == "column":
+                np.matmul(np.swapaxes(b(), -1, -2), np.swapaxes(a(), -1, -2), out=np.swapaxes(merged, -1, -2))
+            else:
+                product = np.matmul(a(), b()).reshape(target.shape)
+                if c != 1:
+                    product *= product.dtype.type(c)
+                if accumulate:
+                    np.add(target, product, out=target)
+                else:
+                    target[...] = product
+                return
+            if c != 1:
+                np.multiply(merged, merged.dtype.type(c), out=merged)
+        return run
 
     def _arranged(self, flat: np.ndarray, operand: Operand, order: tuple[str, ...],
                   writeable: bool = False) -> np.ndarray:
@@ -134,10 +161,44 @@ class HostProduct:
             strides=tuple(steps.get(s, 0) * flat.itemsize for s in order), writeable=writeable)
 
 
+def _merged(m: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``m`` reshaped to ``shape`` as a view of the same memory, or None where
+    its strides need a copy for that (numpy refuses to set such a shape)."""
+    merged = m.view()
+    try:
+        merged.shape = shape
+    except AttributeError:
+        return None
+    return merged
+
+
+def _operand_of(m: np.ndarray, shape: tuple[int, ...]) -> Callable[[], np.ndarray]:
+    """A matmul operand of ``shape`` from view ``m`` as ``HostProduct.bound``'s
+    runs read it: the view itself, made once, where BLAS takes it as it is,
+    else a copy made on every run (the values change between runs)."""
+    merged = _merged(m, shape)
+    if merged is not None and _blasable(merged) is merged:
+        return lambda: merged
+    return lambda: _blasable(m.reshape(shape))
+
+
+def _layout(m: np.ndarray) -> str | None:
+    """``"row"`` or ``"column"`` where the last two axes of ``m`` are a matrix
+    BLAS takes in place (one of unit stride, the other a whole row or column
+    apart), else None."""
+    item = m.itemsize
+    (rows, columns), (row_step, column_step) = m.shape[-2:], m.strides[-2:]
+    if column_step == item and row_step % item == 0 and row_step >= columns * item:
+        return "row"
+    if row_step == item and column_step % item == 0 and column_step >= rows * item:
+        return "column"
+    return None
+
+
 def _blasable(m: np.ndarray) -> np.ndarray:
     """``m`` itself where numpy's matmul hands its last two axes to BLAS as
-    they are (one of them of unit stride, the other a whole row or column
-    apart: a row-major matrix or a transposed one), else a row-major copy.
+    they are (``_layout``: a row-major matrix or a transposed one), else a
+    row-major copy.
     numpy falls back to its own loops for any other strides: a 256x256 @
     256x64 product took 1.3 ms over such views and 0.05 ms over row-major
     ones; but a copy of a transposed or head-split operand costs more than it
@@ -145,13 +206,7 @@ def _blasable(m: np.ndarray) -> np.ndarray:
     70 us, copied first 124 us; attention's batched ``q @ k^T`` over
     head-split views 0.76 ms, copied first 2.2 ms).  A broadcast batch axis
     (stride 0) is read in place."""
-    if m.ndim < 2:
-        return m
-    item = m.itemsize
-    (rows, columns), (row_step, column_step) = m.shape[-2:], m.strides[-2:]
-    row_major = column_step == item and row_step % item == 0 and row_step >= columns * item
-    column_major = row_step == item and column_step % item == 0 and column_step >= rows * item
-    return m if row_major or column_major else np.ascontiguousarray(m)
+    return m if m.ndim < 2 or _layout(m) is not None else np.ascontiguousarray(m)
 
 
 def host_product(graph: DataflowGraph, t: Tasklet, target: "targets.Target | None") -> HostProduct | None:

@@ -245,15 +245,23 @@ class HostSteps:
                  for k, v in inputs.items() if k in g.containers}
         bound = ir.bind_sizes(g, given, {**self.sizes, **(sizes or {})})
         values: dict[str, object] = {g.access(a, 0): given[a] for a in g.arguments}
+
+        def value(access: str):
+            """A version's value; one that nothing writes reads as zeros (``ir.graph``):
+            a library node may read it (``np.cumsum(np.zeros(n))``), as may the caller."""
+            if access in values:
+                return values[access]
+            c = g.containers[g.node(access).container]
+            return np.zeros(c.concrete_shape(bound), DTYPES[c.dtype])
         on_host = 0
         for step in self.steps:
             if isinstance(step, LibraryNode):
                 launch = self._launch(step, bound)
                 reads, writes = ordered_edges(g, step)
                 if launch is not None:
-                    values.update(zip(writes, launch([_on(values[a], self.device) for a in reads])))
+                    values.update(zip(writes, launch([_on(value(a), self.device) for a in reads])))
                     continue
-                host = {a: _host(values[a]) for a in reads}
+                host = {a: _host(value(a)) for a in reads}
                 run_node(g, step, host)
                 values.update((a, host[a]) for a in writes)
                 on_host += 1
@@ -267,12 +275,9 @@ class HostSteps:
         self._ran_on_host = on_host
         results = {}
         for r in g.results:
-            latest = g.latest(r)
-            value = values.get(latest)
-            if value is None:  # a version nothing writes reads as zeros (ir.graph)
-                value = np.zeros(g.containers[r].concrete_shape(bound), DTYPES[g.containers[r].dtype])
-            results[r] = runtime.asarray(_on(value, self.device), self.device) if return_device_arrays \
-                else _host(value)
+            result = value(g.latest(r))
+            results[r] = runtime.asarray(_on(result, self.device), self.device) if return_device_arrays \
+                else _host(result)
         return results
 
 

@@ -24,6 +24,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 from sympy.printing.c import C99CodePrinter
 from sympy.printing.precedence import precedence
 
+from symdiff.ir.index_analysis import cancel_floors
 from symdiff.ir.scalar_functions import cbrt, fmax, fmin, ieee_float, maximum, minimum, ordering
 
 from . import cpu_math, targets
@@ -392,8 +393,10 @@ _OPEN_NAME = re.compile("\x01(\\d+)\x02")  # a name left open in a template: \x0
 @functools.lru_cache(maxsize=16384)
 def _flat_index_template(index: tuple, strides: tuple) -> tuple[tuple, tuple]:
     """``(parts, symbols)``: the printed index split at its symbols' names (odd parts:
-    positions in ``symbols``)."""
-    expr = sum((sympy.sympify(i) * s for i, s in zip(index, strides)), sympy.Integer(0))
+    positions in ``symbols``).  A reshaped view's ``floor``/``Mod`` pairs cancel
+    (``ir.index_analysis.cancel_floors``): no integer divisions left where the
+    flat element is affine after all."""
+    expr = cancel_floors(sum((sympy.sympify(i) * s for i, s in zip(index, strides)), sympy.Integer(0)))
     symbols = tuple(expr.atoms(sympy.Symbol))
     text = print_expr(expr, "int", {s: f"\x01{k}\x02" for k, s in enumerate(symbols)})
     parts = _OPEN_NAME.split(text)

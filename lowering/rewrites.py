@@ -16,6 +16,7 @@ from symdiff.ir.index_analysis import extent, injective, uses_connectors
 from symdiff.ir.sizes import substitute_sizes
 
 from . import targets
+from .kernels import split_k
 from .matmul import matmul_shape
 from .plan_types import parallel_symbols
 
@@ -97,10 +98,17 @@ def split_large_reductions(graph: DataflowGraph, target: "targets.Target | None"
         red_ranges = [r for r in t.domain if r[0] not in par]
         points = math.prod(extent(r) for r in par_ranges)
         length = math.prod(extent(r) for r in red_ranges)
+        product = matmul_shape(graph, t) if red_ranges and points >= tuning.min_tiled_outputs else None
+        if product is not None:
+            # tiles over its outputs beat partial sums (lowering.matmul), unless a GPU's
+            # workgroups would be too few for them: split-K (lowering.kernels.split_k)
+            rows, cols = (extent(next(r for r in par_ranges if r[0] == s)) for s in (product.row, product.col))
+            chunks = split_k.slices(target, rows, cols, points // (rows * cols), length)
+            if chunks > 1:
+                _split(graph, t, par_ranges, red_ranges, chunks, length // chunks, length)
+            continue
         if not red_ranges or length < tuning.split_reduction_min or points >= tuning.split_parallel_limit:
             continue
-        if points >= tuning.min_tiled_outputs and matmul_shape(graph, t) is not None:
-            continue  # register tiles over its outputs beat partial sums (lowering.matmul)
         if workgroups:
             most = tuning.split_target_workgroups if points == 1 else tuning.split_target_workgroup_points
             least = tuning.split_min_workgroup_chunk

@@ -100,7 +100,7 @@ def _host_array(raw: np.ndarray, dtype: str, shape: tuple[int, ...]) -> np.ndarr
 READ_ALIGNMENT = 256  # bytes between results packed into one read-back buffer
 READ_PACKED_BYTES = 1 << 20  # larger results are read from their own buffers (no second copy kept)
 HOT_RECOMPILE = 2.0  # calls' seconds at g++ -O0 over their module's compile seconds before it is compiled at -O3
-RECORDED_BINDINGS = 64  # root shader objects an instance keeps for record(): a loop's few alternating buffer sets
+RECORDED_BINDINGS = 64  # buffer sets an instance keeps bound launches for (_record): a loop's few alternating sets
 
 
 class DeviceArray:
@@ -220,7 +220,8 @@ class _Instance:
     level: str = "maximal"  # the kernels' optimisation level (lowering.cache)
     compile_seconds: float = 0.0  # what compiling them took (lowering.cache)
     run_seconds: float = 0.0  # calls' wall seconds at a level below maximal (Executable._recompile_if_hot)
-    # record(): launch and buffers -> (its root shader object, the buffers, kept alive so that their ids stay theirs)
+    # _record(): launch and buffers -> (its root shader object or host product run, the buffers, kept alive so
+    # that their ids stay theirs)
     bound: dict[tuple, tuple] = field(default_factory=dict)
     watched: set[int] = field(default_factory=set)  # ids of callers' buffers bound above (Executable._watch)
 
@@ -281,7 +282,8 @@ class Executable:
         (``lowering.buffer_plan``: all live at once during a call), and
         saved_bytes: what sharing buffers between versions with disjoint
         lifetimes saved against one buffer each.  Arguments' upload buffers
-        and small results' read-back buffer come on top."""
+        and small results' read-back buffer come on top (a result written over
+        an argument's upload, ``BufferPlan.upload_of``, adds nothing)."""
         return dict(self._stats)
 
     def kernels(self) -> dict[str, list[str]]:
@@ -323,18 +325,23 @@ class Executable:
             slots = [self.backend.new_buffer(n) for n in bplan.slot_bytes]
             buffers = {a: self.backend.new_buffer(n) for a, n in bplan.own_bytes.items()}
             buffers.update({a: slots[s] for a, s in bplan.slot_of.items()})
+            for version, argument in bplan.upload_of.items():  # a version written over an upload
+                c = g.containers[g.node(argument).container]
+                buffers[version] = buffers[argument] = _new_buffer(self.backend, c.dtype, math.prod(c.shape))
             enc = dev.create_command_encoder()
             for buffer in {id(b): b for b in buffers.values()}.values():
                 enc.clear_buffer(buffer)  # versions nobody writes read as zeros
             if module.checks:  # the kernels guard data-dependent indices (lowering.bounds_check)
                 buffers[FLAG] = _new_buffer(self.backend, "int32", FLAG_WORDS)
             dev.submit_command_buffer(enc.finish())
-            self._stats["buffers_allocated"] += len(slots) + len(bplan.own_bytes) + (FLAG in buffers)
+            self._stats["buffers_allocated"] += (len(slots) + len(bplan.own_bytes) + len(bplan.upload_of)
+                                                 + (FLAG in buffers))
             self._stats["compiles"] += cache.stats["compiles"] - before
             self._stats["compile_time"] += time.perf_counter() - start
             handed = {a for a in latest.values() if a in buffers}  # bound per call: handed over (_hand_over)
+            per_call = handed | set(bplan.upload_of.values())  # and arguments: a caller's device array
             inst = self._instances[key] = _Instance(p, module, kernels, buffers, shapes, latest,
-                                                    self._dispatches(module, kernels, buffers, handed), bplan,
+                                                    self._dispatches(module, kernels, buffers, per_call), bplan,
                                                     launches, key=key, level=level,
                                                     compile_seconds=cache.compile_seconds(self.device, module.source, level))
             memory.hold(self, key, inst.held_bytes, self.device)  # may release older bindings past the limit
@@ -511,14 +518,18 @@ class Executable:
 
     def _replace_handed(self, inst: _Instance) -> list[spy.Buffer]:
         """Bind a spare buffer (one a caller has dropped, else a new one) to
-        every version handed over by an earlier call; returns those this call
-        must clear first (versions that not every call fills or overwrites)."""
+        every version handed over by an earlier call, and to the argument whose
+        upload buffer it was written into (``BufferPlan.upload_of``); returns
+        those this call must clear first (versions that not every call fills
+        or overwrites)."""
         to_clear = []
         for access in inst.handed:
             spare = self._spare(inst.buffers[access].size)
             if access not in inst.plan.overwritten and access not in inst.plan.fills:
                 to_clear.append(spare)
             inst.buffers[access] = spare
+            if access in inst.buffer_plan.upload_of:
+                inst.buffers[inst.buffer_plan.upload_of[access]] = spare
         inst.handed.clear()
         return to_clear
 
@@ -533,15 +544,16 @@ class Executable:
         return bound
 
     def _dispatches(self, module: Module, kernels: dict[str, spy.ComputeKernel],
-                    buffers: dict[str, spy.Buffer], handed: set[str]) -> dict[str, _Dispatch]:
+                    buffers: dict[str, spy.Buffer], per_call: set[str]) -> dict[str, _Dispatch]:
         """Each kernel's launch, its buffers bound once, but for arguments and
-        the ``handed`` result versions, which are bound per call."""
+        the ``per_call`` versions (results handed over, arguments' upload
+        buffers a version shares), which are bound per call."""
         if self.backend.target().sequential:  # one entry point runs the whole program there
             launches = {PROGRAM: (kernels[PROGRAM], [1, 1, 1], module.buffers, {})}
         else:
             launches = {e.name: (kernels[f"{e.function}_main"], e.thread_count, e.buffers, e.constants)
                         for e in module.kernels if e.threads}
-        fixed = set(buffers) - handed
+        fixed = set(buffers) - per_call
         return {name: _Dispatch(kernel, thread_count,
                                 {**{n: buffers[a] for n, a in names.items() if a in fixed}, **constants},
                                 {n: a for n, a in names.items() if a not in fixed})
@@ -636,6 +648,8 @@ class Executable:
             self._stats["calls"] += 1
             inst = self._instance({**self.sizes, **(sizes or {})})
             g = inst.plan.graph
+            for buffer in self._replace_handed(inst):  # a call's result may hold an upload buffer
+                enc.clear_buffer(buffer)
             bindings, _ = self._bind_arguments(
                 inst, inputs, lambda buffer, host: enc.upload_buffer_data(buffer, 0, host.reshape(-1)))
             results = {}
@@ -659,7 +673,8 @@ class Executable:
         """Record the fills and kernel dispatches of one call; returns their count
         and the encoder the caller goes on with.  A product the host computes
         (``lowering.host_products``) submits what is recorded so far, waits, runs
-        on the buffers' memory and starts a new encoder.
+        on the buffers' memory and starts a new encoder (consecutive products
+        submit and wait once).
         A zero fill comes before every launch, or, for a version sharing its
         buffer (``lowering.buffer_plan``), just before the launch that first
         binds it, once the slot's earlier tenants are done: a filled version is
@@ -667,7 +682,10 @@ class Executable:
         them, never by a kernel before.
 
         Each launch is bound through a root shader object made once per set of
-        buffers and kept (``_Instance.bound``, up to ``RECORDED_BINDINGS``): a
+        buffers and kept (``_Instance.bound``, up to ``RECORDED_BINDINGS`` sets
+        for each launch: an unrolled RNN's 254 launches had thrown them all
+        away on every call, 128 ms a call against 22 ms kept), as is each host
+        product's run over its buffers' memory (``HostProduct.bound``): a
         loop's states and a call's results alternate between a few buffers,
         and slangpy's ``kernel.dispatch`` binds every parameter again on every
         call (recording a launch: ~1 us on the CPU device and ~13 us on
@@ -688,39 +706,61 @@ class Executable:
             elif identity == 0:
                 enc.clear_buffer(bindings[access])
         launches = self._launches(inst)
+        pending = True  # enc holds commands not yet run (the caller's uploads and fills, at first)
         for position, (d, uniforms) in enumerate(launches):
             for access in late.get(position, ()):
                 enc.clear_buffer(bindings[access])
+                pending = True
             if isinstance(d, HostProduct):
-                enc = self._on_host(enc, d, bindings)
+                if pending:  # consecutive host products wait for the launches before them once
+                    enc, pending = self._finished(enc), False
+                # keyed by the product too: a cut launch list (bench.profile) puts others at its position
+                self._kept(inst, len(launches), (position, id(d)), [bindings[a] for a in d.accesses],
+                           lambda: self._host_run(d, bindings))()
                 continue
-            per_call = {n: bindings[a] for n, a in d.per_call.items()}
-            key = (position, *uniforms.values(), *(id(b) for b in per_call.values()))
-            if key not in inst.bound:
-                if len(inst.bound) >= RECORDED_BINDINGS:
-                    inst.bound.clear()
-                root = self.backend.device().create_root_shader_object(d.kernel.program)
-                entry = spy.ShaderCursor(root).find_entry_point(0)
-                for name, value in {**uniforms, **d.params, **per_call}.items():
-                    entry[name] = value
-                inst.bound[key] = (root, tuple(per_call.values()))
+            pending = True
+            per_call = [bindings[a] for a in d.per_call.values()]
+            root = self._kept(inst, len(launches), (position, *uniforms.values()), per_call,
+                              lambda: self._root(d, {**uniforms, **d.params, **{
+                                  n: bindings[a] for n, a in d.per_call.items()}}))
             compute = enc.begin_compute_pass()
-            compute.bind_pipeline(d.kernel.pipeline, inst.bound[key][0])
+            compute.bind_pipeline(d.kernel.pipeline, root)
             compute.dispatch(d.thread_count)
             compute.end()
         return len(launches), enc
 
-    def _on_host(self, enc: spy.CommandEncoder, product: HostProduct,
-                 bindings: dict[str, spy.Buffer]) -> spy.CommandEncoder:
-        """Run ``product`` after what ``enc`` holds, on its buffers' host memory;
-        a new encoder for what follows."""
+    @staticmethod
+    def _kept(inst: _Instance, launches: int, key: tuple, buffers: list[spy.Buffer], make: Callable[[], object]):
+        """What ``make`` builds for a launch over ``buffers``, kept in
+        ``inst.bound`` (``RECORDED_BINDINGS`` sets of buffers for each of the
+        call's ``launches``) with the buffers, so that their ids stay theirs."""
+        key = (*key, *(id(b) for b in buffers))
+        if key not in inst.bound:
+            if len(inst.bound) >= RECORDED_BINDINGS * launches:
+                inst.bound.clear()
+            inst.bound[key] = (make(), tuple(buffers))
+        return inst.bound[key][0]
+
+    def _root(self, d: _Dispatch, params: dict) -> spy.ShaderObject:
+        """A root shader object binding ``params`` to ``d``'s entry point."""
+        root = self.backend.device().create_root_shader_object(d.kernel.program)
+        entry = spy.ShaderCursor(root).find_entry_point(0)
+        for name, value in params.items():
+            entry[name] = value
+        return root
+
+    @staticmethod
+    def _host_run(product: HostProduct, bindings: dict[str, spy.Buffer]) -> Callable[[], None]:
+        """``product`` over the host memory of ``bindings``, its views made once
+        (``HostProduct.bound``)."""
+        dtype = np.dtype(DTYPES[product.dtype])
+        return product.bound(lambda o: dlpack.memory_view(bindings[o.access], (o.size,), dtype))
+
+    def _finished(self, enc: spy.CommandEncoder) -> spy.CommandEncoder:
+        """Submit what ``enc`` holds and wait for it (a host product reads its
+        results next); a new encoder for what follows."""
         dev = self.backend.device()
         dev.wait_for_submit(dev.submit_command_buffer(enc.finish()))
-
-        def view(operand) -> np.ndarray:
-            dtype = np.dtype(DTYPES[product.dtype])
-            return dlpack.memory_view(bindings[operand.access], (operand.size,), dtype)
-        product.run(view)
         return dev.create_command_encoder()
 
 

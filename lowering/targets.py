@@ -145,6 +145,34 @@ class Tuning:
     # (each round's recomputation may buffer the next value down a chain).
     free_recompute_rounds: int = 3
 
+    # -- groupshared-tile products on GPU targets (lowering.kernels.group_tiles) --
+    # A workgroup's tile of outputs along the product's (outer, inner) axes, staged
+    # through groupshared memory ``group_tile_k`` k's at a time; each of its
+    # ``group_size`` threads sums a (outer, inner) ``group_thread_tile`` of it in
+    # registers, so group_tile / group_thread_tile must hold group_size threads.
+    # Not yet timed on a GPU: these are the usual SGEMM starting point (64x64 tile,
+    # k tiles of 16, 4x4 a thread: 8 KiB of groupshared memory, 16 sums a thread);
+    # bench.gpu_session's sweep stage times the alternatives.
+    group_tile: tuple[int, int] = (64, 64)
+    group_tile_k: int = 16
+    group_thread_tile: tuple[int, int] = (4, 4)
+    # A product with at most ``group_narrow`` outputs along one axis (an MLP's 10
+    # classes) takes ``group_narrow_tile`` (wide axis, narrow axis) instead, a
+    # thread summing ``group_narrow_thread_tile`` of it: 64x64 would idle 54 of 64.
+    group_narrow: int = 16
+    group_narrow_tile: tuple[int, int] = (256, 16)
+    group_narrow_thread_tile: tuple[int, int] = (16, 1)
+    # -- split-K (lowering.kernels.split_k) --
+    # A product whose output tiles are too few for a GPU, over a contraction at least
+    # ``split_k_min_length`` long (an MLP's weight gradients: 512x10 outputs, 8 tiles,
+    # and 512x512, 64 tiles, over 65536 rows), has its contraction cut into slices,
+    # each slice's partial products stored, then summed over the slices in a fixed
+    # order: about ``split_k_target_workgroups`` workgroups in all (an H100 has 132
+    # SMs: two a multiprocessor), slices at least ``split_k_min_slice`` long.
+    split_k_min_length: int = 4096
+    split_k_target_workgroups: int = 264
+    split_k_min_slice: int = 512
+
     @property
     def row_threads(self) -> int:
         """Most threads in one row of a dispatch."""

@@ -9,6 +9,7 @@ from symdiff.ir import IndexOutOfRange
 from symdiff.ir.tracer import ImplicitBroadcastError
 from symdiff.ir.specs import ArraySpec, bool_, f32, f64, i32, symbol
 from symdiff.lowering import ArgumentError, DeviceArray, asarray, available_devices, cache_limit, set_cache_limit
+from symdiff.lowering.kernels.precision import default_matmul_precision, set_matmul_precision
 
 from .backward import add_backward_pass
 from .custom_vjp import CustomVJPError, custom_vjp
@@ -30,4 +31,5 @@ __all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f
            "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError",
            "custom_vjp", "CustomVJPError", "ImplicitBroadcastError", "to_torch", "to_jax", "compile_module",
            "clear_caches", "cache_limit", "set_cache_limit",
-           "fori_loop", "while_loop", "LoopError", "library_node", "linalg"]
+           "fori_loop", "while_loop", "LoopError", "library_node", "linalg",
+           "set_matmul_precision", "default_matmul_precision"]

@@ -21,6 +21,7 @@ from symdiff.ir.library import has_library_nodes
 from symdiff.ir.specs import ArraySpec, spec_of
 from symdiff.ir.tracer.trace import array_annotations, array_parameters, clear_cache as clear_trace_cache
 from symdiff.lowering import disk_cache
+from symdiff.lowering.kernels import precision
 from symdiff.lowering.devices import requested as requested_device
 from symdiff.lowering.runtime import host_argument
 from symdiff.lowering.source_view import SlangSource, kernel_headers, kernels_first, tasklet_lines
@@ -63,6 +64,7 @@ class DifferentiableProgram:
         self._backward: dict[tuple, ir.DataflowGraph] = {}
         self._memory_plans: dict[tuple, tuple[ir.DataflowGraph, MemoryPlan]] = {}  # (specs, wrt, ..., budget)
         self.memory_budget: int | None = None  # bytes (symdiff.memory_budget); a call may pass its own
+        self.matmul_precision: str | None = None  # None: the global one (lowering.kernels.precision)
         self._executables: dict[tuple, Any] = {}
         self._shapes: dict[tuple, list[tuple[int, ...]]] = {}
         self._last_specs: tuple[ArraySpec, ...] | None = None
@@ -142,6 +144,7 @@ class DifferentiableProgram:
 
     def _executable(self, graph: ir.DataflowGraph, device: str | None):
         device = requested_device(device or self.device)  # SYMDIFF_DEVICE, else "auto"
+        graph = precision.with_precision(graph, self.matmul_precision or precision.current())
         key = (id(graph), device)
         if key not in self._executables:
             compiled = graph.derived.setdefault("executables", {})
@@ -436,8 +439,10 @@ class DifferentiableProgram:
             graph = parent._backward_graph(specs, names).copy()
             return seal_gradients(graph, outputs[0], names)
 
-        return DifferentiableProgram(build, self.arg_names, self._annotations, f"grad({self.name})", self.device,
-                                     self.deterministic, self.check_bounds, self.stencil_gathers)
+        derived = DifferentiableProgram(build, self.arg_names, self._annotations, f"grad({self.name})", self.device,
+                                        self.deterministic, self.check_bounds, self.stencil_gathers)
+        derived.matmul_precision = self.matmul_precision
+        return derived
 
     # -- public: forward mode -----------------------------------------------------
     def _tangent_graph(self, specs: tuple[ArraySpec, ...], names: tuple[str, ...],
@@ -542,8 +547,10 @@ class DifferentiableProgram:
 
         annotations = dict(self._annotations)
         annotations.update({t: self._annotations[n] for n, t in zip(names, tangent_args) if n in self._annotations})
-        return DifferentiableProgram(build, self.arg_names + tangent_args, annotations, f"jvp({self.name})",
-                                     self.device, self.deterministic, self.check_bounds, self.stencil_gathers)
+        derived = DifferentiableProgram(build, self.arg_names + tangent_args, annotations, f"jvp({self.name})",
+                                        self.device, self.deterministic, self.check_bounds, self.stencil_gathers)
+        derived.matmul_precision = self.matmul_precision
+        return derived
 
     def __repr__(self) -> str:
         return f"<differentiable_program {self.name}({', '.join(self.arg_names)})>"
@@ -612,7 +619,8 @@ def clear_caches() -> int:
 
 def differentiable_program(fn: Callable | None = None, *, device: str | None = None, deterministic: bool = False,
                            check_bounds: bool = True, stencil_gathers: bool = True,
-                           strict_broadcasting: bool = False, memory_budget: int | None = None):
+                           strict_broadcasting: bool = False, memory_budget: int | None = None,
+                           matmul_precision: str | None = None):
     """Decorate a numpy-style function (or index-level code with ``sd.map``).
 
     Arguments annotated with ``sd.f32[...]``-style specs fix their dtype and
@@ -640,12 +648,18 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
     forward values are recomputed in the reverse pass instead of stored until
     the plan fits, and a call that cannot fit raises ``sd.MemoryBudgetError``
     (``symdiff.memory_budget``; ``program.memory_plan()`` shows the choices).
+    ``matmul_precision``: ``"highest"`` (exact float32) or ``"tf32"`` (tensor
+    cores allowed) for this program's float32 products; None follows
+    ``sd.set_matmul_precision`` / ``sd.default_matmul_precision``, as JAX's
+    setting (``lowering.kernels.precision``).
     """
+    if matmul_precision is not None:
+        precision.check(matmul_precision, "sd.differentiable_program")
     if fn is None:
         return lambda f: differentiable_program(f, device=device, deterministic=deterministic,
                                                 check_bounds=check_bounds, stencil_gathers=stencil_gathers,
                                                 strict_broadcasting=strict_broadcasting,
-                                                memory_budget=memory_budget)
+                                                memory_budget=memory_budget, matmul_precision=matmul_precision)
     params = array_parameters(fn)
     hints = {k: v for k, v in array_annotations(fn).items() if k in params}
 
@@ -656,6 +670,7 @@ def differentiable_program(fn: Callable | None = None, *, device: str | None = N
                                     stencil_gathers)
     program.function = fn
     program.memory_budget = memory_budget
+    program.matmul_precision = matmul_precision
     return program
 
 

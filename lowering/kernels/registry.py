@@ -25,12 +25,14 @@ from __future__ import annotations
 from ..bounds_check import IndexGuards
 from .. import targets
 from ..plan_types import Kernel, Plan
-from . import columns, cpu_matmul, last_workgroup_finish, point, register_tiles, rows, scatter, thread_loop
+from . import columns, cpu_matmul, group_tiles, last_workgroup_finish, point, register_tiles, rows, scatter
+from . import thread_loop
 from . import workgroup_tree
 from .writer import BODY, FINISH, LOOP, UPDATE, Forms, KernelForm, KernelShape, KernelWriter
 
 FORMS: tuple[KernelForm, ...] = (
     cpu_matmul.FORM,             # body: a large product on the CPU device, packed micro-kernel blocks
+    group_tiles.FORM,            # body: a GPU product's tiles staged through groupshared memory
     register_tiles.FORM,         # body: a matmul-shaped step's outputs in register tiles
     columns.FORM,                # body: CPU column sums, rows outer and the thread's points inner
     rows.FORM,                   # body: a row kernel, one row a thread (or a workgroup)

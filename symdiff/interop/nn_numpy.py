@@ -6,9 +6,11 @@ them).  Each follows PyTorch's definition, written so that symdiff's
 derivative is the one torch computes and stays finite where torch's does:
 ``sigmoid`` through ``tanh`` (no ``exp`` overflow), ``softplus`` through
 ``log1p(exp(-|z|))``, softmaxes shifted by their maximum.  Convolutions and
-pooling gather their windows with strided slices (one slice per kernel
-offset, stacked), so a convolution is a matrix product per group and its
-backward the tracer's own scatter of those slices.  symdiff has no ``erf``:
+pooling take their sliding windows in one step each: a pooling reduces over
+the window axes of one view of its input (an affine index map, no copy), a
+convolution gathers its window columns and multiplies them by the weight as
+one matrix product per group; their backward is the tracer's own scatter
+through the view or the gather.  symdiff has no ``erf``:
 the exact GELU integrates ``exp(-t^2)`` with a 49-point Clenshaw-Curtis rule,
 accurate to 5e-16 (and its derivative too) in float64.
 """
@@ -18,6 +20,8 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
+
+from ..ir.tracer.reshuffle import remap
 
 Array = Any  # a numpy array or a symdiff traced array
 
@@ -152,29 +156,30 @@ def linear(x: Array, weight: Array, bias: Array | None = None) -> Array:
     return y if bias is None else y + bias
 
 
-def _window_slices(x: Array, kernel: Sequence[int], stride: Sequence[int],
-                   dilation: Sequence[int]) -> tuple[list[Array], tuple[int, ...]]:
-    """One strided slice of ``x``'s trailing ``len(kernel)`` axes per kernel
-    offset (in ``np.ndindex`` order), each of shape ``x.shape[:-n] + out``."""
+def _windows(x: Array, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> tuple[Array, tuple]:
+    """``x``'s sliding windows over its trailing ``n = len(kernel)`` axes as
+    one view, no copy: shape ``x.shape[:-n] + kernel + out``, element
+    ``(..., k, p)`` being ``x[..., p * stride + k * dilation]`` (per axis).
+    A traced ``x`` gives a read-only view whose index map is affine in the
+    window and position axes (the tracer's ``remap``), so a reduction or a
+    copy reads ``x`` itself; a numpy ``x`` gives numpy's strided view."""
     n = len(kernel)
-    spatial = x.shape[-n:]
+    lead, spatial = tuple(x.shape[:-n]), tuple(x.shape[-n:])
     out = tuple((size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(spatial, kernel, stride, dilation))
     if min(out) < 1:
         raise ValueError(f"kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger than the padded input "
-                         f"{tuple(spatial)}")
-    slices = []
-    for offset in np.ndindex(*kernel):
-        key = tuple(slice(o * d, o * d + s * (m - 1) + 1, s) for o, d, s, m in zip(offset, dilation, stride, out))
-        slices.append(x[(Ellipsis,) + key])
-    return slices, out
+                         f"{spatial}")
+    shape = lead + tuple(kernel) + out
+    if isinstance(x, np.ndarray):
+        steps = x.strides[-n:]
+        strides = x.strides[:-n] + tuple(t * d for t, d in zip(steps, dilation)) + \
+            tuple(t * s for t, s in zip(steps, stride))
+        return np.lib.stride_tricks.as_strided(x, shape, strides, writeable=False), out
+    m = len(lead)
 
-
-def _windows(x: Array, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> tuple[Array, tuple]:
-    """``x``'s sliding windows over its trailing ``len(kernel)`` axes:
-    shape ``x.shape[:-n] + kernel + out``, the slices stacked."""
-    slices, out = _window_slices(x, kernel, stride, dilation)
-    stacked = np.stack(slices, axis=x.ndim - len(kernel))
-    return stacked.reshape(tuple(x.shape[:-len(kernel)]) + tuple(kernel) + out), out
+    def source(v: tuple) -> tuple:
+        return v[:m] + tuple(v[m + n + i] * s + v[m + i] * d for i, (s, d) in enumerate(zip(stride, dilation)))
+    return remap(x, shape, source, "a convolution's or pooling's sliding windows"), out
 
 
 def _pad(x: Array, padding: Sequence[int], value: float = 0.0) -> Array:
@@ -184,28 +189,54 @@ def _pad(x: Array, padding: Sequence[int], value: float = 0.0) -> Array:
     return np.pad(x, widths, constant_values=value)
 
 
+def _column_positions(shape: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+                      dilation: Sequence[int], width: int) -> tuple[Array, tuple]:
+    """Where each element of a convolution's window columns ``(width * K,
+    N * positions)`` sits in the flattened input of ``shape`` ``(N, C,
+    *spatial)``, for channels ``0 .. width - 1``: row ``c * K + k`` (``k`` a
+    kernel offset in C order), column ``n * positions + p`` (``p`` a window
+    position in C order).  Made with ``np.arange`` and integer arithmetic,
+    which a traced program computes (an ``int32`` array)."""
+    spatial = tuple(shape[2:])
+    out = tuple((size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(spatial, kernel, stride, dilation))
+    taps, positions, image = int(np.prod(kernel)), int(np.prod(out)), int(np.prod(spatial))
+    rows, columns = np.arange(width * taps).reshape((-1, 1)), np.arange(shape[0] * positions).reshape((1, -1))
+    flat = rows // taps * image + columns // positions * (shape[1] * image)
+    offset, position, step = rows % taps, columns % positions, 1
+    for size, k, o, s, d in reversed(list(zip(spatial, kernel, out, stride, dilation))):
+        flat = flat + ((position % o) * s + (offset % k) * d) * step
+        offset, position, step = offset // k, position // o, step * size
+    return flat, out
+
+
 def conv(x: Array, weight: Array, bias: Array | None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
          groups: int = 1) -> Array:
     """``conv1d``/``conv2d``/``conv3d`` (batched input ``(N, C, *spatial)``):
-    per group, one matrix product of the weight's columns ``(O/G, K * C/G)``
-    with the zero-padded input's window columns ``(N, K * C/G, positions)``.
-    Both are concatenations, one block per kernel offset (row ``k * C/G + c``),
-    so the product reads two whole arrays with affine indices: a reshape of
-    the stacked windows into ``C/G * K`` rows would index them with ``//`` and
-    ``%`` in the product's inner loop, which ran 10-20x slower on the CPU
-    device and kept the product off the host's BLAS (``lowering.host_products``)."""
+    per group, one matrix product of the weight as a matrix ``(O/G, C/G *
+    K)`` (a view: the weight's own layout) with the zero-padded input's
+    window columns ``(C/G * K, N * positions)``, gathered in one step through
+    positions computed from ``np.arange`` (``_column_positions``).  Both
+    operands and the result are plain matrices, so the product, and each of
+    its two reverse products (the weight's gradient sums over the batch and
+    the positions at once), runs as one matrix product, which the CPU
+    device can hand to the host's BLAS (``lowering.host_products``); the
+    columns' gradient scatters back through the same positions.  (The
+    windows read as a view instead of gathered: the lowering recomputes that
+    copy inside the product's loops, with integer divisions, and a LeNet-5
+    step ran 1.5x slower; a batched product per image: its weight gradient
+    a reduction over the batch of products, 2-3x slower.)"""
     n = weight.ndim - 2
     kernel = tuple(weight.shape[2:])
-    slices, out = _window_slices(_pad(x, _pair(padding, n)), kernel, _pair(stride, n), _pair(dilation, n))
-    batch, per_group = x.shape[0], weight.shape[0] // groups
-    width, positions = x.shape[1] // groups, int(np.prod(out))
+    padded = _pad(x, _pair(padding, n))
+    batch, per_group, width = x.shape[0], weight.shape[0] // groups, x.shape[1] // groups
+    positions, out = _column_positions(tuple(padded.shape), kernel, _pair(stride, n), _pair(dilation, n), width)
+    flat, group_size = padded.reshape(-1), width * int(np.prod(padded.shape[2:]))
     ys = []
     for g in range(groups):
-        channels, outputs = slice(g * width, (g + 1) * width), slice(g * per_group, (g + 1) * per_group)
-        columns = np.concatenate([s[:, channels].reshape((batch, width, positions)) for s in slices], axis=1)
-        w = np.concatenate([weight[(outputs, slice(None)) + offset] for offset in np.ndindex(*kernel)], axis=1)
-        ys.append(np.matmul(w, columns))
-    y = (ys[0] if groups == 1 else np.concatenate(ys, axis=1)).reshape((batch, weight.shape[0]) + out)
+        w = weight[g * per_group:(g + 1) * per_group].reshape((per_group, -1))
+        ys.append(np.matmul(w, np.take(flat, positions + g * group_size)))
+    y = ys[0] if groups == 1 else np.concatenate(ys, axis=0)
+    y = np.swapaxes(y.reshape((weight.shape[0], batch, -1)), 0, 1).reshape((batch, weight.shape[0]) + out)
     return y if bias is None else y + bias.reshape((-1,) + (1,) * n)
 
 

@@ -73,6 +73,40 @@ def test_junit_counts_and_failing_ids(tmp_path):
                                     "failed": ["tests.lowering.test_a::test_x[cuda]"]}
 
 
-def test_sweep_says_why_it_skips(tmp_path):
-    result = gs.sweep_stage(_session(tmp_path), gs.Deadline(1.0))
-    assert result["status"] == "skipped" and "tuning" in result["detail"]
+@pytest.mark.vulkan
+def test_sweep_runs_a_tuning_variant_checked_against_jax(tmp_path, monkeypatch):
+    """One variant (the rehearsal's: lavapipe in the GPU form, a 64^3 gemm): its
+    tile numbers reach the child's plans, and its gradients are checked."""
+    from symdiff import lowering
+    if "vulkan" not in lowering.available_devices():
+        pytest.skip("no vulkan device here")
+    variant = {"group_tile": [32, 32], "group_thread_tile": [2, 2]}
+    monkeypatch.setattr(gs, "SWEEP_VARIANTS", [variant])
+    result = gs.sweep_stage(_session(tmp_path), gs.Deadline(120.0))
+    assert result["status"] == "ok", result
+    (row,) = result["rows"]
+    assert row["variant"] == variant and row["gemm_status"] == "ok" and row["gemm_ms"] > 0
+    child = json.loads((tmp_path / "sweep" / "variant-0.json").read_text())
+    assert child["tuning"] == {"group_tile": [32, 32], "group_thread_tile": [2, 2]}
+    assert child["device"] == "vulkan (GPU form)"
+    assert "sweep:" in gs.table({"stages": {"sweep": {**result, "seconds": 1, "budget_s": 1}}})
+
+
+def test_a_sweep_variant_naming_no_tuning_field_is_refused():
+    from bench import gpu_products
+    with pytest.raises(SystemExit, match=r"no Tuning field \['group_tiles'\]"):
+        gpu_products.use_tuning({"group_tiles": [32, 32]})
+
+
+def test_every_sweep_variant_is_a_tuning_that_makes_workgroups():
+    """A variant GPU time would be spent on names real Tuning fields and tiles
+    that split into a workgroup's threads (lowering.kernels.tile_shapes)."""
+    from dataclasses import fields, replace
+    from symdiff.lowering import targets
+    from symdiff.lowering.kernels import tile_shapes
+    names = {f.name for f in fields(targets.Tuning)}
+    assert gs.SWEEP_VARIANTS[0] == {} and len({json.dumps(v) for v in gs.SWEEP_VARIANTS}) == len(gs.SWEEP_VARIANTS)
+    for variant in gs.SWEEP_VARIANTS:
+        assert set(variant) <= names, variant
+        tile_shapes.check(replace(targets.CUDA.tuning, **{k: tuple(v) if isinstance(v, list) else v
+                                                         for k, v in variant.items()}))

@@ -2,13 +2,15 @@
 enumeration of small domains (an independent oracle: every point, every
 element)."""
 import itertools
+import math
 import random
+from fractions import Fraction
 
 import pytest
 import sympy
 
 from symdiff.ir import connector_symbol, index_symbol, size_symbol
-from symdiff.ir.index_analysis import (FLOOR_DIVIDE, Unanalysable, covers, holds_on_ranges, exact_integer_division, injective, injective_over, replaced,
+from symdiff.ir.index_analysis import (FLOOR_DIVIDE, Unanalysable, cancel_floors, covers, holds_on_ranges, exact_integer_division, injective, injective_over, replaced,
                                solve_shifts, unit_shift, unit_shifts, written_elements)
 
 i, j, k = index_symbol("i"), index_symbol("j"), index_symbol("k")
@@ -76,6 +78,56 @@ def test_injective_over_reads_a_reshaped_view_through_its_flat_position(index, d
     assert injective_over(index, domain, shape) == expected
     hits = elements(index, domain)
     assert (len(set(hits)) == len(hits)) == expected
+
+
+def _exact(e, point: dict) -> Fraction:
+    """``e`` at ``point`` in exact rationals (a float ``floor(j/12 + 5/12)`` is off by one at ``j = 31``)."""
+    e = sympy.sympify(e)
+    if e.is_Symbol:
+        return point[e]
+    if e.is_Rational:
+        return Fraction(int(e.p), int(e.q))
+    args = [_exact(a, point) for a in e.args]
+    if isinstance(e, sympy.floor):
+        return Fraction(math.floor(args[0]))
+    if isinstance(e, sympy.Mod):
+        return args[0] % args[1]
+    if e.is_Add:
+        return sum(args, Fraction(0))
+    assert e.is_Mul, e
+    return math.prod(args)
+
+
+def _divisions(e) -> int:
+    return sum(isinstance(t, (sympy.floor, sympy.Mod)) for t in sympy.preorder_traversal(sympy.sympify(e)))
+
+
+@pytest.mark.parametrize("expr, expected", [
+    # a (2, 6, 5, 5) weight read as a (2*6, 25)... matrix: flat element 150*i + r of the merged (6, 5, 5) axes
+    (150 * i + 25 * sympy.floor(j / 25) + 5 * sympy.Mod(sympy.floor(j / 5), 5) + sympy.Mod(j, 5), 150 * i + j),
+    (4 * sympy.floor(j / 4) + sympy.Mod(j, 4), j),                                     # ravel of (., 4)
+    (12 * sympy.floor((j + 5) / 12) + sympy.Mod(j + 5, 12), j + 5),                    # a shifted flat index
+    (6 * sympy.Mod(sympy.floor(j / 6), 4) + sympy.Mod(j, 6) + 24 * sympy.floor(j / 24), j),  # (., 4, 6) merged
+    # sliding windows merged: fewer divisions, not none (the window offset and position stay apart)
+    (sympy.Mod(i, 28) + sympy.Mod(j, 5) + 32 * sympy.floor(i / 28) + 32 * sympy.floor(j / 5), None),
+    (sympy.Mod(j, 7), sympy.Mod(j, 7)),                                                # nothing to cancel: as it is
+    (3 * sympy.floor(j / 2), 3 * sympy.floor(j / 2)),
+    (2 * i + 3, 2 * i + 3),
+])
+def test_cancel_floors_is_exact_and_drops_divisions(expr, expected):
+    """The cancelled index equals the original at every integer point of a
+    range that crosses zero and several periods (the oracle: plain
+    evaluation), and has no more integer divisions; where the flat element is
+    affine after all, none."""
+    out = cancel_floors(expr)
+    if expected is not None:
+        assert sympy.expand(out - expected) == 0
+    assert _divisions(out) <= _divisions(expr)
+    if expected is None:
+        assert 0 < _divisions(out) < _divisions(expr)
+    for a, b in itertools.product(range(-30, 31, 7), range(-60, 200)):
+        point = {i: Fraction(a), j: Fraction(b)}
+        assert _exact(out, point) == _exact(expr, point), (a, b)
 
 
 def test_injective_over_is_sound_on_random_affine_indices():

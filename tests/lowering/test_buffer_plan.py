@@ -117,3 +117,116 @@ def test_layer_norm_recomputes_values_built_on_row_statistics(device):
     p = plan(graph, {}, lowering.devices.target(device))
     full = {a for a in p.buffers if p.graph.containers[p.graph.node(a).container].shape == (64, 256)}
     assert len(full - {"x#0", "grad_x#0"}) <= 3 and not {"subtract#0", "divide#0"} & full, sorted(full)
+
+
+@sd.differentiable_program
+def _tanh_x(x):
+    return np.mean(np.tanh(x) * x)
+
+
+@sd.differentiable_program
+def _neighbours(x):
+    return np.sum(np.tanh(x[1:]) * x[:-1])
+
+
+@sd.differentiable_program
+def _product(x, w):
+    return np.sum(np.tanh(x * w))
+
+
+@sd.differentiable_program
+def _row_sums(x):
+    return np.sum(np.tanh(np.sum(x, axis=1)))
+
+
+def _upload_of(program) -> dict[str, str]:
+    """Which versions the CPU device's plan writes into an argument's upload buffer."""
+    return lowering.planned_buffers(program.backward_graph(), "cpu", {}).upload_of
+
+
+def _jax_value_and_grad(f, x):
+    return jax.value_and_grad(lambda v: f(jnp, v))(x.astype(np.float64))
+
+
+def test_a_gradient_is_written_over_the_upload_of_x_never_over_the_callers_x():
+    """mean(tanh(x) * x): the gradient kernel reads x at each point before it
+    stores the gradient there, so the gradient takes x's upload buffer
+    (lowering.buffer_plan.into_uploads) and the call allocates nothing else of
+    x's size.  The caller's x, host array or device array, is never written;
+    a gradient the caller still holds is not written by the next call, nor by
+    a recorded one (``Executable.record``, a loop's) uploading x.  Values
+    and gradients vs JAX in float64.  (300001 elements: rows with a tail, and a
+    gradient over READ_PACKED_BYTES, handed over as its buffer.)"""
+    x = np.random.default_rng(5).standard_normal(300_001).astype(np.float32)
+    kept = x.copy()
+    f = lambda xp, v: xp.mean(xp.tanh(v) * v)  # noqa: E731
+    value, grads = _tanh_x.value_and_grad(x, device="cpu")
+    assert _upload_of(_tanh_x) == {"grad_x#0": "x#0", "out#0": "seed_out#0"}  # (the value: over the seed)
+    np.testing.assert_array_equal(x, kept)
+    want_value, want = _jax_value_and_grad(f, x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    np.testing.assert_allclose(grads["x"], want, rtol=1e-5, atol=1e-12)
+    first = grads["x"].copy()
+    value, again = _tanh_x.value_and_grad(x[::-1].copy(), device="cpu")  # the first gradient still held
+    np.testing.assert_array_equal(grads["x"], first)
+    np.testing.assert_allclose(again["x"], want[::-1], rtol=1e-5, atol=1e-12)
+    held = again["x"].copy()
+    (exe,) = [e for e in _tanh_x._executables.values() if e.device == "cpu"]  # a loop records its calls
+    dev = lowering.backends.of("cpu").device()
+    enc = dev.create_command_encoder()
+    recorded = exe.record(enc, {"x": x, **{s: np.ones((), np.float32) for s in exe.graph.meta["seeds"].values()}})
+    dev.wait_for_submit(dev.submit_command_buffer(enc.finish()))
+    np.testing.assert_array_equal(again["x"], held)
+    np.testing.assert_allclose(np.asarray(recorded[exe.graph.meta["gradients"]["x"]]), want, rtol=1e-5, atol=1e-12)
+    on_device = lowering.asarray(x, device="cpu")
+    for arrays in (False, True):
+        value, grads = _tanh_x.value_and_grad(on_device, device="cpu", device_arrays=arrays)
+        np.testing.assert_array_equal(np.asarray(on_device), kept)
+        np.testing.assert_allclose(np.asarray(grads["x"]), want, rtol=1e-5, atol=1e-12)
+    np.testing.assert_array_equal(x, kept)
+
+
+def test_a_gradient_reading_neighbours_of_x_keeps_a_buffer_of_its_own():
+    """The gradient at i reads x at i - 1 and i + 1 (other points' elements):
+    written over x's upload it would read gradients, so it keeps its own buffer."""
+    x = np.random.default_rng(6).standard_normal(4097).astype(np.float32)
+    f = lambda xp, v: xp.sum(xp.tanh(v[1:]) * v[:-1])  # noqa: E731
+    value, grads = _neighbours.value_and_grad(x, device="cpu")
+    want_value, want = _jax_value_and_grad(f, x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    np.testing.assert_allclose(grads["x"], want, rtol=1e-5, atol=1e-6)
+    assert "grad_x#0" not in _upload_of(_neighbours)
+
+
+def test_each_gradient_finds_the_upload_its_kernel_is_done_reading():
+    """sum(tanh(x * w)): the gradient of x (tanh' * w) is stored before the
+    gradient of w reads x, so it can only go over w's upload, and the gradient
+    of w over x's: both gradients take an upload (matched, not first come).
+    Inputs unchanged; gradients vs JAX in float64."""
+    rng = np.random.default_rng(8)
+    x, w = (rng.standard_normal(4097).astype(np.float32) for _ in range(2))
+    kept = x.copy(), w.copy()
+    value, grads = _product.value_and_grad(x, w, device="cpu")
+    want_value, want = jax.value_and_grad(lambda a, b: jnp.sum(jnp.tanh(a * b)), argnums=(0, 1))(
+        x.astype(np.float64), w.astype(np.float64))
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for name, expected in zip("xw", want):
+        np.testing.assert_allclose(grads[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_array_equal(x, kept[0])
+    np.testing.assert_array_equal(w, kept[1])
+    assert _upload_of(_product) == {"grad_x#0": "w#0", "grad_w#0": "x#0", "out#0": "seed_out#0"}
+
+
+def test_a_row_kernel_writes_the_gradient_over_x_in_a_later_loop_over_the_row():
+    """sum(tanh(x.sum(axis=1))): one row kernel, whose thread sums its row of
+    x in a first loop and stores the row's gradient in a later one, reading
+    no x there: the sums are done with the row before it is written over.
+    x unchanged; gradients vs JAX in float64."""
+    x = np.random.default_rng(9).standard_normal((64, 48)).astype(np.float32)
+    kept = x.copy()
+    value, grads = _row_sums.value_and_grad(x, device="cpu")
+    want_value, want = _jax_value_and_grad(lambda xp, v: xp.sum(xp.tanh(xp.sum(v, axis=1))), x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    np.testing.assert_allclose(grads["x"], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(x, kept)
+    assert _upload_of(_row_sums) == {"grad_x#0": "x#0", "out#0": "seed_out#0"}

@@ -16,7 +16,7 @@ import sympy
 
 import symdiff as sd
 from symdiff import lowering
-from symdiff.lowering import host_products, targets
+from symdiff.lowering import host_products, runtime, targets
 from symdiff.lowering.export import export
 from symdiff.lowering.plan import plan
 from symdiff.lowering.plan_types import HostKernel
@@ -240,3 +240,39 @@ def test_an_output_whose_points_overlap_stays_a_slang_kernel(any_size):
     g.t("d", [(i, 0, n), (j, 0, n), (k, 0, n)], g.s("x", "a") * g.s("y", "b"),
         {"x": ("a", (i, k)), "y": ("b", (k, j))}, ("c", (i + j,)), acc="sum")
     assert on_host(g.g) == 0
+
+
+@cpu_only
+def test_calls_over_new_buffers_compute_into_them(any_size):
+    """A product's run is kept per set of buffers (``HostProduct.bound``): calls with
+    new argument arrays, and with earlier results still held (each call's result in
+    a buffer of its own), each compute into their own.  The output ``c[j, i] = 3
+    sum_k a[k, i] b[k, j]`` is column-major and scaled: BLAS writes it through its
+    transpose, then it is multiplied in place."""
+    graph, first = matmul_graph(40, 30, 50, "out_transposed", coeff=3)
+    exe = lowering.compile(graph, "cpu")
+    r = rng(6)
+    calls = [first] + [{n: r.standard_normal(a.shape).astype(np.float32) for n, a in first.items()} for _ in range(3)]
+    results = [exe({n: lowering.asarray(a, "cpu") for n, a in inputs.items()}, return_device_arrays=True)["c"]
+               for inputs in calls[:3]] + [exe(calls[3])["c"]]
+    assert len({id(res.buffer) for res in results[:3]}) == 3
+    for inputs, got in zip(calls, results):
+        want = 3 * np.einsum(EINSUM["out_transposed"], inputs["a"].astype(np.float64), inputs["b"].astype(np.float64))
+        assert np.all(np.abs(np.asarray(got) - want) <= product_bound(inputs["a"], inputs["b"], EINSUM["out_transposed"], 3))
+
+
+@cpu_only
+def test_every_launch_keeps_its_binding_between_calls(any_size, monkeypatch):
+    """Each launch's root shader object and each host product's run are made once and
+    kept for ``runtime.RECORDED_BINDINGS`` sets of buffers per launch: with room for
+    one set, a second call over the same buffers makes none again (a cap that counted
+    objects rather than sets threw an unrolled RNN's 254 away on every call)."""
+    monkeypatch.setattr(runtime, "RECORDED_BINDINGS", 1)
+    graph, inputs = matmul_graph(40, 30, 50, "nn", epilogue=True)
+    exe = lowering.compile(graph, "cpu")
+    first = exe(inputs)["h"]
+    (inst,) = exe._instances.values()
+    kept = dict(inst.bound)
+    assert len(kept) == len(exe._launches(inst)) == 2  # the product on the host, then its epilogue kernel
+    np.testing.assert_array_equal(exe(inputs)["h"], first)
+    assert all(inst.bound[key] is entry for key, entry in kept.items())

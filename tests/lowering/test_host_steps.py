@@ -40,3 +40,29 @@ def test_its_gradient_matches_jax():
         v = jnp.cumprod(x, axis=1) + x[:, 3:2:-1]
         return jnp.sum(v * v)
     np.testing.assert_allclose(got["x"], jax.grad(reference)(x), rtol=1e-12)
+
+
+def scan_of_zeros(x: sd.f64[3], i: sd.i32[2]):
+    v = np.zeros((3,))
+    np.add.at(v, i, np.cumsum(v, axis=0)[i] + x[:2])
+    return np.sum(v * x)
+
+
+@pytest.mark.skipif("cpu" not in lowering.available_devices(), reason="no CPU device")
+def test_a_scan_of_a_version_nothing_writes_reads_zeros():
+    """``np.cumsum`` of ``np.zeros`` before anything adds into it: the scan's input
+    is a version no step writes, which reads as zeros (fuzz seed 9111 failed
+    with a KeyError on the cpu device)."""
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    x, i = np.array([0.5, -1.0, 2.0]), np.array([2, 0], np.int32)
+    value, got = sd.differentiable_program(scan_of_zeros).value_and_grad(x, i, wrt=["x"], device="cpu")
+
+    def reference(x):
+        v = jnp.zeros(3)
+        v = v.at[i].add(jnp.cumsum(v)[i] + x[:2])
+        return jnp.sum(v * x)
+    want_value, want = jax.value_and_grad(reference)(x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    np.testing.assert_allclose(got["x"], want, rtol=1e-12)

@@ -34,7 +34,9 @@ def test_a_dropped_program_gives_its_buffers_back(device):
     program = _program()
     x = np.linspace(-2, 2, 1 << 16, dtype=np.float32)
     program.value_and_grad(x, device=device)
-    assert memory.held_bytes(device) - before >= 2 * x.nbytes  # at least the upload and the gradient
+    # at least the upload and the gradient (on the CPU device the gradient is written over the upload,
+    # lowering.buffer_plan.into_uploads, and read back through the read-back buffer: 256 KiB, packed)
+    assert memory.held_bytes(device) - before >= 2 * x.nbytes
     mine = [weakref.ref(e) for e in program._executables.values()]
     assert mine
     del program

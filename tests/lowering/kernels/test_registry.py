@@ -75,7 +75,7 @@ def bodies(graph, target: targets.Target) -> set[str]:
     return {body for body, *_ in forms(graph, target)}
 
 
-@pytest.mark.parametrize("target, expected", [(CPU, "cpu_matmul"), (targets.CUDA, "register_tiles"),
+@pytest.mark.parametrize("target, expected", [(CPU, "cpu_matmul"), (targets.CUDA, "group_tiles"),
                                               (targets.LAVAPIPE, "register_tiles")])
 def test_a_large_product_is_a_micro_kernel_on_the_cpu_only(target, expected):
     assert bodies(ir.trace(matmul(256)), target) == {expected}

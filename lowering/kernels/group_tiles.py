@@ -1,0 +1,274 @@
+"""Groupshared-tile products: a workgroup owns a tile of a matmul-shaped
+step's outputs, stages the tiles of both operands it needs through
+groupshared memory a block of ``k``'s at a time, and each of its threads sums
+a block of the tile in registers from there.
+
+The register tiles (``register_tiles``) load each operand element once per
+thread tile, straight from memory; on a GPU that is 1/8 and 1/4 of the loads
+of one thread per output, and the H100 ran the MLP and the 4096^3 gemm at
+30-170x JAX's time (issue 36).  Here each element crosses memory once per
+workgroup tile (``Tuning.group_tile``: 64x64 outputs), neighbouring threads
+load neighbouring elements of the operand's memory (coalesced), and the
+threads' sums read groupshared memory.  What a product's operands look like
+does not matter: each element of a staged tile is read through the
+operand's own index (``A[i, k]``, ``A[k, i]``, a batch's, a split product's
+``A[c * L + r, i]``), so every transpose the reverse pass produces
+(``A B``, ``A^T B``, ``A B^T``) and batched products take this form without
+a transposed copy.  Elements past the box (ragged sizes) are read clamped to
+its edge and never stored; ``k``'s past the contraction are staged as zeros.
+
+Each output's sum runs over ``k`` in order, one product at a time, in the
+output's type (as the register tiles and BLAS): the result is the same
+whichever tile shape the target's ``Tuning`` gives.  The kernel's other steps
+(the epilogue) then run once per output of the thread's block
+(``RegisterTiles.per_output``).
+
+Applies on targets whose workgroups run together (``workgroup_reductions``:
+CUDA and GPU Vulkan; lavapipe runs it when a test asks, barriers and all) to
+a kernel whose first qualifying step is a product of two float buffers
+(``product``), with at least ``Tuning.min_tiled_outputs`` outputs.  The
+tile's shape is ``tile_shapes.workgroup_tile``'s.  Operands
+are loaded one element a thread: the kernels' buffers are structured buffers
+of scalars, so 16-byte loads would need another buffer type."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import sympy
+
+from symdiff.ir.graph import DataflowGraph
+from symdiff.ir.index_analysis import extent
+
+from ..matmul import MatmulShape, Tiling
+from ..plan_types import Kernel, Step
+from ..printer import SlangPrinter
+from ..threads import Threads
+from ..workgroups import ALONG_THE_LOOP, WORKGROUP
+from . import thread_loop, tile_shapes
+from .register_tiles import RegisterTiles
+from .writer import KernelShape, KernelWriter, identifier, tasklet_comment
+
+
+@dataclass
+class GroupTiling(Tiling):
+    """A workgroup's tile: ``tile[a]`` outputs along box axis ``a`` (the grid
+    counts workgroups), ``k_tile`` ``k``'s staged at a time, ``per_thread``:
+    each thread's (outer, inner) block of the tile, its outputs ``threads_along``
+    apart (neighbouring threads hold neighbouring outputs: coalesced stores)."""
+
+    k_tile: int = 0
+    per_thread: tuple[int, int] = (1, 1)
+
+    def along(self, symbol: sympy.Symbol | None) -> int:
+        """Outputs of a thread's block along ``symbol``."""
+        return self.per_thread[0] if symbol == self.outer else self.per_thread[1] if symbol == self.inner else 1
+
+    def threads_along(self, symbol: sympy.Symbol) -> int:
+        """Threads of the workgroup side by side along ``symbol``."""
+        return self.tile[self.axis(symbol)] // self.along(symbol)
+
+    def ragged(self, symbol: sympy.Symbol | None) -> bool:
+        return symbol is not None and self.box[self.axis(symbol)] % self.tile[self.axis(symbol)] != 0
+
+
+def product(graph: DataflowGraph, step: Step) -> MatmulShape | None:
+    """``step`` as a sum over its one loop symbol ``k`` of ``coeff * a * b``,
+    both read from float buffers, its output one element per point (every
+    parallel symbol a lone component of the output's index), ``a`` reading a
+    parallel symbol ``b`` does not (the row) and ``b`` one ``a`` does not (the
+    column); other parallel symbols are batch axes.  An operand's index may be
+    any expression in the parallel symbols and ``k`` (a split product's
+    ``c * L + r``).  None if not so."""
+    t = step.tasklet
+    if len(step.loop) != 1 or len(step.writes) != 1 or len(step.reads) != 2 or t.condition is not sympy.true:
+        return None
+    (write,), (ra, rb) = step.writes, step.reads
+    k = step.loop[0][0]
+    parallel = [s for s, _, _ in step.parallel]
+    if write.memlet.accumulate != "sum" or sorted(write.memlet.index, key=str) != sorted(parallel, key=str):
+        return None
+    if any(r.producer is not None or graph.containers[r.memlet.container].dtype not in ("float32", "float64")
+           for r in (ra, rb)):
+        return None
+    used = [set().union(*(sympy.sympify(e).free_symbols for e in r.memlet.index)) for r in (ra, rb)]
+    if any(not u <= set(parallel) | {k} or k not in u for u in used):
+        return None
+    sa, sb = t.inputs[ra.connector], t.inputs[rb.connector]
+    coeff, rest = t.body[write.memlet.connector].as_coeff_Mul()
+    if sa == sb or sorted(sympy.Mul.make_args(rest), key=str) != sorted((sa, sb), key=str):
+        return None
+    only_a = [s for s in write.memlet.index if s in used[0] - used[1]]
+    only_b = [s for s in write.memlet.index if s in used[1] - used[0]]
+    if not only_a or not only_b:
+        return None
+    return MatmulShape(only_a[-1], only_b[-1], k, ra.connector, rb.connector, coeff)
+
+
+def group_tiling(shape: KernelShape) -> GroupTiling | None:
+    """The workgroup tiling of ``shape``'s kernel on its target, or None
+    (module docstring: where it applies)."""
+    kernel, tuning = shape.kernel, shape.target.tuning
+    if (not shape.target.workgroup_reductions or kernel.finish is not None
+            or kernel.threads < tuning.min_tiled_outputs):
+        return None
+    for step in kernel.steps:
+        found = product(shape.g, step)
+        if found is not None and _rest_per_output(kernel, step):
+            return _tiles(shape.g, kernel, step, found, shape.target.tuning)
+    return None
+
+
+def _rest_per_output(kernel: Kernel, step: Step) -> bool:
+    """Whether ``kernel``'s other steps can run once per output after the sums
+    (``RegisterTiles.per_output``): none loops, or each loop accumulates."""
+    return all(not other.loop or all(w.memlet.accumulate for w in other.writes)
+               for other in kernel.steps if other is not step)
+
+
+def _tiles(graph: DataflowGraph, kernel: Kernel, step: Step, shape: MatmulShape, tuning) -> GroupTiling:
+    """The inner axis (``inner``) is the output's last one where it is the row
+    or column (its stores then run along memory), else the column."""
+    tile_shapes.check(tuning)
+    syms = [s for s, _, _ in step.parallel]
+    out_last = step.writes[0].memlet.index[-1]
+    inner = out_last if out_last in (shape.row, shape.col) else shape.col
+    outer = shape.row if inner == shape.col else shape.col
+    o, i = syms.index(outer), syms.index(inner)
+    group, per_thread = tile_shapes.workgroup_tile(tuning, kernel.box[o], kernel.box[i])
+    tile = [1] * len(kernel.box)
+    tile[o], tile[i] = group
+    return GroupTiling(step, shape, outer, inner, tuple(tile), kernel.box, k_tile=tuning.group_tile_k,
+                       per_thread=per_thread)
+
+
+class GroupTiles(RegisterTiles):
+    name = "group_tiles"
+
+    def applies(self, shape: KernelShape) -> bool:
+        return group_tiling(shape) is not None
+
+    def write(self, w: KernelWriter) -> None:
+        gt = group_tiling(w)
+        self.take_threads(w, gt)
+        for line in w.mapping.open("global_thread"):
+            w.emit(line, 1)
+        w.emit(f"int group_thread = global_thread % {WORKGROUP};", 1)
+        w.emit(f"int lin = global_thread / {WORKGROUP};  // this workgroup's tile", 1)
+        strides = [1] * len(gt.grid)
+        for a in range(len(gt.grid) - 2, -1, -1):
+            strides[a] = strides[a + 1] * gt.grid[a + 1]
+        for a, (n, stride) in enumerate(zip(gt.grid, strides)):
+            quotient = f"lin / {stride}" if stride > 1 else "lin"
+            w.emit(f"int g{a} = {quotient if a == 0 else f'({quotient}) % {n}'};", 1)
+        across = gt.threads_along(gt.inner)
+        w.emit(f"int mm_tx = group_thread % {across};  // the thread's place along the tile's inner axis", 1)
+        w.emit(f"int mm_ty = group_thread / {across};", 1)
+        self.accumulate(w, gt)
+        self.per_output(w, gt)
+
+    @staticmethod
+    def take_threads(w: KernelWriter, gt: GroupTiling) -> None:
+        """The kernel's points become its workgroup tiles, a workgroup each
+        (``ALONG_THE_LOOP``: dispatched as ``WORKGROUP`` threads a tile); its
+        other steps' loops run in each output's own thread (``thread_loop``)."""
+        w.tiling, w.threads, w.layout = gt, gt.threads, ALONG_THE_LOOP
+        w.mapping = Threads.for_device(ALONG_THE_LOOP.threads(gt.threads), w.target)
+        w.forms = replace(w.forms, loop=thread_loop.FORM)
+
+    def accumulate(self, w: KernelWriter, gt: GroupTiling) -> None:
+        step = gt.step
+        t = step.tasklet
+        p = identifier(t.name)
+        tm, tn = gt.per_thread
+        acc_type = self.sum_type(w, gt)
+        bm, bn = gt.tile[gt.axis(gt.outer)], gt.tile[gt.axis(gt.inner)]
+        w.emit(tasklet_comment(t) + f": a {bm}x{bn} tile of outputs over ({gt.outer}, {gt.inner}) a workgroup, "
+               f"{gt.k_tile} {gt.shape.k}'s at a time through groupshared memory, {tm}x{tn} a thread in registers", 1)
+        w.emit(f"{acc_type} {p}_acc[{tm}][{tn}];", 1)
+        w.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {tm}; mm_u++) [ForceUnroll] for (int mm_v = 0; "
+               f"mm_v < {tn}; mm_v++) {p}_acc[mm_u][mm_v] = {SlangPrinter(acc_type).literal(0)};", 1)
+        outer_read, inner_read = self.operands(gt)
+        tiles = {gt.outer: f"{p}_outer_tile", gt.inner: f"{p}_inner_tile"}
+        for axis, read, n in ((gt.outer, outer_read, bm), (gt.inner, inner_read, bn)):
+            # one column of padding: threads storing along k hit distinct banks
+            w.emit(f"static groupshared {w.operand_type(read)} {tiles[axis]}[{gt.k_tile}][{n + 1}];", 1)
+        length = extent(step.loop[0])
+        w.emit(f"{w.kept}for (int mm_k = 0; mm_k < {length}; mm_k += {gt.k_tile})", 1)
+        w.emit("{", 1)
+        for axis, read in ((gt.outer, outer_read), (gt.inner, inner_read)):
+            self.stage(w, gt, axis, read, tiles[axis])
+        w.emit("GroupMemoryBarrierWithGroupSync();", 2)
+        w.emit(f"[ForceUnroll] for (int mm_kk = 0; mm_kk < {gt.k_tile}; mm_kk++)", 2)
+        w.emit("{", 2)
+        regs = {}
+        for axis, read, count, var, thread in ((gt.outer, outer_read, tm, "mm_u", "mm_ty"),
+                                               (gt.inner, inner_read, tn, "mm_v", "mm_tx")):
+            # the thread's outputs along an axis lie threads_along apart (``point``)
+            regs[axis] = f"{p}_{identifier(read.connector)}"
+            w.emit(f"{w.operand_type(read)} {regs[axis]}[{count}];", 3)
+            w.emit(f"[ForceUnroll] for (int {var} = 0; {var} < {count}; {var}++) {regs[axis]}[{var}] = "
+                   f"{tiles[axis]}[mm_kk][{thread} + {gt.threads_along(axis)} * {var}];", 3)
+        w.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {tm}; mm_u++) [ForceUnroll] for (int mm_v = 0; "
+               f"mm_v < {tn}; mm_v++) {p}_acc[mm_u][mm_v] += {regs[gt.outer]}[mm_u] * {regs[gt.inner]}[mm_v];", 3)
+        w.emit("}", 2)
+        w.emit("GroupMemoryBarrierWithGroupSync();  // the tiles are read before the next ones overwrite them", 2)
+        w.emit("}", 1)
+
+    def stage(self, w: KernelWriter, gt: GroupTiling, axis: sympy.Symbol, read, tile: str) -> None:
+        """The workgroup's threads copy one operand's ``k_tile`` x (tile along
+        ``axis``) elements into ``tile``: neighbouring threads take neighbouring
+        elements along the operand's memory (its index's last component: ``k``
+        or ``axis``), out-of-box positions clamped, ``k``'s past the end zeros."""
+        step = gt.step
+        a = gt.axis(axis)
+        n = gt.tile[a]
+        length = extent(step.loop[0])
+        elements = n * gt.k_tile
+        k_fastest = gt.shape.k in sympy.sympify(read.memlet.index[-1]).free_symbols
+        w.emit(f"// {read.connector}: its {n}x{gt.k_tile} tile into groupshared memory", 2)
+        w.emit(f"[ForceUnroll] for (int mm_l = 0; mm_l < {-(-elements // WORKGROUP)}; mm_l++)", 2)
+        w.emit("{", 2)
+        w.emit(f"int mm_e = min(group_thread + mm_l * {WORKGROUP}, {elements - 1});  // a last partial "
+               "round copies its last element again", 3)
+        if k_fastest:
+            w.emit(f"int mm_kk = mm_e % {gt.k_tile}, mm_at = mm_e / {gt.k_tile};", 3)
+        else:
+            w.emit(f"int mm_kk = mm_e / {n}, mm_at = mm_e % {n};", 3)
+        names = self.stage_names(gt, axis, "mm_at", "mm_k + mm_kk" if length % gt.k_tile == 0
+                                 else f"min(mm_k + mm_kk, {length - 1})")
+        value = f"{w.buffer(read.access)}[{w.flat_index(read.memlet, names)}]"
+        if length % gt.k_tile:
+            value = f"mm_k + mm_kk < {length} ? {value} : {w.operand_type(read)}(0)"
+        w.emit(f"{tile}[mm_kk][mm_at] = {value};", 3)
+        w.emit("}", 2)
+
+    @staticmethod
+    def stage_names(gt: GroupTiling, axis: sympy.Symbol, at: str, k: str) -> dict[sympy.Symbol, str]:
+        """Slang names of the step's symbols at position ``at`` of the tile along
+        ``axis`` (clamped to the box) and contraction index ``k``; batch axes
+        at the workgroup's own coordinate."""
+        names: dict[sympy.Symbol, str] = {}
+        for a, (s, b, _) in enumerate(gt.step.parallel):
+            pos = f"g{a}"
+            if s == axis:
+                pos = f"g{a} * {gt.tile[a]} + {at}"
+                if gt.ragged(s):
+                    pos = f"min({pos}, {gt.box[a] - 1})"
+            names[s] = f"({pos} + {int(b)})" if int(b) else f"({pos})"
+        s, b, _ = gt.step.loop[0]
+        names[s] = f"({k} + {int(b)})" if int(b) else f"({k})"
+        return names
+
+    @staticmethod
+    def point(tl: GroupTiling, a: int) -> str:
+        """Box coordinate along axis ``a`` of output (``mm_u``, ``mm_v``) of the
+        thread's block: its outputs lie ``threads_along`` apart."""
+        s = [s for s, _, _ in tl.step.parallel][a]
+        if s == tl.outer:
+            return f"g{a} * {tl.tile[a]} + mm_ty + {tl.threads_along(s)} * mm_u"
+        if s == tl.inner:
+            return f"g{a} * {tl.tile[a]} + mm_tx + {tl.threads_along(s)} * mm_v"
+        return f"g{a}"
+
+
+FORM = GroupTiles()

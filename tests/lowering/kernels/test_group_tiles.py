@@ -1,0 +1,160 @@
+"""Groupshared-tile products and split-K (lowering.kernels.group_tiles, split_k):
+chosen on GPU targets, and on lavapipe (forced into the GPU form, small tiles,
+sizes no tile divides) every transpose form, batched products and split
+weight gradients agree with JAX in float64, and the tile shape changes no bit.
+"""
+# (no ``from __future__ import annotations``: the programs' shape annotations close over local sizes)
+from dataclasses import replace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import symdiff as sd
+from symdiff import lowering
+from symdiff.lowering import devices, targets
+from symdiff.lowering.kernels import split_k, tile_shapes
+from symdiff.lowering.kernels.registry import choose
+from symdiff.lowering.kernels.writer import KernelShape
+from symdiff.lowering.plan import plan
+from symdiff.lowering.plan_types import HostKernel
+
+jax.config.update("jax_enable_x64", True)
+
+MARK = "through groupshared memory"  # the comment opening a group-tiled product's sums
+# Tiles small enough for sizes a test runs in seconds on lavapipe, two shapes: 16x16
+# threads of 2x1 outputs, and 16x16 threads of one output each.
+SMALL = dict(group_tile=(32, 16), group_thread_tile=(2, 1), group_tile_k=4,
+             split_k_min_length=512, split_k_min_slice=64, split_k_target_workgroups=16)
+OTHER = dict(group_tile=(16, 16), group_thread_tile=(1, 1), group_tile_k=8)
+
+
+def gpu_form(monkeypatch, **tuning) -> None:
+    """lavapipe in the GPU form (its own target keeps thread-per-output products), with ``tuning``."""
+    if "vulkan" not in lowering.available_devices():
+        pytest.skip("no vulkan device here")
+    own = devices.target
+    monkeypatch.setattr(devices, "target", lambda kind: replace(
+        own(kind), workgroup_reductions=True, tuning=replace(own(kind).tuning, **tuning)))
+
+
+def rand(shapes, seed=0):
+    r = np.random.default_rng(seed)
+    return [r.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def close_to_jax(fn, args, got_value, got_grads, names, rtol=2e-5):
+    """``value_and_grad`` of the same function in JAX float64."""
+    value, grads = jax.value_and_grad(fn, argnums=tuple(range(len(args))))(
+        *[jnp.asarray(a, dtype=jnp.float64) for a in args])
+    assert abs(got_value - float(value)) <= rtol * max(1.0, abs(float(value)))
+    for name, ref in zip(names, grads):
+        ref = np.asarray(ref)
+        np.testing.assert_allclose(got_grads[name], ref, rtol=0, atol=rtol * max(1.0, np.abs(ref).max()), err_msg=name)
+
+
+M, K, N, B = 37, 23, 29, 3  # no tile divides any of them
+
+
+def products(xp, x, y, z, u, v):
+    """A B forward, and its gradients G B^T and A^T G (every transpose form), and a batch's."""
+    return xp.sum(xp.tanh(x @ y) * z) + xp.sum(xp.tanh(u @ v))
+
+
+@pytest.mark.vulkan
+def test_every_product_form_matches_jax_float64(monkeypatch):
+    gpu_form(monkeypatch, **SMALL)
+
+    def f(x: sd.f32[M, K], y: sd.f32[K, N], z: sd.f32[M, N], u: sd.f32[B, M, K], v: sd.f32[B, K, N]):
+        return products(np, x, y, z, u, v)
+    prog = sd.differentiable_program(f)
+    args = rand([(M, K), (K, N), (M, N), (B, M, K), (B, K, N)])
+    value, grads = prog.value_and_grad(*args, device="vulkan")
+    # two products forward, two gradients each backward
+    assert prog.slang_source(device="vulkan").count(MARK) == 6
+    close_to_jax(lambda *a: products(jnp, *a), args, value, grads, "xyzuv")
+
+
+@pytest.mark.vulkan
+def test_the_tile_shape_changes_no_bit(monkeypatch):
+    """Each output sums its k's in order in whichever tile: the same bits."""
+    def make():
+        def f(x: sd.f32[M, K], y: sd.f32[N, K]):
+            return np.sum(np.tanh(x @ y.T))
+        return sd.differentiable_program(f)
+    args = rand([(M, K), (N, K)], seed=1)
+    results = []
+    for tuning in (SMALL, OTHER):
+        gpu_form(monkeypatch, **tuning)
+        prog = make()
+        results.append(prog.value_and_grad(*args, device="vulkan"))
+        assert prog.slang_source(device="vulkan").count(MARK) == 3
+    (v1, g1), (v2, g2) = results
+    assert v1 == v2 and all(np.array_equal(g1[n], g2[n]) for n in g1)
+    close_to_jax(lambda x, y: jnp.sum(jnp.tanh(x @ y.T)), args, v1, g1, "xy")
+
+
+R, D, H = 1536, 19, 21
+
+
+def mlp(xp, x, w1, w2):
+    return xp.sum(xp.sin(xp.tanh(x @ w1) @ w2))
+
+
+@pytest.mark.vulkan
+def test_split_k_weight_gradients_match_jax_and_repeat_bit_for_bit(monkeypatch):
+    gpu_form(monkeypatch, **SMALL)
+
+    def f(x: sd.f32[R, D], w1: sd.f32[D, H], w2: sd.f32[H, 10]):
+        return mlp(np, x, w1, w2)
+    prog = sd.differentiable_program(f)
+    # w1's gradient, 19x21 over 1536 rows: 2 tiles of 32x16; 16 workgroups // 2 = 8 slices at most,
+    # 1536 // 64 = 24 long enough, 8 divides 1536: 8 slices of 192 rows
+    p = plan(prog.backward_graph(wrt=["x", "w1", "w2"]), {}, devices.target("vulkan"))
+    (stage1,) = [k for k in p.kernels if any(s.tasklet.name.endswith("_stage1") and "matmul" in s.tasklet.name
+                                             for s in k.steps)]
+    assert stage1.box[0] == 8
+    assert choose(KernelShape(p, stage1, devices.target("vulkan"))).body.name == "group_tiles"
+    args = rand([(R, D), (D, H), (H, 10)], seed=2)
+    value, grads = prog.value_and_grad(*args, device="vulkan")
+    close_to_jax(lambda *a: mlp(jnp, *a), args, value, grads, ["x", "w1", "w2"])
+    again_value, again = prog.value_and_grad(*args, device="vulkan")
+    assert again_value == value and all(np.array_equal(again[n], grads[n]) for n in grads)
+
+
+def test_chosen_where_workgroups_run_together():
+    n = 256
+
+    def f(x: sd.f32[n, n], y: sd.f32[n, n]):
+        return np.tanh(x @ y)
+    graph = sd.differentiable_program(f).graph
+    for target, body in ((targets.CUDA, "group_tiles"), (targets.VULKAN, "group_tiles"),
+                         (targets.LAVAPIPE, "register_tiles")):
+        p = plan(graph, {}, target)
+        assert [choose(KernelShape(p, k, target)).body.name for k in p.kernels
+                if not isinstance(k, HostKernel)] == [body]
+
+
+def test_split_k_slices_an_mlps_weight_gradients_on_an_h100_sized_target():
+    # 512x10 (2 narrow tiles of 256x16) over 65536 rows: 264 // 2 = 132 at most, and
+    # 65536 // 512 = 128 long enough, 128 divides 65536;
+    # 512x512 (64 tiles of 64x64): 264 // 64 = 4; a 4096^2 gemm's 4096 tiles: none; lavapipe: none
+    assert split_k.slices(targets.CUDA, 512, 10, 1, 65536) == 128
+    assert split_k.slices(targets.CUDA, 512, 512, 1, 65536) == 4
+    assert split_k.slices(targets.CUDA, 4096, 4096, 1, 4096) == 1
+    assert split_k.slices(targets.LAVAPIPE, 512, 10, 1, 65536) == 1
+    # a contraction with no divisor in range is left whole: 65537 = 65537 (prime)
+    assert split_k.slices(targets.CUDA, 512, 10, 1, 65537) == 1
+
+
+def test_narrow_products_take_narrow_tiles_along_their_wide_axis():
+    tuning = targets.TUNING
+    assert tile_shapes.workgroup_tile(tuning, 65536, 10) == ((256, 16), (16, 1))
+    assert tile_shapes.workgroup_tile(tuning, 10, 512) == ((16, 256), (1, 16))
+    assert tile_shapes.workgroup_tile(tuning, 17, 4096) == ((64, 64), (4, 4))
+
+
+def test_tile_numbers_that_make_no_workgroup_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"group_tile/group_thread_tile = \(64, 64\)/\(4, 2\)"):
+        tile_shapes.check(replace(targets.TUNING, group_thread_tile=(4, 2)))
