@@ -32,8 +32,10 @@ copies ``meta`` shallowly, so a copy shares its values with the original.
 ``custom_vjps``    the ``sd.custom_vjp`` calls (tuple or list of
                    ``symdiff.custom_vjp.CustomCall``);
 ``rematerialise``  the tasklets a memory budget chose to recompute where they are
-                   read (sorted list of str; ``lowering.cost_model``).
-The name maps and ``loop_state_bytes`` read as None when unset.
+                   read (sorted list of str; ``lowering.cost_model``);
+``matmul_precision`` what float32 products may compute in, where not the default
+                   (str; ``lowering.kernels.precision``).
+The name maps, ``loop_state_bytes`` and ``matmul_precision`` read as None when unset.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class GraphNotes:
     loop_state_bytes = _Note(of_type(int, float))
     custom_vjps = _Note(of_type(tuple, list), lambda graph: ())
     rematerialise = _Note(each(list, NAME), lambda graph: ())
+    matmul_precision = _Note(of_type(str))
 
     def __init__(self, graph: DataflowGraph):
         object.__setattr__(self, "graph", graph)
