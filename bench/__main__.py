@@ -136,9 +136,31 @@ def measure_cold_compiles(rows: list[dict], workloads: list[Workload], devices: 
     return startup
 
 
+TRAINING_WARMUP = 20.0  # seconds of training steps per runner before timing (bench.training's default)
+
+
+def measure_training(devices: list[str], settings: Settings) -> list[dict[str, Any]]:
+    """``bench.training``'s rows (a training step of the examples' LeNet-5 and
+    transformer: sd.compile_module against torch eager and torch.compile) on
+    the cpu device and on a GPU present; a failure is a row saying so."""
+    try:
+        from . import training
+    except ImportError as exc:  # no torch: the rows say so
+        return [{"model": "all", "runner": "all", "status": describe(exc)}]
+    entries = []
+    for device in (d for d in devices if d in ("cpu", "cuda")):
+        for name in training.models():
+            try:
+                entries += training.rows(name, device, TRAINING_WARMUP, settings.budget)
+            except Exception as exc:  # compile_module itself failing costs its rows, not the run
+                entries.append({"model": name, "runner": f"symdiff {device}", "status": describe(exc)})
+            log(f"  training {name} symdiff/{device}: {[e['status'] for e in entries[-3:]]}")
+    return entries
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small sizes only (under a minute)")
+    p.add_argument("--quick", action="store_true", help="small sizes only, no training step (under a minute)")
     p.add_argument("--device", action="append", choices=lowering.backends.kinds(),
                    help="symdiff device(s) to measure (repeatable); default: every device present")
     p.add_argument("--workload", action="append", choices=[w.name for w in WORKLOADS],
@@ -180,6 +202,7 @@ def main(argv: list[str]) -> None:
                 log(f"  {workload.name} {size.label} symdiff/{device}: {row['symdiff'][device]['status']}")
             rows.append(row)
     startup = measure_cold_compiles(rows, workloads, devices, sizes, settings) if settings.cold else {}
+    training = [] if args.quick or args.workload else measure_training(devices, settings)
 
     results = {
         "command": " ".join(["python -m bench", shlex.join(argv)]).strip(),
@@ -192,6 +215,8 @@ def main(argv: list[str]) -> None:
         "settings": dataclasses.asdict(settings),
         "cold_startup_s": startup,
         "rows": rows,
+        "training": training,
+        "training_warmup_s": TRAINING_WARMUP,
     }
     print(report.render(results))
     if args.quick or args.device or args.workload:

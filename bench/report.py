@@ -172,6 +172,18 @@ def geomean_table(results: dict) -> str:
     return _table(header, rows)
 
 
+def training_table(entries: list[dict[str, Any]]) -> str:
+    """``bench.training.rows``' entries: a training step of a PyTorch model,
+    sd.compile_module against torch eager and torch.compile."""
+    rows = []
+    for e in entries:
+        first = _fmt(e.get("first_s"), ".1f") + (f" (+ compile {e['compile_s']:.1f})" if "compile_s" in e else "")
+        step = e["status"] if e["status"] != "ok" else \
+            f"{_ms_range(e['step'])} (k={e['step']['k']} after {e['warm_steps']})"
+        rows.append([e["model"], e["runner"], step, first, _fmt(e.get("grad_error"), ".0e")])
+    return _table(["model", "runner", "step ms min / med", "first step s", "grad err"], rows)
+
+
 def render(results: dict) -> str:
     """The generated part of docs/benchmarks.md (also what the command prints)."""
     m = results["machine"]
@@ -194,7 +206,9 @@ def render(results: dict) -> str:
         "### symdiff\n\n" + symdiff_table(results),
         "### Peers\n\n" + peer_table(results),
         "### Geometric means (symdiff, min times)\n\n" + geomean_table(results),
-    ]) + "\n"
+    ] + ([f"### Training step of a PyTorch model (bench.training: SGD step, {_fmt(results['training_warmup_s'], '.0f')} s "
+          "of warm-up steps per runner)\n\n" + training_table(results["training"])]
+         if results.get("training") else [])) + "\n"
 
 
 def write(results: dict, json_path: Path, docs_path: Path) -> None:

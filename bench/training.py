@@ -15,15 +15,17 @@ includes tracing the backward and compiling its kernels; compile_module
 itself traced and compiled the forward before, timed as ``compile``).  The
 warm-up matters on symdiff's CPU device: a module of many kernels over few
 points compiles at g++ -O0 first and again at -O3 once its calls have cost
-twice that compile (``lowering.runtime``'s hot recompile), which takes a LeNet
-step some 10-20 s; a training run of any length pays it once.  Before the timing, the first step's
+twice that compile (``lowering.runtime``'s hot recompile); a training run of
+any length pays it once.  Before the timing, the first step's
 parameter gradients of each copy are compared with eager torch's (max
 relative L2 error over parameters); a copy above 1e-3 shows WRONG, not times.
 torch runs on the CPU with its default threads (both cores here) unless
 ``--threads`` says otherwise: on a loaded machine its threads wait for each
 other at every operator (a transformer step took 1.5 s at load 12, 2 threads),
 so compare with ``--threads 1`` there.  The load average is printed at the
-start and the end.
+start and the end.  ``python -m bench`` (a full run, not ``--quick``) runs
+these rows too, on the cpu device and on CUDA where present, and writes them
+into docs/benchmarks.md with the rest.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from typing import Any, Callable
 import torch
 
 import symdiff as sd
+from bench.report import training_table
 from bench.timing import describe, measure, timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -85,8 +88,12 @@ def warm(step: Callable[[], Any], seconds: float) -> int:
     return count
 
 
-def rows(name: str, device: str, warmup: float, budget: float) -> list[tuple[str, str, str, str]]:
-    """(model, runner, first step / compile, steady step) cells."""
+def rows(name: str, device: str, warmup: float, budget: float) -> list[dict[str, Any]]:
+    """One entry per runner: ``first_s`` (its first step), ``compile_s``
+    (symdiff's compile_module call), ``step`` (``Timing.as_dict`` of the warm
+    steps), ``warm_steps``, ``grad_error`` against eager torch's first step,
+    and ``status`` ("ok", "WRONG" or what failed); ``report.training_table``
+    prints them."""
     torch.manual_seed(0)
     model, batch = models()[name]()
     eager, inductor, ours = model, copy.deepcopy(model), copy.deepcopy(model)
@@ -96,22 +103,22 @@ def rows(name: str, device: str, warmup: float, budget: float) -> list[tuple[str
                f"symdiff {device}": stepper(compiled, list(ours.parameters()), batch)}
     out, reference = [], None
     for runner, step in runners.items():
+        entry: dict[str, Any] = {"model": name, "runner": runner}
+        if runner.startswith("symdiff"):
+            entry["compile_s"] = compile_seconds
+        out.append(entry)
         try:
-            first, grads = timed(step)
+            entry["first_s"], grads = timed(step)
             reference = grads if reference is None else reference
-            wrong = error(grads, reference)
-            if wrong > TOLERANCE:
-                out.append((name, runner, f"{first:.1f} s", f"WRONG (grad err {wrong:.1e})"))
+            entry["grad_error"] = error(grads, reference)
+            if not entry["grad_error"] <= TOLERANCE:
+                entry["status"] = "WRONG"
                 continue
-            warmed = warm(step, warmup)
-            timing, _ = measure(step, budget=budget, k_max=50, limit=600.0)
+            entry["warm_steps"] = warm(step, warmup)
+            entry["step"] = measure(step, budget=budget, k_max=50, limit=600.0)[0].as_dict()
+            entry["status"] = "ok"
         except Exception as exc:  # a runner that fails is a row saying so
-            out.append((name, runner, "", describe(exc)))
-            continue
-        setup = f" (+ compile {compile_seconds:.1f} s)" if runner.startswith("symdiff") else ""
-        out.append((name, runner, f"{first:.1f} s{setup}",
-                    f"{timing.min * 1e3:8.2f} / {timing.median * 1e3:8.2f} ms (k={timing.k} after {warmed} steps; "
-                    f"grad err {wrong:.0e})"))
+            entry["status"] = describe(exc)
     return out
 
 
@@ -126,10 +133,7 @@ def main() -> None:
     if opts.threads:
         torch.set_num_threads(opts.threads)
     print(f"load average at start {os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}")
-    print(f"{'model':<12} {'runner':<14} {'first step':<24} step min / median")
-    for name in opts.models:
-        for model, runner, first, steady in rows(name, opts.device, opts.warmup, opts.budget):
-            print(f"{model:<12} {runner:<14} {first:<24} {steady}", flush=True)
+    print(training_table([e for name in opts.models for e in rows(name, opts.device, opts.warmup, opts.budget)]))
     print(f"load average at end {os.getloadavg()[0]:.2f}")
 
 

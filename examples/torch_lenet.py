@@ -7,15 +7,19 @@ MNIST-shaped batches (28x28, 10 classes), and a float64 copy in plain torch
 serves as the reference (examples/in_step.py): the script prints the losses and
 how far each float32 run's weights drifted from the float64 one.  Per step,
 symdiff's gradients agree with torch's to ~1e-6 relative.  Over 100 steps the
-runs can part at a max-pooling near-tie: two window values within float32
-rounding of each other, where float32 and float64 (or two float32 summation
-orders) pick different winners and route that step's gradient to a different
-input position (the convolution weight gradient moves by ~1e-3, its bias
-gradient not at all).  After such a step the float32 runs differ by a few 1e-2
-from each other and from float64, whichever side symdiff or torch fell on;
-without one (most runs of the first 30-50 steps) they agree to 1e-6.
+float32 runs can part at a near tie of max pooling or ReLU: two values of a
+pooling window (or a ReLU input and zero) within float32 rounding of each
+other, where float32 and float64 (or two float32 summation orders) decide
+differently and route that step's gradient elsewhere (the convolution weight
+gradient moves by ~1e-3).  After such a step the float32 runs differ by a few
+1e-2 from each other and from float64, whichever side symdiff or torch fell
+on; without one (most runs of the first 30-50 steps) they agree to 1e-6.
+With --float64 both run in float64, where no window comes near a tie within
+rounding (the smallest gap in 100 steps is ~1e-8 relative, rounding ~1e-16),
+and the runs agree to ~1e-14 over all the steps (tests/examples checks this
+for 100 steps).
 
-Run:  python examples/torch_lenet.py [--steps 100] [--device cpu|vulkan|numpy] [--batch 16]
+Run:  python examples/torch_lenet.py [--steps 100] [--device cpu|vulkan|numpy] [--batch 16] [--float64]
 """
 import argparse
 
@@ -23,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from in_step import train_in_step
+from in_step import sgd, train_in_step
 
 
 class LeNet5(nn.Module):
@@ -56,11 +60,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--device", default=None, help="symdiff device (default: SYMDIFF_DEVICE, else auto)")
+    parser.add_argument("--float64", action="store_true", help="train both copies in float64")
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    train_in_step(LeNet5(), batches(8, args.batch), args.steps,
-                  lambda params: torch.optim.SGD(params, lr=0.02, momentum=0.9), args.device)
+    train_in_step(LeNet5(), batches(8, args.batch), args.steps, sgd, args.device,
+                  torch.float64 if args.float64 else torch.float32)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from in_step import train_in_step
+from in_step import sgd, train_in_step
 
 VOCAB, CLASSES, PAD = 12, 3, 0
 
@@ -78,8 +78,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     model = Classifier(args.dim, args.heads, args.layers, args.length)
-    train_in_step(model, batches(8, args.batch, args.length), args.steps,
-                  lambda params: torch.optim.SGD(params, lr=0.02, momentum=0.9), args.device)
+    train_in_step(model, batches(8, args.batch, args.length), args.steps, sgd, args.device)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ tasklet -> access.
 from __future__ import annotations
 
 import heapq
-import itertools
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -185,7 +184,7 @@ class DataflowGraph:
         self.name = name
         self.nx = nx.MultiDiGraph()
         self.containers: dict[str, Container] = {}
-        self._names = itertools.count()
+        self._named = 0  # suffixes ``unique_name`` has handed out
         self.meta: dict = {}
         # What later stages computed from this graph (backward graphs, executables), kept
         # here so that it lives exactly as long as the graph; a copy starts without it.
@@ -212,7 +211,8 @@ class DataflowGraph:
         if not taken(base):
             return base
         while True:
-            candidate = f"{base}_{next(self._names)}"
+            candidate = f"{base}_{self._named}"
+            self._named += 1
             if not taken(candidate):
                 return candidate
 
@@ -356,6 +356,15 @@ class DataflowGraph:
         g.containers = {k: Container(c.name, c.shape, c.dtype, c.role, dict(c.meta))
                         for k, c in self.containers.items()}
         g.meta = dict(self.meta)
+        return g
+
+    def fork(self) -> "DataflowGraph":
+        """A ``copy`` that goes on naming new nodes as this graph would
+        (``copy`` starts its ``unique_name`` suffixes afresh): rewriting the
+        fork gives the names rewriting this graph would (``lowering.pipeline``
+        runs the passes of another choice from a fork of the shared state)."""
+        g = self.copy()
+        g._named = self._named
         return g
 
     def validate(self) -> "DataflowGraph":

@@ -35,8 +35,9 @@ their own are placed there (results, mostly gradients: the caller takes the
 buffer with the result, and the next call uploads into a spare), and only
 where every read of the argument is provably done with each element before
 the version's write lands on it (``_written_after_reads``), on a sequential
-target: its kernels are C++ (g++ assumes two ``float*`` may alias), while
-SPIR-V may assume two storage-buffer bindings never alias.
+target: its kernels are C++, where two ``float*`` parameters may point to
+the same memory (g++ must allow for it), while a SPIR-V compiler may assume
+that two storage-buffer bindings never alias.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ import sympy
 from symdiff.ir.index_analysis import extent, injective_over, uses_connectors
 
 from .codegen import KernelEntry, Module
-from .plan_types import HostKernel, Kernel, Plan, Step
+from .plan_types import Kernel, Plan, Step
 from .rowfusion import RowKernel
 
 STORAGE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "bool": np.int32}  # bool: 4-byte words
@@ -178,13 +179,15 @@ def into_uploads(p: Plan, own: dict[str, int], results: set[str]) -> dict[str, s
     An argument that is a result (``results``: returned unchanged) is read
     after the call: it is never written over."""
     g = p.graph
+    reads, writes = _buffer_accesses(p)
     fits: dict[str, list[str]] = {}
     for argument in sorted(p.stored - results):
         node = g.node(argument)
         c = g.containers[node.container]
         if c.role == "argument" and node.version == 0:
             size = buffer_bytes(c.dtype, int(math.prod(c.shape)))
-            fits[argument] = [v for v in sorted(own) if own[v] == size and _written_after_reads(p, argument, v)]
+            fits[argument] = [v for v in sorted(own) if own[v] == size and
+                              _written_after_reads(p, reads.get(argument, []), writes.get(v, []), v)]
     holder: dict[str, str] = {}  # version -> argument
 
     def place(argument: str, tried: set[str]) -> bool:
@@ -201,38 +204,48 @@ def into_uploads(p: Plan, own: dict[str, int], results: set[str]) -> dict[str, s
     return holder
 
 
-def _written_after_reads(p: Plan, argument: str, version: str) -> bool:
-    """Whether ``version`` can be written into ``argument``'s buffer: its one
-    writer stores each element plainly (every call, ``plan.overwritten``, no
-    chain of in-place versions after it) and every read of ``argument`` from
-    the buffer comes in an earlier kernel, or in the writer's kernel at the
-    writer's own point, at the element it writes, and no later in the point's
-    steps than the writer (a tasklet reads before it stores).  Each point's
-    steps run in order in one thread in a kernel without loops (the point
-    form) and in a row kernel's loop group (``lowering.kernels.rows``), where
-    the thread owning the row runs its groups one after the other: a read in
-    an earlier group of the row, at the element the writer stores at the
-    same loop point, is done before the writer's group starts.  The write's
-    index is injective, so no other point reads or writes that element."""
+_Touch = tuple  # (kernel position, the kernel or its finish, step, Read or Write, whether in the finish)
+
+
+def _buffer_accesses(p: Plan) -> tuple[dict[str, list[_Touch]], dict[str, list[_Touch]]]:
+    """Each access node's reads from its buffer and writes, by the steps of ``p``'s kernels and finishes."""
+    reads: dict[str, list[_Touch]] = {}
+    writes: dict[str, list[_Touch]] = {}
+    for k, top in enumerate(p.kernels):
+        for kernel, finish in ((top, False), *(((top.finish, True),) if top.finish else ())):
+            for step in kernel.steps:
+                for r in step.reads:
+                    if r.producer is None:
+                        reads.setdefault(r.access, []).append((k, kernel, step, r, finish))
+                for w in step.writes:
+                    writes.setdefault(w.access, []).append((k, kernel, step, w, finish))
+    return reads, writes
+
+
+def _written_after_reads(p: Plan, reads: list[_Touch], writes: list[_Touch], version: str) -> bool:
+    """Whether ``version`` (its ``writes``) can be written into the buffer of
+    an argument (its ``reads``, ``_buffer_accesses``): the version's one
+    writer stores every element every call (``plan.overwritten``, no fill,
+    no chain of in-place versions after it), and every read of the argument
+    from the buffer comes in an earlier kernel, or in the writer's kernel
+    where the writer stores plainly, at the writer's own point, at the element
+    it writes, and no later in the point's steps than the writer (a tasklet
+    reads before it stores).  Each point's steps run in order in one thread
+    in a kernel without loops (the point form) and in a row kernel's loop
+    group (``lowering.kernels.rows``), where the thread owning the row runs
+    its groups one after the other: a read in an earlier group of the row, at
+    the element the writer stores at the same loop point, is done before the
+    writer's group starts.  The write's index is injective, so no other point
+    reads or writes that element."""
     if (version not in p.overwritten or version in p.fills or version in p.storage
-            or version in p.storage.values()):
-        return False
-    touches = [(k, kernel, step, finish)
-               for k, top in enumerate(p.kernels)
-               for kernel, finish in ((top, False), *(((top.finish, True),) if top.finish else ()))
-               for step in kernel.steps]
-    writes = [(k, kernel, step, w, finish) for k, kernel, step, finish in touches for w in step.writes
-              if w.access == version]
-    if len(writes) != 1:
+            or version in p.storage.values() or len(writes) != 1):
         return False
     at, kernel, writer, write, finish = writes[0]
-    if finish or write.memlet.accumulate is not None or uses_connectors(write.memlet.index, writer.tasklet):
-        return False
-    late = [(k, step, r, fin) for k, _, step, fin in touches for r in step.reads
-            if r.access == argument and r.producer is None and k >= at]
+    late = [(k, step, r, fin) for k, _, step, r, fin in reads if k >= at]
     if not late:
-        return True
-    if any(k > at or fin for k, _, _, fin in late):
+        return True  # every read in an earlier kernel
+    if (finish or write.memlet.accumulate is not None or uses_connectors(write.memlet.index, writer.tasklet)
+            or any(k > at or fin for k, _, _, fin in late)):
         return False
     if isinstance(kernel, RowKernel):  # (loop group, step in it)
         order = {id(s): (n, m) for n, group in enumerate(kernel.groups) for m, s in enumerate(group.steps)}

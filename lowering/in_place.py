@@ -73,11 +73,16 @@ class _Access:
 
 
 class _Elements:
-    """Flat element positions an access touches, enumerated once (None: unknown, any)."""
+    """Flat element positions an access touches, enumerated once (None: unknown, any).
+    ``known``: enumerations by what decides them (domain, condition, connectors,
+    index, shape, guards), shared with the other plans of one ``plan`` call, whose
+    trials ask for the same steps' elements again (jacobi-2d: 28 enumerations of
+    512x512 points in each of six plans)."""
 
-    def __init__(self, graph: DataflowGraph):
+    def __init__(self, graph: DataflowGraph, known: dict | None = None):
         self.graph = graph
         self.found: dict[tuple[str, Memlet, bool], tuple[np.ndarray | None, bool]] = {}
+        self.known = {} if known is None else known
 
     def of(self, step: Step, memlet: Memlet, write: bool) -> tuple[np.ndarray | None, bool]:
         """(sorted unique positions or None, whether each domain point has its own element)."""
@@ -85,7 +90,11 @@ class _Elements:
         key = (t.name, memlet, write)
         if key not in self.found:
             guards = [()] if write else _used_where(self.graph, t, memlet.connector)
-            self.found[key] = self._enumerate(t, memlet, guards)
+            decided_by = (t.domain, t.condition, tuple(t.inputs.values()), tuple(memlet.index),
+                          self.graph.containers[memlet.container].shape, tuple(guards))
+            if decided_by not in self.known:
+                self.known[decided_by] = self._enumerate(t, memlet, guards)
+            self.found[key] = self.known[decided_by]
         return self.found[key]
 
     def _enumerate(self, t, m: Memlet, guards: list[tuple]) -> tuple[np.ndarray | None, bool]:
@@ -105,26 +114,46 @@ class _Elements:
             if value is None:
                 return None, False
             flat += value * math.prod(shape[k + 1:])
-        unique = np.unique(flat)
+        unique = _sorted_unique(flat)
         injective = unique.size == count
         if t.condition.free_symbols <= set(symbols):
             # only the points where it matters: a step reads and stores inside its condition (a kept
             # copy: the elements its update leaves), and a value a select() discards is not used
             held = _held([(t.condition, *guard) for guard in guards], symbols, axes, count)
             if held is not None:
-                unique = np.unique(flat[held])
+                unique = _sorted_unique(flat[held])
         return unique, injective
 
     def disjoint(self, x: _Access, y: _Access) -> bool:
         ex, _ = self.of(x.step, x.memlet, x.write)
         ey, _ = self.of(y.step, y.memlet, y.write)
-        return ex is not None and ey is not None and not np.intersect1d(ex, ey, assume_unique=True).size
+        return ex is not None and ey is not None and _disjoint(ex, ey)
 
     def own_point(self, x: _Access, y: _Access) -> bool:
         """Both touch, at each thread point, that point's own element (same index, injective)."""
         writer = x if x.write else y
         _, injective = self.of(writer.step, writer.memlet, True)
         return injective and same_point(x.step, x.memlet, y.step, y.memlet)
+
+
+def _sorted_unique(flat: np.ndarray) -> np.ndarray:
+    """``np.unique(flat)``, by a sort: numpy 2.4's unique hashes, 0.12 s for the 512x512
+    points of one of jacobi-2d's steps (its plan took 33 s); an index enumerated in
+    domain order is most often increasing already, then returned as it is."""
+    if flat.size < 2 or bool(np.all(flat[1:] > flat[:-1])):
+        return flat
+    ordered = np.sort(flat)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
+def _disjoint(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether sorted unique ``a`` and ``b`` share no element: a stable sort of both merges
+    two sorted runs in one pass (``np.intersect1d`` sorted them again, five times slower)."""
+    if not a.size or not b.size or a[-1] < b[0] or b[-1] < a[0]:
+        return True
+    both = np.concatenate((a, b))
+    both.sort(kind="stable")
+    return not bool(np.any(both[1:] == both[:-1]))
 
 
 def _held(conjunctions: list[tuple], symbols: list, axes: list[np.ndarray], count: int) -> np.ndarray | None:
@@ -188,7 +217,7 @@ def _evaluate(expr: sympy.Basic, symbols: list, axes: list[np.ndarray], count: i
             value = sympy.lambdify(symbols, expr, "numpy")(*axes)
         except (TypeError, ValueError, NameError):  # a function numpy's printer cannot vectorise
             return None
-    return np.broadcast_to(np.asarray(value).astype(dtype), (count,))
+    return np.broadcast_to(np.asarray(value).astype(dtype, copy=False), (count,))
 
 
 class _NotVectorised(Exception):
@@ -267,7 +296,7 @@ def _writes_the_rest(g: DataflowGraph, copy: Step, writer: Step, m: Memlet, elem
         pass
     copied, _ = elements.of(copy, g.writes(c.name)[0][1], True)  # where its condition holds
     stored, _ = elements.of(writer, m, True)
-    return (copied is not None and stored is not None and not np.intersect1d(copied, stored).size
+    return (copied is not None and stored is not None and _disjoint(copied, stored)
             and copied.size + stored.size == math.prod(int(n) for n in shape))
 
 
@@ -282,11 +311,12 @@ def _one_thread_a_point(g: DataflowGraph, kernel: Kernel, target: "targets.Targe
     return target is not None and tiling(g, kernel, target) is None and layout(g, kernel, target, False) is None
 
 
-def share_versions(p: Plan, target: "targets.Target | None" = None) -> Plan:
+def share_versions(p: Plan, target: "targets.Target | None" = None, known: dict | None = None) -> Plan:
     """``p`` with the copies of in-place updates dropped where their versions
     can share a buffer (the module docstring); ``p.storage`` maps each version
     written into an older one's buffer to the chain's first version.  ``target``
-    tells which kernels run one thread a point (``_one_thread_a_point``)."""
+    tells which kernels run one thread a point (``_one_thread_a_point``);
+    ``known``: element sets enumerated for other plans of the same graph (``_Elements``)."""
     g = p.graph
     where: dict[str, tuple[tuple[int, int], int, Step]] = {}
     for k, kernel in enumerate(p.kernels):
@@ -294,7 +324,7 @@ def share_versions(p: Plan, target: "targets.Target | None" = None) -> Plan:
             where[step.tasklet.name] = ((k, 0), n, step)
         for n, step in enumerate(kernel.finish.steps if kernel.finish else ()):
             where[step.tasklet.name] = ((k, 1), n, step)
-    elements = _Elements(g)
+    elements = _Elements(g, known)
     # asked only of a pair sharing a kernel (tiles and lanes cost a matmul and a workgroup analysis)
     one_thread_a_point = functools.cache(lambda k: _one_thread_a_point(g, p.kernels[k], target))
 

@@ -2,12 +2,20 @@
 trials in, and the loop that runs them.
 
 A plan is one run of a fixed list of named passes (``Pass``) over a
-``Planning`` record, for one ``Choice`` of what to recompute.  The trials
-that used to re-run the whole driver are ``Alternative`` records: each says
-which field of the choice it changes, proposes a new choice from the plan so
-far, and says how the winner is chosen (``keep``).  Listing them as data lets
-a test hold the order to the one ``docs/design.md`` documents, and lets a
-plan say which passes made it (``Plan.passes``).
+``Planning`` record, for one ``Choice`` of what to recompute.  The trials are
+``Alternative`` records: each says which field of the choice it changes,
+proposes a new choice from the plan so far, and says how the winner is chosen
+(``keep``).  Listing them as data lets a test hold the order to the one
+``docs/design.md`` documents, and lets a plan say which passes made it
+(``Plan.passes``).
+
+A pass says which fields of the choice it reads (``Pass.reads``), so the
+passes before the first one reading a field two choices differ in give both
+the same state.  ``Pipeline`` runs them once: it keeps the state before each
+pass that reads the choice (a fork of the graph), and a trial starts from the
+latest kept state its choice agrees with, running only the passes after it
+(the first five of the list, a tenth of a run over the bench workloads, run
+once per plan instead of once per trial).
 """
 from __future__ import annotations
 
@@ -28,6 +36,8 @@ class Problem:
     sizes: dict[str, int]
     target: Target | None
     model: CostModel
+    # the element sets ``in_place.share_versions`` enumerated, for the runs after (their steps are mostly the same)
+    elements: dict = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,14 @@ class Planning:
     plan: Plan | None = None  # once write modes are decided
     ran: list[str] = field(default_factory=list)  # names of the passes run, in order
 
+    def fork(self, choice: Choice) -> "Planning":
+        """This state, for ``choice``, to rewrite apart from this one (``DataflowGraph.fork``:
+        the rewrites go on naming new nodes as they would here).  Only a state before
+        placement forks: kernels and plans are not copied."""
+        if self.kernels or self.plan is not None:
+            raise ValueError("a pass reading the choice runs after placement: only a graph's state forks")
+        return Planning(self.problem, choice, self.graph.fork(), dict(self.empty_fills), ran=list(self.ran))
+
 
 def always(planning: Planning) -> bool:
     """A pass's condition when it runs in every plan."""
@@ -58,22 +76,73 @@ def always(planning: Planning) -> bool:
 
 @dataclass(frozen=True)
 class Pass:
-    """One named step of the pipeline, run where ``when`` holds."""
+    """One named step of the pipeline, run where ``when`` holds; ``reads``: the
+    fields of ``Choice`` that ``run`` or ``when`` reads (none: every choice's
+    run shares what it does)."""
     name: str
     run: Callable[[Planning], None]
     when: Callable[[Planning], bool] = always
+    reads: tuple[str, ...] = ()
+
+    def step(self, planning: Planning) -> None:
+        """Run this pass over ``planning`` where its condition holds."""
+        if self.when(planning):
+            self.run(planning)
+            planning.ran.append(self.name)
 
 
-def run_passes(passes: tuple[Pass, ...], planning: Planning) -> Plan:
-    """Run ``passes`` in order over ``planning``; the plan the last one left,
-    with the names of those run (``Plan.passes``)."""
-    for p in passes:
-        if p.when(planning):
-            p.run(planning)
-            planning.ran.append(p.name)
+def _finished(planning: Planning) -> Plan:
+    """The plan the last pass left, with the names of those run (``Plan.passes``)."""
     if planning.plan is None:
         raise ValueError("the pipeline's passes built no plan (the list must end with the write modes)")
     return replace(planning.plan, passes=tuple(planning.ran))
+
+
+class Pipeline:
+    """The runs of ``passes`` over one ``Problem``, one per ``Choice``, sharing
+    what their choices share (the module docstring).  The state before a pass
+    reading the choice depends only on the fields read before it: the first
+    run keeps it (a fork, so that the run going on cannot change it), and a
+    later run whose choice has the same values of those fields starts there.
+    A run gives the plan a run of every pass from the traced graph gives.
+
+    Only the first run's states are kept (a fork costs a copy of the graph,
+    about what the passes before ``rematerialise`` cost): each trial changes
+    one field of a choice that agrees with the first choice on every field
+    read before that field's first pass (``plan.ALTERNATIVES`` change the
+    recompute list, read first; the expansions trial keeps the first choice's
+    list).  A run that shares no kept state runs every pass."""
+
+    def __init__(self, passes: tuple[Pass, ...], problem: Problem):
+        self.passes, self.problem = passes, problem
+        # the positions of the passes reading the choice, each with the fields read before it
+        self._branches: list[tuple[int, tuple[str, ...]]] = []
+        before: tuple[str, ...] = ()
+        for k, p in enumerate(passes):
+            if p.reads:
+                self._branches.append((k, before))
+                before += tuple(f for f in p.reads if f not in before)
+        self._kept: dict[tuple, Planning] = {}
+
+    def run(self, choice: Choice) -> Plan:
+        """The plan for ``choice``: the passes after the latest kept state it shares."""
+        start, planning = 0, None
+        for k, fields in reversed(self._branches):
+            kept = self._kept.get(self._key(k, fields, choice))
+            if kept is not None:
+                start, planning = k, kept.fork(choice)
+                break
+        planning = planning or Planning(self.problem, choice, self.problem.graph)
+        branches = {} if self._kept else dict(self._branches)  # the first run keeps its states
+        for k in range(start, len(self.passes)):
+            if k in branches:
+                self._kept[self._key(k, branches[k], choice)] = planning.fork(choice)
+            self.passes[k].step(planning)
+        return _finished(planning)
+
+    @staticmethod
+    def _key(k: int, fields: tuple[str, ...], choice: Choice) -> tuple:
+        return (k, *(getattr(choice, f) for f in fields))
 
 
 def one_round(model: CostModel) -> int:

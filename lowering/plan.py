@@ -38,7 +38,7 @@ from .cost_model import CostModel, recomputed
 from .in_place import share_versions
 from .last_workgroup import finish_in_last_workgroup
 from .matmul import matmul_shape
-from .pipeline import Alternative, Choice, Pass, Planning, Problem, evaluate, run_passes
+from .pipeline import Alternative, Choice, Pass, Pipeline, Planning, Problem, evaluate
 from .host_products import host_product
 from .plan_types import HostKernel, Kernel, LoweringError, Plan, Read, Step, Write, parallel_symbols, same_point
 from .reduce_fusion import chunk_producers, fold_producers
@@ -220,7 +220,8 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     ``Target``) sets which producers are recomputed, how long reductions are split and how long a row kernel's
     rows may be; without one the plan suits every target.
 
-    The trials are ``ALTERNATIVES``, each planned through the whole list of passes.  A value whose
+    The trials are ``ALTERNATIVES``, each planned by the passes after the first that reads what it changes
+    (``pipeline.Pipeline``: those before it ran once, for every trial).  A value whose
     recomputation reads nothing more (``rematerialise.free_candidates``: a copy, a scale, ``g / n`` of a
     scalar) but that the plan passes to another kernel in a buffer is then recomputed where it is read, and
     the program planned once more: its buffer and its write go for a few flops (in up to
@@ -234,13 +235,9 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     choice asks the target's cost model (``lowering.cost_model``)."""
     target = None if target is None else targets.of(target)
     problem = Problem(graph, sizes, target, CostModel.of(target))
+    runs = Pipeline(PASSES, problem)
     return evaluate(WHOLE_PLAN_ALTERNATIVES, problem, Choice(tuple(recomputed(graph))),
-                    lambda choice: evaluate(ALTERNATIVES, problem, choice, lambda c: _run(problem, c)))
-
-
-def _run(problem: Problem, choice: Choice) -> Plan:
-    """One run of ``PASSES`` for ``choice``."""
-    return run_passes(PASSES, Planning(problem, choice, problem.graph))
+                    lambda choice: evaluate(ALTERNATIVES, problem, choice, runs.run))
 
 
 def _more_free_values(problem: Problem, p: Plan, choice: Choice) -> Choice | None:
@@ -332,7 +329,7 @@ def _finish_in_last_workgroup(planning: Planning) -> None:
 
 
 def _share_versions(planning: Planning) -> None:
-    planning.plan = share_versions(planning.plan, planning.problem.target)
+    planning.plan = share_versions(planning.plan, planning.problem.target, planning.problem.elements)
 
 
 def _write_modes(planning: Planning) -> None:
@@ -385,9 +382,10 @@ PASSES: tuple[Pass, ...] = (
     Pass("split_multi_output_tasklets", lambda c: split_multi_output_tasklets(c.graph)),
     Pass("merge_duplicates", lambda c: merge_duplicates(c.graph)),
     Pass("split_free_copies", lambda c: split_free_copies(c.graph, c.problem.model)),
-    Pass("rematerialise", lambda c: rematerialise(c.graph, list(c.choice.recompute), c.problem.model)),
+    Pass("rematerialise", lambda c: rematerialise(c.graph, list(c.choice.recompute), c.problem.model),
+         reads=("recompute",)),
     Pass("recompute_expansions", lambda c: recompute_expansions(c.graph, c.problem.model),
-         when=lambda c: c.choice.expand),
+         when=lambda c: c.choice.expand, reads=("expand",)),
     Pass("recompute_cheap", lambda c: recompute_cheap(c.graph, c.problem.model),
          when=lambda c: c.problem.model.recompute_calls),
     Pass("fold_producers", lambda c: fold_producers(c.graph, c.problem.target)),

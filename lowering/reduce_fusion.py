@@ -65,9 +65,11 @@ def fold_producers(graph: DataflowGraph, target: "targets.Target | None" = None)
     producer: folded, it would be a Slang reduction again (attention's
     ``softmax @ v`` read ``exp / sum`` inside its loop)."""
     model = CostModel.of(target)
+    # the results' latest versions: a fold removes no version a result ends in (it keeps those)
+    results = {graph.latest(c) for c in graph.results}
     for name in [t.name for t in graph.tasklets()]:
         while name in graph.nx and host_product(graph, graph.node(name), target) is None \
-                and _fold_one(graph, graph.node(name), model):
+                and _fold_one(graph, graph.node(name), model, results):
             pass
 
 
@@ -77,8 +79,9 @@ def _is_reduction(graph: DataflowGraph, t: Tasklet) -> bool:
             and len(parallel_symbols(graph, t)) < len(t.domain))
 
 
-def _fold_one(graph: DataflowGraph, t: Tasklet, model: CostModel) -> bool:
-    """Fold one producer into reduction ``t``; whether one was folded."""
+def _fold_one(graph: DataflowGraph, t: Tasklet, model: CostModel, results: set[str]) -> bool:
+    """Fold one producer into reduction ``t``; whether one was folded (``results``: the
+    results' latest versions)."""
     if not _is_reduction(graph, t):
         return False
     symbols = t.index_symbols
@@ -92,8 +95,7 @@ def _fold_one(graph: DataflowGraph, t: Tasklet, model: CostModel) -> bool:
         # other readers include t itself through another connector (``v @ v[::-1]``):
         # the version must outlive this fold for that read
         others = [r for r, o in graph.readers(access) if r != t.name or o.connector != m.connector]
-        latest_result = any(graph.latest(c) == access for c in graph.results)
-        keep = bool(others) or latest_result
+        keep = bool(others) or access in results
         if not model.folds(graph, t, m, producer, keep):
             continue
         inline(graph, t, m.connector, producer)

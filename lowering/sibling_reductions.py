@@ -16,7 +16,7 @@ ranges position by position, under the same condition, reading no gathered
 element and touching containers of one precision; no matrix or vector product
 (``lowering.matmul`` tiles those); each reading at least one version another
 member reads and computing a term with them (sums sharing only loads stay
-apart, ``_merged``); and no path joins two members (one would have to run
+apart, ``_merger``); and no path joins two members (one would have to run
 first).
 Each output keeps its own loop order, so every sum adds the same terms in the
 same order as before.  A merged tasklet sums at most ``MAX_OUTPUTS`` values.
@@ -24,6 +24,8 @@ same order as before.  A merged tasklet sums at most ``MAX_OUTPUTS`` values.
 from __future__ import annotations
 
 import collections
+import functools
+from typing import Callable
 
 import networkx
 import sympy
@@ -81,19 +83,27 @@ def _key(graph: DataflowGraph, t: Tasklet) -> tuple | None:
 def _join_siblings(graph: DataflowGraph, into: str, rest: list[Tasklet]) -> set[str]:
     """Merge into tasklet ``into`` each tasklet of ``rest`` that reads a version
     the members so far read, is joined to none of them by a path and computes
-    a term with them (``_merged``), while the members sum at most
+    a term with them (``_merger``), while the members sum at most
     ``MAX_OUTPUTS`` values; returns the names merged."""
     read = {a for a, _ in graph.reads(into)}
-    after = set(_descendants(graph, into))
+    after: set[str] | None = None  # what the members reach; searched once a candidate shares a term
     members, joined = [into], set()
     for t in rest:
         reads = {a for a, _ in graph.reads(t.name)}
         outputs = len(graph.writes(into)) + len(graph.writes(t.name))
-        if outputs > MAX_OUTPUTS or not reads & read or t.name in after:
+        if outputs > MAX_OUTPUTS or not reads & read:
+            continue
+        # the term first: most candidates share none, and the paths cost a search of the graph each
+        merge = _merger(graph, into, t)
+        if merge is None:
+            continue
+        after = set(_descendants(graph, into)) if after is None else after
+        if t.name in after:
             continue
         below = _descendants(graph, t.name)
-        if any(m in below for m in members) or not _merged(graph, into, t):
+        if any(m in below for m in members):
             continue
+        merge()
         members.append(t.name)
         joined.add(t.name)
         read |= reads
@@ -105,14 +115,14 @@ def _descendants(graph: DataflowGraph, name: str) -> set[str]:
     return networkx.descendants(graph.nx, name)
 
 
-def _merged(graph: DataflowGraph, into: str, t: Tasklet) -> bool:
-    """Make tasklet ``into`` compute ``t``'s outputs too (``t``'s domain symbols
-    renamed to ``into``'s by position, a read of an element ``into`` already
-    reads shared) and remove ``t``, where the two compute a term in common;
-    ``into`` keeps its place in the graph's order.  Whether it merged: sums
-    sharing only loads stay apart (conv1d's taps' gradients, each the stored
-    gradient times a shifted input, ran 1.3 -> 2.0 ms at 256K points on the
-    CPU device in one loop)."""
+def _merger(graph: DataflowGraph, into: str, t: Tasklet) -> Callable[[], None] | None:
+    """What makes tasklet ``into`` compute ``t``'s outputs too (``t``'s domain
+    symbols renamed to ``into``'s by position, a read of an element ``into``
+    already reads shared) and removes ``t``, where the two compute a term in
+    common; ``into`` keeps its place in the graph's order.  None where they
+    share none: sums sharing only loads stay apart (conv1d's taps' gradients,
+    each the stored gradient times a shifted input, ran 1.3 -> 2.0 ms at 256K
+    points on the CPU device in one loop)."""
     keep = graph.node(into)
     rename = dict(zip(t.index_symbols, keep.index_symbols))
     read_by = {(a, m.index): m.connector for a, m in graph.reads(into)}
@@ -128,7 +138,15 @@ def _merged(graph: DataflowGraph, into: str, t: Tasklet) -> bool:
         subs[t.inputs[m.connector]] = connector_symbol(c, graph.containers[m.container].dtype)
     added = {k: sympy.sympify(e).xreplace(subs) for k, e in t.body.items()}
     if not _terms(keep.body.values()) & _terms(added.values()):
-        return False
+        return None
+    return lambda: _merge(graph, keep, t, added, rename, taken, new_reads)
+
+
+def _merge(graph: DataflowGraph, keep: Tasklet, t: Tasklet, added: dict, rename: dict, taken: set,
+           new_reads: list) -> None:
+    """``_merger``'s merge: ``keep`` with ``t``'s outputs ``added`` (its bodies over ``keep``'s
+    connectors), reading ``new_reads`` more; ``t`` removed."""
+    into = keep.name
     body, new_writes = dict(keep.body), []
     for a, m in graph.writes(t.name):
         c = fresh_connector(m.connector, taken)
@@ -149,9 +167,14 @@ def _merged(graph: DataflowGraph, into: str, t: Tasklet) -> bool:
         add_read(graph, a, into, m)
     for a, m in new_writes:
         add_write(graph, into, a, m)
-    return True
 
 
 def _terms(bodies) -> set:
     """Every operation (a subexpression that is no symbol or number) of ``bodies``."""
-    return {e for body in bodies for e in sympy.preorder_traversal(body) if not e.is_Atom}
+    return set().union(*(_operations(body) for body in bodies))
+
+
+@functools.lru_cache(maxsize=16384)
+def _operations(body: sympy.Expr) -> frozenset:
+    """``_terms`` of one expression, cached: a first member's body is asked again for each candidate."""
+    return frozenset(e for e in sympy.preorder_traversal(body) if not e.is_Atom)

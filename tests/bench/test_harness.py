@@ -37,3 +37,14 @@ def test_report_keeps_hand_written_header_and_derives_ratios(tmp_path):
     assert "| 3.00 | 2.00 |" in cpu_row          # bwd/fwd = (4 - 1) / 1, xJAX = 4 / 2
     wrong_row = next(line for line in text.splitlines() if line.startswith("| w | n=1 | vulkan |"))
     assert "WRONG" in wrong_row and " ms" not in wrong_row
+
+
+def test_report_renders_the_training_rows():
+    """python -m bench's training-step section (bench.training's entries): times
+    for a runner that ran, its status and no time for one that was wrong."""
+    entries = [{"model": "lenet", "runner": "symdiff cpu", "status": "ok", "first_s": 9.0, "compile_s": 0.5,
+                "step": _timing(12.5), "warm_steps": 40, "grad_error": 1e-6},
+               {"model": "lenet", "runner": "torch.compile", "status": "WRONG", "first_s": 15.0, "grad_error": 1.0}]
+    lines = report.training_table(entries).splitlines()
+    assert lines[2] == "| lenet | symdiff cpu | 12.5 / 12.5 (k=3 after 40) | 9.0 (+ compile 0.5) | 1e-06 |"
+    assert lines[3] == "| lenet | torch.compile | WRONG | 15.0 | 1e+00 |"

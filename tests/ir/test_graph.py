@@ -73,6 +73,17 @@ def test_unique_names():
     assert g.unique_name("a") != "a" and g.unique_name("fresh") == "fresh"
 
 
+def test_a_fork_goes_on_naming_as_the_graph_would_and_a_copy_starts_afresh():
+    g = axpy()
+    first = g.unique_name("a")
+    fork, copy = g.fork(), g.copy()
+    following = g.unique_name("a")
+    assert following != first
+    assert fork.unique_name("a") == following and copy.unique_name("a") == first
+    fork.add_container("only_in_the_fork", (2,), "float32")
+    assert "only_in_the_fork" not in g.containers
+
+
 def test_container_errors():
     g = DataflowGraph()
     g.add_container("a", (N, 2), "float32")

@@ -158,3 +158,19 @@ def test_elements_are_evaluated_as_numpy_evaluates_the_expression():
         dtype = bool if isinstance(expr, sympy.logic.boolalg.Boolean) else np.int64
         got = _evaluate(expr, [i, j], [I, J], I.size, dtype)
         assert got is not None and got.dtype == dtype and np.array_equal(got, want), expr
+
+
+def test_element_sets_and_their_overlap_are_numpys():
+    """``_sorted_unique`` and ``_disjoint`` (sorts in place of numpy 2.4's hashing unique) give what
+    ``np.unique`` and ``np.intersect1d`` give, on increasing, shuffled, repeated and empty indices."""
+    from symdiff.lowering.in_place import _disjoint, _sorted_unique
+    rng = np.random.default_rng(5)
+    sets = [np.arange(0, 40, 3), rng.integers(0, 30, 50), rng.permutation(25), np.array([7]), np.array([], np.int64),
+            np.arange(100, 140)]
+    for a in sets:
+        a = a.astype(np.int64)
+        assert np.array_equal(_sorted_unique(a), np.unique(a))
+    for a in sets:
+        for b in sets:
+            ua, ub = np.unique(a.astype(np.int64)), np.unique(b.astype(np.int64))
+            assert _disjoint(ua, ub) == (not np.intersect1d(ua, ub).size), (a, b)

@@ -1,11 +1,23 @@
 """The planner as data: the passes and trials ``lowering.plan`` lists are the
-ones ``docs/design.md`` documents, in its order, and a plan names the passes
-that made it."""
+ones ``docs/design.md`` documents, in its order, a plan names the passes
+that made it, and a trial runs only the passes its choice changes, planning
+what every pass run afresh plans."""
+import collections
 import re
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
+import symdiff as sd
+from symdiff import ir
 from symdiff.backward import add_backward_pass
+from symdiff.lowering import targets
+from symdiff.lowering.codegen import generate
+from symdiff.lowering.cost_model import CostModel
+from symdiff.lowering.pipeline import Choice, Pass, Pipeline, Problem
 from symdiff.lowering.plan import ALTERNATIVES, PASSES, WHOLE_PLAN_ALTERNATIVES, plan
+from symdiff.lowering.rematerialise import candidates
 from lowering_graphs import chain
 
 DESIGN = (Path(__file__).parents[2] / "docs" / "design.md").read_text()
@@ -44,3 +56,39 @@ def test_a_plan_names_the_passes_that_ran_in_list_order():
     # CUDA recomputes calls and finishes single-pass reductions in the last workgroup
     ran = list(plan(g, {}, "cuda").passes)
     assert ran == [n for n in _documented_passes() if n != "recompute_expansions"]
+
+
+def _pairs(x: sd.f32[256], m: sd.f32[256]):
+    d = x[:, None] - x[None, :]
+    return np.sum(m[:, None] * m[None, :] / np.sqrt(d * d + 1.0))
+
+
+def test_trials_run_only_the_passes_after_the_first_reading_what_they_change():
+    g = ir.trace(_pairs).copy()
+    sd.add_backward_pass(g, inputs=["x", "m"], outputs=g.results)
+    target = targets.of("cpu")
+    problem = Problem(g, {}, target, CostModel.of(target))
+    runs = collections.Counter()
+
+    def counted(p: Pass) -> Pass:
+        def run(planning):
+            runs[p.name] += 1
+            p.run(planning)
+        return replace(p, run=run)
+
+    shared = Pipeline(tuple(counted(p) for p in PASSES), problem)
+    recompute = tuple(candidates(g))  # (a traced graph's tasklets are their own origins)
+    assert recompute
+    choices = [Choice(()), Choice(recompute), Choice((), expand=True), Choice(recompute, expand=True)]
+    plans = [shared.run(c) for c in choices]
+    # the graph rewrites before rematerialise ran once; the expansions trial started after the
+    # first choice's rematerialise
+    assert runs["bind"] == runs["split_free_copies"] == 1
+    assert runs["rematerialise"] == 3 and runs["recompute_expansions"] == 2 and runs["share_versions"] == 4
+    sources = []
+    for choice, p in zip(choices, plans):
+        alone = Pipeline(PASSES, problem).run(choice)  # every pass, from the traced graph
+        assert p.passes == alone.passes
+        sources.append(generate(p, target).source)
+        assert sources[-1] == generate(alone, target).source
+    assert len(set(sources)) == len(sources)  # each choice planned its own program

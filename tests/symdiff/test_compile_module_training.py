@@ -1,6 +1,7 @@
 """Training with torch.optim through sd.compile_module, in step with plain
 torch: a small MLP and a LeNet-like CNN (batch norm, dropout, pooling), SGD
-with momentum, float32; and a tiny transformer encoder.
+with momentum, float32.  (The examples' LeNet-5 and transformer encoder train
+100 steps in step: tests/examples/test_compile_module_examples.py.)
 
 Both copies start from the same weights and see the same batches and dropout
 masks; the compiled one's forward and backward are symdiff's.  float32
@@ -42,21 +43,6 @@ class LeNet(nn.Module):
 
     def forward(self, x, target):
         return F.cross_entropy(self.classifier(self.features(x)), target)
-
-
-class TinyTransformer(nn.Module):
-    """Token embedding, a two-layer transformer encoder (no dropout: torch draws
-    attention dropout inside its fused kernels), mean pooling, a linear head."""
-
-    def __init__(self):
-        super().__init__()
-        self.embed = nn.Embedding(12, 16)
-        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-        self.head = nn.Linear(16, 3)
-
-    def forward(self, tokens, target):
-        return F.cross_entropy(self.head(self.encoder(self.embed(tokens)).mean(1)), target)
 
 
 def _train_in_step(model, batches, steps, device, lr=0.05):
@@ -102,14 +88,6 @@ def test_lenet_trains_in_step_with_torch():
     compiled.eval()  # evaluation: running statistics, no dropout
     x, target = _batches((8, 1, 12, 12), 10, count=1, seed=9)[0]
     np.testing.assert_allclose(compiled(x, target).item(), compiled.module(x, target).item(), rtol=1e-5)
-
-
-def test_transformer_trains_in_step_with_torch():
-    torch.manual_seed(3)
-    gen = torch.Generator().manual_seed(3)
-    batches = [(torch.randint(0, 12, (6, 5), generator=gen), torch.randint(0, 3, (6,), generator=gen))
-               for _ in range(3)]
-    _train_in_step(TinyTransformer(), batches, 20, "numpy", lr=0.02)
 
 
 def test_mlp_trains_on_a_slang_device(slang_device):
