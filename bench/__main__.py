@@ -161,7 +161,7 @@ def measure_training(devices: list[str], settings: Settings) -> list[dict[str, A
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes only, no training step (under a minute)")
-    p.add_argument("--device", action="append", choices=lowering.devices.KINDS,
+    p.add_argument("--device", action="append", choices=lowering.backends.kinds(),
                    help="symdiff device(s) to measure (repeatable); default: every device present")
     p.add_argument("--workload", action="append", choices=[w.name for w in WORKLOADS],
                    help="workload(s) to run (repeatable); default: all")

@@ -213,7 +213,7 @@ def measure(name: str, device: str, size: str = "small") -> dict[str, float]:
     from symdiff import ir
     from symdiff import lowering
     import symdiff as sd
-    from symdiff.lowering import cache, devices
+    from symdiff.lowering import backends, cache
     from symdiff.lowering.codegen import generate
     from symdiff.lowering.plan import plan
 
@@ -226,7 +226,7 @@ def measure(name: str, device: str, size: str = "small") -> dict[str, float]:
         t[key] = cpu_seconds() - start
         return out
 
-    dev = stage("device", lambda: devices.get_device(device))
+    dev = stage("device", lambda: backends.of(device).device())
     graph = stage("trace", lambda: ir.trace(c.body, *c.specs.values()))
     stage("validate", graph.validate)
     backward = graph.copy()
@@ -234,7 +234,7 @@ def measure(name: str, device: str, size: str = "small") -> dict[str, float]:
     grads = stage("differentiate", lambda: sd.add_backward_pass(backward, inputs=list(c.wrt),
                                                                 outputs=backward.results, **differentiation))
     stage("validate_bw", backward.validate)
-    target = devices.target(device)
+    target = backends.of(device).target()
     p = stage("plan", lambda: plan(backward, {}, target))
     module = stage("codegen", lambda: generate(p, target))
     entries = module.entry_points(target.sequential)
@@ -266,11 +266,11 @@ def first_call(name: str, device: str, size: str = "small") -> dict[str, Any]:
     in this process (whatever the on-disk caches hold), checked against the reference (``Case.reference``);
     ``device``: what creating the device took before (not in the call's seconds)."""
     import symdiff as sd
-    from symdiff.lowering import cache, devices, disk_cache
+    from symdiff.lowering import backends, cache, disk_cache
 
     c = case(name, size)
     start = time.perf_counter()
-    devices.get_device(device)  # created before the clock starts, as in the stage table
+    backends.of(device).device()  # created before the clock starts, as in the stage table
     made = time.perf_counter() - start
     inputs = c.inputs()
     program = sd.differentiable_program(c.body, **c.options)
@@ -284,11 +284,11 @@ def first_call(name: str, device: str, size: str = "small") -> dict[str, Any]:
 def workloads_child(device: str) -> dict[str, Any]:
     """Cold (or second-process) and warm compile seconds of every bench workload, small size."""
     import symdiff as sd
-    from symdiff.lowering import devices, disk_cache
+    from symdiff.lowering import backends, disk_cache
     from .symdiff_runner import program_function
     from .workloads import WORKLOADS
 
-    devices.get_device(device)
+    backends.of(device).device()
     sd.differentiable_program(lambda x: np.sum(x * x)).value_and_grad(np.ones(4, np.float32), device=device)
     out = {}
     for w in WORKLOADS:

@@ -172,7 +172,7 @@ def verdict(result: Grads, reference: Grads | None) -> tuple[float | None, str]:
 
 def peer_devices(device: str) -> tuple[str, str]:
     """(JAX platform, torch device) on the same hardware as symdiff's ``device``."""
-    on_gpu = device == "cuda" or (device == "vulkan" and not lowering.devices.is_software("vulkan"))
+    on_gpu = device == "cuda" or (device == "vulkan" and not lowering.backends.of("vulkan").is_software())
     return ("gpu", "cuda") if on_gpu else ("cpu", "cpu")
 
 
@@ -415,9 +415,8 @@ def use_gpu_form() -> None:
     target keeps a thread per reduction and stores transcendental values, for
     lavapipe's speed): what the tests and the fuzzer's ``vulkan+gpu-form`` run."""
     from dataclasses import replace
-    own = lowering.devices.target
-    lowering.devices.target = lambda kind: replace(own(kind), workgroup_reductions=True,
-                                                   recompute_transcendentals=True)
+    lowering.backends.change_targets(lambda target: replace(target, workgroup_reductions=True,
+                                                            recompute_transcendentals=True))
 
 
 def main(argv: list[str]) -> dict[str, Any]:

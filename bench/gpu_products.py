@@ -72,8 +72,7 @@ def use_tuning(overrides: dict[str, Any]) -> dict[str, Any]:
         raise SystemExit(f"bench.gpu_products: --tuning names no Tuning field {unknown}; "
                          f"fields are {sorted(known)}")
     applied = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
-    own = lowering.devices.target
-    lowering.devices.target = lambda kind: replace(own(kind), tuning=replace(own(kind).tuning, **applied))
+    lowering.backends.change_targets(lambda target: replace(target, tuning=replace(target.tuning, **applied)))
     return applied
 
 

@@ -318,7 +318,7 @@ def sweep_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
 
 def _software_vulkan() -> bool:
     from symdiff import lowering
-    return lowering.devices.is_software("vulkan")
+    return lowering.backends.of("vulkan").is_software()
 
 
 STAGES = [Stage("tests", tests_stage), Stage("fuzz", fuzz_stage), Stage("bench", bench_stage),
@@ -391,7 +391,7 @@ def environment(device: str) -> dict[str, Any]:
             run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             env[key] = run.stdout.strip() or run.stderr.strip()
     if device == "vulkan":
-        env["vulkan_is_software"] = lowering.devices.is_software("vulkan")
+        env["vulkan_is_software"] = lowering.backends.of("vulkan").is_software()
     return env
 
 
@@ -440,7 +440,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     if args.device not in lowering.available_devices():
         sys.exit(f"bench.gpu_session: no {args.device} device here (available: {lowering.available_devices()}); "
                  f"on the GPU machine run `source .device/setup.sh` first")
-    software = args.device == "vulkan" and lowering.devices.is_software("vulkan")
+    software = args.device == "vulkan" and lowering.backends.of("vulkan").is_software()
     session, budgets = session_of(args, software)
     session.out.mkdir(parents=True, exist_ok=True)
     stages = [st for st in STAGES if not args.stage or st.name in args.stage]

@@ -44,7 +44,7 @@ def child(device: str, n: int, calls: int, budget: float | None = None) -> list[
 
     import symdiff as sd
     if device != "numpy":
-        sd.lowering.devices.get_device(device)  # created before the first measurement
+        sd.lowering.backends.of(device).device()  # created before the first measurement
 
     @sd.differentiable_program(memory_budget=None if budget is None else int(budget * 4 * n))
     def loss(x):

@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 import symdiff as sd
-from symdiff.lowering import devices
+from symdiff.lowering import backends
 
 SHAPES = [(64, 64, 64), (128, 128, 128), (256, 128, 128), (256, 256, 256), (512, 512, 512),
           (1024, 256, 256), (4096, 512, 512), (1024, 1024, 1024)]
@@ -29,16 +29,8 @@ SHAPES = [(64, 64, 64), (128, 128, 128), (256, 128, 128), (256, 256, 256), (512,
 @contextmanager
 def generated_kernels():
     """Every product as a generated Slang kernel, for the duration."""
-    own = devices.target
-
-    def no_blas(kind: str):
-        target = own(kind)
-        return replace(target, tuning=replace(target.tuning, host_blas_min_work=1 << 62))
-    devices.target = no_blas
-    try:
+    with backends.targets_changed(lambda t: replace(t, tuning=replace(t.tuning, host_blas_min_work=1 << 62))):
         yield
-    finally:
-        devices.target = own
 
 
 def program(m: int, k: int, n: int, way: str):

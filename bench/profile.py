@@ -21,7 +21,7 @@ import time
 from typing import Callable
 
 import symdiff as sd
-from symdiff.lowering import DeviceArray, devices
+from symdiff.lowering import backends, DeviceArray
 
 from . import symdiff_runner
 from .timing import measure, timed
@@ -44,7 +44,7 @@ def device_split(exe, args: dict[str, DeviceArray]) -> dict[str, float]:
     launch list cut down, so dispatch details stay the lowering's (the fills
     of versions sharing a buffer run before the launch position they were
     planned for, so a cut list may run some of them elsewhere or not at all)."""
-    inst, dev = exe._last, devices.get_device(exe.device)
+    inst, dev = exe._last, backends.of(exe.device).device()
     bindings = dict(inst.buffers) | {f"{n}#0": a.buffer for n, a in args.items()}
     all_launches = list(inst.launches)
 

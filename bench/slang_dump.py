@@ -18,15 +18,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import symdiff as sd
-from symdiff.lowering import targets
+from symdiff.lowering import backends
 from symdiff.lowering.codegen import generate
 from symdiff.lowering.plan import plan
 
 from .symdiff_runner import program_function
 from .workloads import WORKLOADS
 
-TARGETS = {"cpu": targets.CPU, "lavapipe": targets.LAVAPIPE, "cuda": targets.CUDA,
-           "gpuform": replace(targets.LAVAPIPE, workgroup_reductions=True, recompute_transcendentals=True)}
+TARGETS = {"cpu": backends.cpu.TARGET, "lavapipe": backends.vulkan.LAVAPIPE, "cuda": backends.cuda.TARGET,
+           "gpuform": replace(backends.vulkan.LAVAPIPE, workgroup_reductions=True, recompute_transcendentals=True)}
 
 
 def dump(out: Path) -> list[str]:

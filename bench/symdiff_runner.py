@@ -76,7 +76,7 @@ def compile_seconds(workload: Workload, size: Size, device: str, fn: Callable | 
     program = sd.differentiable_program(fn or program_function(workload, size), **workload.options)
     if device == "numpy":
         return timed(lambda: program.backward_graph(wrt=list(workload.wrt)))[0]
-    lowering.devices.get_device(device)  # created before the clock starts, as a resident input would
+    lowering.backends.of(device).device()  # created before the clock starts, as a resident input would
     return timed(lambda: program.slang_source(wrt=list(workload.wrt), device=device))[0]
 
 

@@ -23,6 +23,7 @@ from xml.sax.saxutils import escape, quoteattr
 import networkx as nx
 
 from . import layout as _layout
+from . import tasklet_notes as notes
 from .graph import AccessNode, Container, Memlet, Tasklet
 from .library.node import LibraryNode
 from .layout import Box
@@ -78,10 +79,10 @@ def _has_condition(t: Tasklet) -> bool:
 def choices(t: Tasklet) -> list[str]:
     """The differentiator's and the lowering's decisions recorded on a tasklet."""
     out = []
-    if t.meta.get("forward_values"):
-        out.append(f"forward values: {t.meta['forward_values']}")
-    if t.meta.get("strategy"):
-        out.append(f"strategy: {t.meta['strategy']}")
+    if notes.forward_values(t):
+        out.append(f"forward values: {notes.forward_values(t)}")
+    if notes.strategy(t):
+        out.append(f"strategy: {notes.strategy(t)}")
     return out
 
 

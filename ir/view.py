@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 import networkx as nx
 
 from . import render
+from . import tasklet_notes as notes
+from .graph_notes import GraphNotes
 from .graph import AccessNode, Tasklet
 from .library.node import LibraryNode
 
@@ -139,10 +141,10 @@ class GraphView:
     def _line_of(self, t: Tasklet) -> str | None:
         """``"line 7"`` (``"line 7, backward"``): a group's key and label; the
         file is in the group's details.  The tasklets of one call of a
-        ``sd.custom_vjp`` function (``meta["custom_vjp_call"]``) form one group
-        named after the call, its backward another."""
-        if t.meta.get("custom_vjp_call"):
-            return f"{t.meta['custom_vjp_call']} (custom_vjp)" + (", backward" if t.backward else "")
+        ``sd.custom_vjp`` function (``tasklet_notes.custom_vjp_call``) form one
+        group named after the call, its backward another."""
+        if notes.custom_vjp_call(t):
+            return f"{notes.custom_vjp_call(t)} (custom_vjp)" + (", backward" if t.backward else "")
         if not t.source:
             return None
         name, _, line = t.source.rpartition(":")
@@ -186,9 +188,8 @@ class GraphView:
             rows += [("expression", f"{conn} = {expr}") for conn, expr in node.body.items()]
             rows += [("reads", render.memlet_text(m, False)) for _, m in g.reads(node.name)]
             rows += [("writes", render.memlet_text(m, True)) for _, m in g.writes(node.name)]
-            if node.meta.get("forward_tasklet"):
-                rows.append(("derived from", ", ".join(node.meta.get("forward_tasklets")
-                                                       or [node.meta["forward_tasklet"]])))
+            if notes.forward_tasklet(node):
+                rows.append(("derived from", ", ".join(notes.forward_tasklets(node))))
             rows += [tuple(c.split(": ", 1)) for c in render.choices(node)]
             rows += [("kernel", k) for k, names in self.kernels.items() if node.name in names
                      and not any(label == "kernel" for label, _ in self.details.get(node_id, ()))]
@@ -334,18 +335,19 @@ class _LoopBox:
 
 def _loops(graph: "DataflowGraph") -> list[_LoopBox]:
     """The loops ``sd.fori_loop`` / ``sd.while_loop`` keep out of a graph,
-    from ``graph.meta["loops"]`` (entries with ``name``, ``lo``, ``hi``
+    from ``GraphNotes.loops`` (entries with ``name``, ``lo``, ``hi``
     (``None`` for a while loop), ``body`` (a graph), ``inputs``, ``outputs``,
-    ``where``) and, in a backward graph, ``meta["loop_gradients"]`` /
-    ``meta["loop_seeds"]``: one box each way, its body in the details."""
+    ``where``) and, in a backward graph, ``GraphNotes.loop_gradients`` /
+    ``loop_seeds``: one box each way, its body in the details."""
 
     def access(container: str | None, last: bool) -> list[str]:
         versions = graph.versions(container) if container in graph.containers else []
         return [f"{container}#{versions[-1 if last else 0]}"] if versions else []
 
     out = []
-    grads, seeds = graph.meta.get("loop_gradients", {}), graph.meta.get("loop_seeds", {})
-    for loop in graph.meta.get("loops", ()):
+    graph_notes = GraphNotes(graph)
+    grads, seeds = graph_notes.loop_gradients or {}, graph_notes.loop_seeds or {}
+    for loop in graph_notes.loops:
         body = loop.body
         trips = f"i in [{loop.lo}, {loop.hi})" if loop.hi is not None else "while its condition holds"
         rows = [("loop", f"{'fori_loop' if loop.hi is not None else 'while_loop'} {loop.name}"), ("iterations", trips),

@@ -2,11 +2,13 @@
 
 ``compile(graph, device=...)`` plans kernels (``plan``), prints Slang
 (``printer``, ``codegen``), compiles through a cache (``cache``) and returns an
-``Executable`` (``runtime``) on a device chosen by ``devices``; a graph with
+``Executable`` (``runtime``) on a device whose backend (``backends``: one
+module per device kind) ``devices`` settings and ``"auto"`` choose; a graph with
 library nodes (``np.linalg``) is split around them (``host_steps``).
 """
+from .backends import available_devices
 from .cache import SlangGenerationError
-from .devices import DeviceUnavailable, available_devices
+from .devices import DeviceUnavailable
 from .memory import clear_caches, held_bytes, limit as cache_limit, set_limit as set_cache_limit
 from .plan_types import LoweringError
 from .runtime import ArgumentError, DeviceArray, Executable, UnsupportedOnDevice, asarray, planned_buffers

@@ -4,15 +4,14 @@ optimisation level).
 Executables of the same program (or a recompiled binding producing the same
 text) share kernels; slangpy also refuses to reload a module name with other
 source, so module names are the hash.  The on-disk side is slangpy's shader
-cache, configured per device in ``devices.py``, for the CPU device g++'s
-libraries (``compiler_cache``) and Slang's checked modules
-(``_front_end_cached``), and which modules went hot (``mark_hot``).
+cache, configured per device by its backend (``lowering.backends``), for the
+CPU device g++'s libraries and Slang's checked modules (its compile policy:
+``CpuBackend.compiling`` and ``modules_folder``), and which modules went hot
+(``mark_hot``).
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib.metadata
 import os
 import re
 import tempfile
@@ -20,8 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import backends, compiler_cache, devices, disk_cache, targets
-from .printer import prelude
+from . import backends, disk_cache
 from .slang import spy
 
 _lock = threading.Lock()
@@ -50,34 +48,15 @@ def _quote(source: str, message: str) -> str:
 
 
 def optimization(device_kind: str, source: str, work: int) -> str:
-    """The Slang optimisation level for a module doing ``work`` points per call.
-
-    slangpy's devices compile at ``maximal`` (g++ -O3 on the CPU device:
-    10-35x faster kernels than -O0 on the bench workloads).  But a module with
-    many kernels over few points (Python loops unrolled over small arrays:
-    NPBench's ludcmp, cavity flow) spends seconds in Slang's C++ generation
-    and g++ and microseconds running; there ``none`` (-O0) halves the compile
-    and changes the run time little (measured on this 2-core machine, ludcmp
-    8x8: first call 8.4 -> 5.3 CPU s, a call 2.1 ms either way;
-    elementwise_chain 100k: 2.6 -> 89 ms a call for 0.3 s less compile).
-    Compile time grows with the source's length, run time with the work, so
-    a module whose work per call is below its length in characters compiles
-    at ``none``.  The helpers every module starts with (``printer.prelude``,
-    18k characters of inline maths, emitted where used) do not count: with
-    them conv1d_slices (16k points, 49k work, 52k characters) compiled at
-    -O0 in 0.69 s and ran 3.85 ms a call, at -O3 0.74 s and 0.17 ms (layer
-    norm 256x128: 0.46 s and 3.6 ms, 0.58 s and 0.37 ms).  Only the CPU
-    device: lavapipe compiles SPIR-V itself."""
-    if not backends.of(device_kind).native_binaries:
-        return "maximal"
-    helpers = prelude(targets.CPU)
-    own = len(source) - (len(helpers) if helpers in source else 0)
-    return "none" if work < own else "maximal"
+    """The Slang optimisation level for a module doing ``work`` points per call:
+    the backend's compile policy (``maximal`` but on the CPU device, whose
+    ``CpuBackend.optimization`` says when g++ -O0 pays)."""
+    return backends.of(device_kind).optimization(source, work)
 
 
 def _session(device_kind: str, device: spy.Device, level: str, modules: Path | None):
     """The Slang session compiling at ``level``: the device's own for ``maximal``,
-    unless modules are loaded from ``modules`` (``_front_end_cached``), whose
+    unless modules are loaded from ``modules`` (the backend's ``modules_folder``), whose
     session keeps their checked front-end modules there."""
     if level == "maximal" and modules is None:
         return device
@@ -90,26 +69,6 @@ def _session(device_kind: str, device: spy.Device, level: str, modules: Path | N
             on_disk["cache_path"] = str(modules / "front-end")
         _sessions[key] = device.create_slang_session(compiler_options=options, **on_disk)
     return _sessions[key]
-
-
-def _front_end_cached(device_kind: str) -> Path | None:
-    """Where a CPU device's modules are written as files, or None (load from the source text).
-
-    Slang's front end (parsing and checking a module: 0.24-0.6 s of a first
-    call here) runs again in every process for ``load_module_from_source``,
-    but a module loaded by name from a file is kept, checked, in its session's
-    cache folder: a second process loaded a 40k-character module in 0.06-0.09 s
-    instead of 0.47-0.51 (measured, load ~13).  So with the disk cache on, the
-    CPU device's modules are files named by their source's hash, one folder per
-    slangpy version.  The other devices keep loading from the text (their
-    driver's compile, not Slang's front end, is the larger cost there)."""
-    if not backends.of(device_kind).native_binaries or not devices.disk_cache_enabled():
-        return None
-    try:
-        version = importlib.metadata.version("slangpy")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    return devices.cache_dir() / "slang-modules" / version
 
 
 def _load(session, name: str, source: str, modules: Path | None):
@@ -169,10 +128,11 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
     with _lock:
         if key in _modules:
             return _modules[key]
+        backend = backends.of(device_kind)
         start = time.perf_counter()
         try:
-            with _binaries_cached(device_kind):
-                modules = _front_end_cached(device_kind)
+            with backend.compiling():
+                modules = backend.modules_folder()
                 session = _session(device_kind, device, level, modules)
                 module = _load(session, f"symdiff_{digest}", source, modules)
                 front = time.perf_counter()
@@ -205,16 +165,6 @@ def _key(device_kind: str, source: str, level: str) -> tuple[str, str, str]:
 def compile_seconds(device_kind: str, source: str, level: str) -> float:
     """Seconds compiling ``source`` at ``level`` took in this process (0 if it was not)."""
     return _seconds.get(_key(device_kind, source, level), 0.0)
-
-
-def _binaries_cached(device_kind: str) -> contextlib.AbstractContextManager:
-    """On the CPU device, g++ goes through ``compiler_cache``'s wrapper: it adds
-    the target's flags (``targets.compiler_args``) and, unless the disk cache is
-    off, keeps the libraries on disk."""
-    if not backends.of(device_kind).native_binaries:
-        return contextlib.nullcontext()
-    store = devices.cache_dir() / "cpu-binaries" if devices.disk_cache_enabled() else None
-    return compiler_cache.active(store, targets.compiler_args(targets.CPU))
 
 
 def clear() -> int:

@@ -138,7 +138,7 @@ def cache_key(compiler: str, args: list[str]) -> tuple[str, str] | None:
 def _code(source: bytes) -> bytes:
     """``source`` less its ``#line`` directives and blank lines: what the library's code
     depends on.  Slang writes them differently for one module checked from its text and
-    loaded from its front-end cache (``cache._front_end_cached``: a second process), the
+    loaded from its front-end cache (``CpuBackend.modules_folder``: a second process), the
     code between them the same; with them in the key every second process missed."""
     kept: list[bytes] = []
     for line in source.splitlines():

@@ -49,6 +49,7 @@ import sympy
 
 from symdiff.ir import op_cost
 from symdiff.ir.graph import DTYPES, DataflowGraph, Memlet, Tasklet
+from symdiff.ir.graph_notes import GraphNotes
 from symdiff.ir.op_cost import Op
 from symdiff.ir.sizes import substitute_sizes
 
@@ -66,15 +67,13 @@ class Strategy(enum.Enum):
     RECOMPUTE = "recompute"  # its expression evaluated again in each reader
 
 
-# The graph's entry naming the tasklets a memory budget chose to recompute (``recomputed``).  It stays
-# in ``graph.meta`` because the compiled-program caches key a graph by its meta (``lowering.disk_cache``).
-CHOICE_KEY = "rematerialise"
-
-
 def recomputed(graph: DataflowGraph) -> list[str]:
     """The tasklets (by name) ``graph``'s lowering recomputes where they are read,
-    besides what the cost model chooses itself: a memory budget's choice."""
-    return list(graph.meta.get(CHOICE_KEY, ()))
+    besides what the cost model chooses itself: a memory budget's choice.  It
+    travels as the graph note ``rematerialise`` (``ir.graph_notes``), in
+    ``graph.meta`` because the compiled-program caches key a graph by its meta
+    (``lowering.disk_cache``)."""
+    return list(GraphNotes(graph).rematerialise)
 
 
 def with_recomputed(graph: DataflowGraph, names: Iterable[str]) -> DataflowGraph:
@@ -83,7 +82,7 @@ def with_recomputed(graph: DataflowGraph, names: Iterable[str]) -> DataflowGraph
     if not names:
         return graph
     out = graph.copy()
-    out.meta[CHOICE_KEY] = names
+    GraphNotes(out).rematerialise = names
     return out
 
 

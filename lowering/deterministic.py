@@ -71,7 +71,7 @@ def _owner(graph: DataflowGraph, t: Tasklet, m: Memlet) -> None:
                       {m.connector: (access, owners, m.accumulate)},
                       condition=sympy.And(t.condition.xreplace(solution), *conditions), source=t.source,
                       backward=t.backward, **notes.tasklet_notes(
-                          {**t.meta, "strategy": "owner-computes"},
+                          t.meta, strategy="owner-computes",
                           # its data-dependent indices are still checked (lowering.bounds_check)
                           scatter=Memlet(m.container, tuple(sympy.sympify(e).xreplace(solution) for e in m.index),
                                          m.connector)))

@@ -4,9 +4,9 @@
 Host memory.  slangpy's CPU device keeps buffers in host memory, and there
 ``Buffer.device_address`` is their host pointer.  So does lavapipe (Mesa's
 software Vulkan): its device memory is a shared mapping in this process and
-a buffer's device address is the pointer into it, which ``host_addressable``
-checks once per device (the address is mapped here, read and write, and holds
-what the buffer holds) rather than trusting the driver's name.  On such a
+a buffer's device address is the pointer into it, which its backend checks
+once (``lowering.backends.vulkan``: the address is mapped here, read and
+write, and holds what the buffer holds) rather than trusting the driver's name.  On such a
 device uploads and read-backs are plain copies into and out of the buffer,
 and results can be handed over as views (``runtime``): on lavapipe reading
 back a 200M-element gradient took 4-9 s through staging pieces and raised the
@@ -31,7 +31,6 @@ included.
 """
 from __future__ import annotations
 
-import ctypes
 import warnings
 from typing import Any
 
@@ -39,7 +38,8 @@ import numpy as np
 
 from symdiff.ir.graph import DTYPES
 
-from . import backends, devices
+from . import backends
+from .backends import slangpy_base
 from .slang import spy
 
 CPU = (1, 0)  # (kDLCPU, device id): where every export lives
@@ -61,61 +61,19 @@ class _HostMemory:
                                     "version": 3}
 
 
-_addressable: dict[int, bool] = {}  # id(device) -> host_addressable (devices live as long as the process)
-
-
 def host_addressable(device: spy.Device) -> bool:
     """Whether ``device``'s buffers are host memory this process can address
-    at their ``device_address``: slangpy's CPU device, and a software Vulkan
-    (lavapipe) once a probe buffer's address is mapped here for reading and
-    writing, holds the buffer's bytes, and a write through it reaches the
-    buffer.  Hardware GPUs' addresses are never dereferenced."""
-    key = id(device)
-    if key not in _addressable:
-        kind = device.info.type
-        software = kind == spy.DeviceType.vulkan and any(
-            s in device.info.adapter_name.lower() for s in devices.SOFTWARE_ADAPTERS)
-        _addressable[key] = kind == spy.DeviceType.cpu or (software and _probe(device))
-    return _addressable[key]
-
-
-def _mapped_writable(address: int, size: int) -> bool:
-    """Whether ``[address, address + size)`` lies in one read-write mapping of this process (Linux)."""
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                span, perms = line.split()[:2]
-                lo, hi = (int(v, 16) for v in span.split("-"))
-                if lo <= address and address + size <= hi:
-                    return perms.startswith("rw")
-    except OSError:
-        pass
-    return False
-
-
-def _probe(device: spy.Device) -> bool:
-    """A buffer's device address on ``device`` is its host pointer (``host_addressable``)."""
-    pattern = np.arange(64, dtype=np.uint32) * np.uint32(2654435761)
-    try:
-        buffer = device.create_buffer(size=pattern.nbytes, data=pattern,
-                                      usage=spy.BufferUsage.shader_resource | spy.BufferUsage.copy_source)
-        address = buffer.device_address
-        if not address or not _mapped_writable(address, pattern.nbytes):
-            return False
-        device.wait()
-        if ctypes.string_at(address, pattern.nbytes) != pattern.tobytes():
-            return False
-        ctypes.memmove(address, (~pattern).tobytes(), pattern.nbytes)
-        return bool(np.array_equal(buffer.to_numpy().view(np.uint32), ~pattern))
-    except Exception:  # no device addresses on this driver
-        return False
+    at their ``device_address``: its backend says (``Backend.host_memory``:
+    slangpy's CPU device, and lavapipe once a probe passes); a device no
+    backend made is treated as a GPU's, whose addresses are never dereferenced."""
+    backend = slangpy_base.owner(device)
+    return backend is not None and backend.host_memory()
 
 
 def in_host_memory(kind: str) -> bool:
     """Whether arrays of device kind ``kind`` live in host memory, so that
     their DLPack export is a view (``host_addressable``)."""
-    backend = backends.of(kind)
-    return not backend.interprets and host_addressable(backend.device())
+    return backends.of(kind).host_memory()
 
 
 def host_view(array: Any) -> np.ndarray | None:

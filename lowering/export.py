@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from symdiff.ir.graph import DataflowGraph
+from symdiff.ir.graph_notes import GraphNotes
 
 from . import targets
 from .bounds_check import FLAG, FLAG_WORDS
@@ -115,8 +116,8 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
     p = plan(graph, dict(sizes or {}), tgt)
     module = generate(p, tgt)
     g = p.graph
-    gradients = graph.meta.get("gradients", {})
-    seeds = graph.meta.get("seeds", {})
+    gradients = GraphNotes(graph).gradients or {}
+    seeds = GraphNotes(graph).seeds or {}
     kernel_buffers = {buffer_name(a): a for e in module.kernels for a in e.buffers.values()}
     stored = {buffer_name(a): a for a in p.buffers} | kernel_buffers
     buffers = {}
@@ -144,7 +145,7 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
                  "buffers": {param: buffer_name(a) for param, a in sorted(e.buffers.items())},
                  "uniforms": dict(e.constants),
                  "phase": "clear" if e in clears else phases.get(e.name, "fill")} for e in entries]
-    results = graph.meta.get("result_names", graph.results)
+    results = GraphNotes(graph).result_names
     manifest = {
         "program": name or graph.name, "target": tgt.name,
         "buffers": buffers,

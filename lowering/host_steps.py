@@ -51,10 +51,10 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     graph with library nodes on a Slang device, ``HostSteps`` (its pieces each
     compiled by ``runtime.compile`` for the requested device); arguments and
     the rest as ``runtime.compile``."""
-    if not has_library_nodes(graph) or backends.of(devices.resolve(device)).interprets:
+    if not has_library_nodes(graph) or backends.of(backends.resolve(device)).interprets:
         return runtime.compile(graph, device=device, sizes=sizes, deterministic=deterministic, repeated=repeated)
     graph.validate()
-    return HostSteps(graph, devices.resolve(device), devices.requested(device), sizes, deterministic, repeated)
+    return HostSteps(graph, backends.resolve(device), devices.requested(device), sizes, deterministic, repeated)
 
 
 def levels(graph: DataflowGraph) -> dict[str, int]:

@@ -33,6 +33,7 @@ from symdiff.ir.graph import DTYPES, DataflowGraph
 from symdiff.ir import tasklet_notes as notes
 
 from . import backends, cache, devices, disk_cache, dlpack, memory
+from .backends.slangpy_base import SlangpyBackend
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation
 from .buffer_plan import STORAGE, BufferPlan, buffer_bytes, plan_buffers
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
@@ -76,7 +77,7 @@ def host_argument(name: str, value, dtype: str) -> np.ndarray:
     return host.astype(DTYPES[dtype], copy=False)
 
 
-def _new_buffer(backend: backends.Backend, dtype: str, count: int, data: np.ndarray | None = None) -> spy.Buffer:
+def _new_buffer(backend: SlangpyBackend, dtype: str, count: int, data: np.ndarray | None = None) -> spy.Buffer:
     buffer = backend.new_buffer(buffer_bytes(dtype, count))
     if data is not None and data.size:
         dlpack.upload(buffer, np.ascontiguousarray(data, dtype=STORAGE[dtype]))
@@ -164,7 +165,7 @@ def asarray(array, device: str | None = None, dtype: str | None = None) -> Devic
     read in place by the upload; where a host copy must come first (another
     device, a non-contiguous layout, a dtype conversion) a
     ``lowering.dlpack.CopyWarning`` says so."""
-    kind = devices.resolve(device)
+    kind = backends.resolve(device)
     backend = backends.of(kind)
     if backend.interprets:
         raise ValueError(f"the {kind} device keeps arrays in host memory: pass numpy arrays instead")
@@ -417,12 +418,7 @@ class Executable:
                 raise ValueError(f"the {self.device} device has no device arrays")
             host = {k: host_argument(k, v, self.graph.containers[k].dtype) if k in self.graph.containers
                     else np.asarray(v) for k, v in inputs.items()}
-            bound = {**self.sizes, **(sizes or {})}
-            try:
-                return ir.run(self.graph, host, bound)
-            except ir.IndexOutOfRange:
-                ir.check_index_arguments(self.graph, host, bound)  # names the argument's element if one is at fault
-                raise
+            return self.backend.run(self.graph, host, {**self.sizes, **(sizes or {})})
         missing = [a for a in self.graph.arguments if a not in inputs]
         if missing:
             raise ir.GraphError(f"missing arguments {missing} (graph {self.graph.name!r} takes {self.graph.arguments})")
@@ -491,8 +487,7 @@ class Executable:
             offsets[id(buf)] = total
             total += -(-buf.size // READ_ALIGNMENT) * READ_ALIGNMENT
         if packed and (inst.readback is None or inst.readback.size < total):
-            inst.readback = dev.create_buffer(size=total, usage=spy.BufferUsage.copy_destination,
-                                              memory_type=spy.MemoryType.read_back)
+            inst.readback = self.backend.new_readback_buffer(total)
             self._stats["buffers_allocated"] += 1
         for buf in packed:
             enc.copy_buffer(inst.readback, offsets[id(buf)], buf, 0, buf.size)
@@ -779,7 +774,7 @@ def planned_buffers(graph: DataflowGraph, device: str | None, sizes: Mapping[str
     """The buffers a call binding ``sizes`` would allocate on ``device``
     (``lowering.buffer_plan``), planned without compiling or allocating:
     what ``symdiff.memory_budget`` weighs its choices by."""
-    backend = backends.of(devices.resolve(device))
+    backend = backends.of(backends.resolve(device))
     if backend.interprets:
         raise ValueError(f"the {backend.name} device runs the IR interpreter: it plans no buffers")
     target = backend.target()
@@ -794,7 +789,8 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     Sizes left symbolic are bound at call time; each distinct binding gets its
     own module, compiled once.  A float64 program using a transcendental is
     refused on lavapipe (its double ``exp``/``sin``/``log``/... are wrong) or,
-    under ``"auto"``, routed to the CPU device.
+    under ``"auto"``, routed to the best-ranked backend computing them right
+    (the CPU device).
 
     The graph is validated first (``DataflowGraph.validate``), so a hand-built
     graph that breaks the IR's rules is refused with the node named instead of
@@ -811,15 +807,15 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     """
     graph.validate()  # a hand-built graph may break the IR's rules (e.g. colliding plain writes): refuse it here
     requested = devices.requested(device)
-    kind = devices.resolve(device)
-    if not backends.of(kind).computes_float64_transcendentals():
-        bad = unsafe_double_tasklets(graph)
-        if bad and requested == "auto":
-            kind = "cpu"
-        elif bad:
+    kind = backends.resolve(device)
+    if not backends.of(kind).computes_float64_transcendentals() and (bad := unsafe_double_tasklets(graph)):
+        exact = backends.auto(lambda backend: backend.computes_float64_transcendentals())
+        if requested != "auto":
+            software = " (a software rasteriser here)" if backends.of(kind).is_software() else ""
             raise UnsupportedOnDevice(
-                "lavapipe (software Vulkan) computes double-precision exp/sin/log/pow/tanh wrongly; "
-                f"tasklets {', '.join(bad)} use them on float64 data. Use device='cpu', or float32.")
+                f"the {kind} device{software} computes double-precision exp/sin/log/pow/tanh wrongly; "
+                f"tasklets {', '.join(bad)} use them on float64 data. Use device={exact!r}, or float32.")
+        kind = exact
     if deterministic and not backends.of(kind).interprets:  # the interpreter's scatters are deterministic already
         return Executable(owner_computes(graph), kind, sizes, deterministic, source=graph, repeated=repeated)
     return Executable(graph, kind, sizes, deterministic, repeated=repeated)

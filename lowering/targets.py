@@ -28,6 +28,9 @@ Facts behind the fields (slangpy 0.43.1, Slang 2026.12; ``shared/notes/slangpy.m
   memory and ``GroupMemoryBarrierWithGroupSync``; lavapipe runs that code too
   (so CI checks the cooperative kernels of ``lowering.workgroups``).  slangpy's
   CPU device runs threads one after another: a barrier there cannot work.
+
+The ``Target`` of each kind lives in its backend module (``lowering.backends.cpu``,
+``.vulkan`` with lavapipe's, ``.cuda``), which registers it here (``of``).
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ import functools
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -272,7 +275,7 @@ TUNING = Tuning()
 class Target:
     """A backend kind's capabilities, as far as code generation depends on them."""
 
-    name: str  # the slangpy device kind ("cpu", "vulkan", "cuda")
+    name: str  # the device kind of the backend stating it (lowering.backends)
     # All threads of a dispatch run one after another: plain read-modify-writes
     # are exact, a thread should loop over many points (call overhead), and one
     # entry point can run the whole program in a single dispatch.
@@ -354,31 +357,20 @@ class Target:
         return not self.sequential
 
 
-CPU = Target("cpu", sequential=True, float_atomic_add=False, polynomial_math=True, worker_threads=True,
-             native_instructions=True, host_blas=True)
-VULKAN = Target("vulkan", sequential=False, float_atomic_add=True, polynomial_math=False,
-                folds_float_identities=True, workgroup_reductions=True, recompute_transcendentals=True,
-                wave_operations=True, single_pass_reductions=True)
-CUDA = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False, workgroup_reductions=True,
-              recompute_transcendentals=True, wave_operations=True, single_pass_reductions=True)
-# Vulkan on a CPU rasteriser (Mesa lavapipe): the same code, but not for double
-# transcendentals, and float32 transcendentals as lowering.cpu_math's: lavapipe's
-# built-in log (2.2e-5 relative error, 2^-21 absolute near 1, within the
-# Vulkan spec) and tanh (4.9e-5) were ~100x JAX float32's, arcsin 3800 ulp
-# off, pow 60 (measured).  And one
-# thread per reduction or row: lavapipe runs the cooperative form correctly
-# (tests/lowering/test_workgroups.py forces it there) but its barriers are
-# costly: value_and_grad on this 2-core machine went 163 -> 664 ms (layer norm
-# 4096x1024), 61 -> 309 ms (row log-sum-exp 4096x1000), 208 -> 330 ms (16M sum).
-LAVAPIPE = replace(VULKAN, float64_transcendentals=False, polynomial_math=True, accurate_builtins=False,
-                   workgroup_reductions=False,
-                   recompute_transcendentals=False, keep_loops=True)
+# Each backend module (``lowering.backends``) states its own ``Target`` and registers
+# it here under its device name, so that planning and code generation can be asked
+# for a kind by name (``of``) without knowing which kinds exist.
+TARGETS: dict[str, Target] = {}
 
-TARGETS = {t.name: t for t in (CPU, VULKAN, CUDA)}
+
+def register(target: Target) -> None:
+    """Make ``target`` what ``of(target.name)`` returns (``lowering.backends.registry.register``)."""
+    TARGETS[target.name] = target
 
 
 def of(device: "str | Target") -> Target:
-    """The target of a device kind (a ``Target`` is returned as it is)."""
+    """The target a backend registered for a device kind, as on hardware (a
+    ``Target`` is returned as it is; ``Backend.target()`` tells lavapipe apart)."""
     if isinstance(device, Target):
         return device
     try:

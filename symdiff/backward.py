@@ -17,7 +17,9 @@ from typing import Mapping, Sequence
 
 import sympy
 
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.graph import DataflowGraph, Memlet, connector_symbol, index_symbol
+from symdiff.ir.graph_notes import GraphNotes
 from symdiff.ir.index_analysis import injective
 from symdiff.ir.library import is_library
 
@@ -40,15 +42,15 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
     Naming (chosen with ``graph.unique_name``, so a clash gets a suffix):
 
     * ``seed_<output>``: a new *argument* holding the cotangent of each output
-      (its latest version); ``graph.meta["seeds"][output]`` names it.
+      (its latest version); ``GraphNotes(graph).seeds[output]`` names it.
     * ``grad_<input>``: a new *result* holding the gradient of each input's
-      version 0; ``graph.meta["gradients"][input]`` names it.  An input the
+      version 0; ``GraphNotes(graph).gradients[input]`` names it.  An input the
       outputs do not depend on gets this container with no writer: it reads as
       zeros and costs no tasklet.
     * ``grad_<container>_<version>``: transient gradient of an intermediate
       version; ``grad_<tasklet>`` the backward tasklet of a forward tasklet,
-      marked ``backward=True`` with ``meta["forward_tasklet"]``,
-      ``meta["forward_values"]`` (``"stored"``: reads forward results such as
+      marked ``backward=True`` with the notes (``ir.tasklet_notes``)
+      ``forward_tasklet`` and ``forward_values`` (``"stored"``: reads forward results such as
       ``exp(x)``'s output; ``"recompute"``: recomputes from the forward inputs;
       ``"none"``); each gradient write is plain where the index map is
       injective and the gradient has a single contributor, else a ``"sum"``
@@ -62,7 +64,7 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
     ``grad_<input>`` has the batch axes in front of the input's shape
     (``symdiff.push``).
 
-    Both meta dicts are merged across calls, so a second (higher-order) pass
+    Both name maps are merged across calls, so a second (higher-order) pass
     keeps the first pass's seeds.
     """
     inputs = list(dict.fromkeys(inputs))
@@ -95,8 +97,9 @@ def add_backward_pass(graph: DataflowGraph, inputs: Sequence[str],
     if stencil_gathers:
         gather_stencils(graph)
 
-    graph.meta.setdefault("seeds", {}).update(seeds)
-    graph.meta.setdefault("gradients", {}).update(gradients)
+    graph_notes = GraphNotes(graph)   # new dicts: a copy of the graph shares the old ones
+    graph_notes.seeds = {**(graph_notes.seeds or {}), **seeds}
+    graph_notes.gradients = {**(graph_notes.gradients or {}), **gradients}
     return gradients
 
 
@@ -158,7 +161,7 @@ class _ReversePass:
             f"copy_{seed}", [(i, 0, n) for i, n in zip(idx, shape)], {"d": connector_symbol("g", "float64")},
             {"g": (self.graph.access(seed, 0), idx)},
             {"d": (target, idx, self._mode(access, idx, idx))},
-            backward=True, forward_tasklet=None)
+            backward=True, **notes.tasklet_notes({}, forward_tasklet=None))
 
     def _aux(self, access: str) -> dict[str, str]:
         if access not in self.aux:
@@ -203,5 +206,6 @@ class _ReversePass:
         add_forward_reads(g, tasklet, body.reads, list(exprs.values()),
                           [index for _, index in body.reads.values()] + [w[1] for w in writes.values()])
         g.add_tasklet(f"grad_{tasklet}", t.domain, exprs, body.reads, writes, condition=t.condition,
-                      source=t.source, backward=True, forward_tasklet=tasklet,
-                      forward_values="stored" if stored else ("recompute" if recomputed else "none"))
+                      source=t.source, backward=True, **notes.tasklet_notes(
+                          {}, forward_tasklet=tasklet,
+                          forward_values="stored" if stored else ("recompute" if recomputed else "none")))

@@ -17,9 +17,10 @@ JAX's shape::
     softmax.defvjp(softmax_fwd, softmax_bwd)
 
 Inside a traced program a call traces ``fwd`` into the graph as ordinary
-tasklets (they fuse and lower like everything else), each tagged
-``meta["custom_vjp"] = name`` and ``meta["custom_vjp_call"] = call id`` so
-views can group them; ``graph.meta["custom_vjps"]`` lists the calls.
+tasklets (they fuse and lower like everything else), each tagged with the
+notes (``ir.tasklet_notes``) ``custom_vjp`` (the name) and ``custom_vjp_call``
+(the call's id) so views can group them; ``GraphNotes.custom_vjps`` lists the
+calls.
 ``add_backward_pass`` does not differentiate the tagged tasklets: where a
 call's outputs are active it traces ``bwd`` into the reverse pass instead,
 reading the residuals and the outputs' gradient containers, and adds each
@@ -40,7 +41,9 @@ from typing import Any, Callable, Sequence
 
 import sympy
 
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.graph import DataflowGraph, connector_symbol, index_symbol
+from symdiff.ir.graph_notes import GraphNotes
 from symdiff.ir.library import library_nodes
 from symdiff.ir.tracer import context
 from symdiff.ir.tracer.creation import creation_traced, zeros
@@ -49,8 +52,6 @@ from symdiff.ir.tracer.traced_array import TracedArray, placeholders
 
 from .activity import Activity
 from .errors import DifferentiationError
-
-META_KEY = "custom_vjps"
 
 
 class CustomVJPError(TraceError):
@@ -79,7 +80,7 @@ class Ref:
 
 @dataclass(frozen=True)
 class CustomCall:
-    """One traced call of a custom_vjp function (``graph.meta["custom_vjps"]``)."""
+    """One traced call of a custom_vjp function (``GraphNotes.custom_vjps``)."""
 
     call: str                          # unique id, "<name>#<k>"
     name: str
@@ -163,17 +164,17 @@ def _trace_call(op: custom_vjp, trace: context.Trace, args: tuple):
     flat = [r if not isinstance(r, TracedArray) or _written_by(g, r, region)
             or _read_ref(g, r, g.access(r.container), region) else r.copy() for r in flat]
     region = set(_new_tasklets(g, before))
-    call = f"{op.name}#{len(g.meta.get(META_KEY, ()))}"
+    call = f"{op.name}#{len(GraphNotes(g).custom_vjps)}"
     _check_closed(op, g, region, set(arg_access.values()), containers, where)
     for name in region:
-        g.node(name).meta.update(custom_vjp=op.name, custom_vjp_call=call)
+        notes.annotate(g.node(name), custom_vjp=op.name, custom_vjp_call=call)
     inputs = tuple(_read_ref(g, a, arg_access[k], region) if k in arg_access else None
                    for k, a in enumerate(args))
     residual_refs = [(_write_ref(g, r, region) or _read_ref(g, r, g.access(r.container), region))
                      if isinstance(r, TracedArray) else r for r in flat]
     record = CustomCall(call, op.name, frozenset(region), inputs, tuple(_write_ref(g, o, region) for o in outs),
                         several, rebuild(residual_refs), op, where)
-    g.meta[META_KEY] = tuple(g.meta.get(META_KEY, ())) + (record,)   # a new tuple: copies share meta values
+    GraphNotes(g).custom_vjps = tuple(GraphNotes(g).custom_vjps) + (record,)   # a new tuple: copies share notes
     return tuple(outs) if several else outs[0]
 
 
@@ -289,8 +290,8 @@ def trace_backward(graph: DataflowGraph, record: CustomCall, grads: dict[str, st
     for name in _new_tasklets(graph, before):
         t = graph.node(name)
         t.backward = True
-        t.meta.update(custom_vjp=record.name, custom_vjp_call=record.call, forward_tasklet=None,
-                      forward_values="custom_vjp")
+        notes.annotate(t, custom_vjp=record.name, custom_vjp_call=record.call, forward_tasklet=None,
+                       forward_values="custom_vjp")
 
 
 def _add_cotangents(trace: context.Trace, graph: DataflowGraph, record: CustomCall, returned,
@@ -329,7 +330,7 @@ def _add_cotangents(trace: context.Trace, graph: DataflowGraph, record: CustomCa
 
 def tagged_tasklets(graph: DataflowGraph) -> set[str]:
     """Forward tasklets of every custom_vjp call: the reverse pass skips them."""
-    return {t for record in graph.meta.get(META_KEY, ()) for t in record.tasklets}
+    return {t for record in GraphNotes(graph).custom_vjps for t in record.tasklets}
 
 
 def active_calls(graph: DataflowGraph, activity: Activity) -> list[tuple[CustomCall, list[str]]]:
@@ -344,7 +345,7 @@ def active_calls(graph: DataflowGraph, activity: Activity) -> list[tuple[CustomC
     active = activity.versions
     reads = [(t, p.read_access) for t, pairs in activity.pairs.items() for p in pairs]
     calls = []
-    for record in graph.meta.get(META_KEY, ()):
+    for record in GraphNotes(graph).custom_vjps:
         outputs = {r.access(graph) for r in record.outputs}
         leaves, _ = _flatten(record.residuals)
         internal = {ref.access(graph) for ref in leaves if isinstance(ref, Ref) and ref.direction == "write"}

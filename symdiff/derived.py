@@ -13,6 +13,7 @@ from typing import Sequence
 import sympy
 
 from symdiff.ir import op_cost
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, connector_symbol
 from symdiff.ir.scalar_functions import compare
 
@@ -114,7 +115,7 @@ def accumulation_helpers(graph: DataflowGraph, access: str, backward: bool) -> d
         outs = {body.names(k): k for k in exprs}
         g.add_tasklet(f"{next(iter(kinds))}_{writer}", t.domain, {c: exprs[k] for c, k in outs.items()},
                       body.reads, {c: (helpers[k], wm.index, kinds[k]) for c, k in outs.items()},
-                      condition=t.condition, backward=backward, forward_tasklet=writer)
+                      condition=t.condition, backward=backward, **notes.tasklet_notes({}, forward_tasklet=writer))
     return helpers
 
 

@@ -20,6 +20,7 @@ from typing import Mapping
 
 import sympy
 
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
 from .derivatives import tasklet_partials
@@ -132,7 +133,7 @@ def explain(forward: DataflowGraph, backward: DataflowGraph, kernels: Mapping[st
         t = backward.node(node)
         if isinstance(t, Tasklet) and t.name not in forward.nx:
             # a custom backward's tasklets are listed at the first forward tasklet of their call
-            derived.setdefault(t.meta.get("custom_vjp_call") or t.meta.get("forward_tasklet"), []).append(t)
+            derived.setdefault(notes.custom_vjp_call(t) or notes.forward_tasklet(t), []).append(t)
     views = []
     for node in forward.topological_order():
         t = forward.node(node)
@@ -140,10 +141,10 @@ def explain(forward: DataflowGraph, backward: DataflowGraph, kernels: Mapping[st
             continue
         view = _view(forward, t, kernel_of, source_file)
         view.partials = _partials(t)
-        view.custom_vjp = t.meta.get("custom_vjp_call")
+        view.custom_vjp = notes.custom_vjp_call(t)
         for b in derived.pop(view.custom_vjp, []) + derived.get(t.name, []):
             bview = _view(backward, b, kernel_of, source_file)
-            bview.forward_values = b.meta.get("forward_values")
+            bview.forward_values = notes.forward_values(b)
             view.backward.append(bview)
         views.append(view)
     return Explanation(program, device, tuple(wrt), dict(kernels), views)

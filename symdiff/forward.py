@@ -25,13 +25,14 @@ from typing import Mapping, Sequence
 import networkx as nx
 import sympy
 
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.graph import AccessNode, DataflowGraph, connector_symbol, index_symbol
+from symdiff.ir.graph_notes import GraphNotes
 from symdiff.ir.library import is_library
 
 from .activity import Activity, Pair, analyse, latest_versions
 from .derived import (Body, Names, accumulation_helpers, add_forward_reads, check_request, through_accumulation,
                       with_stored_value)
-from .custom_vjp import META_KEY as CUSTOM_VJPS
 from .library_rules import trace_jvp
 from .derivatives import guarded_product, tasklet_partials
 from .errors import DifferentiationError
@@ -45,20 +46,20 @@ def add_tangent_pass(graph: DataflowGraph, inputs: Sequence[str], outputs: Seque
     Naming (``graph.unique_name`` unless ``tangent_names`` fixes an input's):
 
     * ``t_<input>``: a new *argument* holding the tangent of each input's
-      version 0; ``graph.meta["tangent_inputs"][input]`` names it.  Inputs
+      version 0; ``GraphNotes(graph).tangent_inputs[input]`` names it.  Inputs
       not listed have tangent zero and cost nothing.
     * ``tangent_<output>``: a new *result* holding the tangent of each
-      output's latest version; ``graph.meta["tangents"][output]`` names it.
+      output's latest version; ``GraphNotes(graph).tangents[output]`` names it.
       An output that does not depend on the inputs gets it with no writer
       (zeros, no tasklet).
     * ``tan_<container>_<version>``: transient tangent of an intermediate
       version; ``jvp_<tasklet>`` the tangent tasklet of a forward tasklet,
-      with ``meta["tangent_of"]`` naming it, ``meta["forward_values"]``
-      (``"stored"``, ``"recompute"`` or ``"none"``, as in the reverse pass);
+      with the notes (``ir.tasklet_notes``) ``tangent_of`` naming it and
+      ``forward_values`` (``"stored"``, ``"recompute"`` or ``"none"``, as in the reverse pass);
       ``count_``/``zeros_``/``nonzero_`` helpers of a
       max/min/prod reduction (``derived.accumulation_helpers``).
 
-    The meta dicts are merged across calls.
+    The name maps are merged across calls.
     """
     inputs = list(dict.fromkeys(inputs))
     outputs = list(dict.fromkeys(outputs))
@@ -89,16 +90,17 @@ def add_tangent_pass(graph: DataflowGraph, inputs: Sequence[str], outputs: Seque
                  {output_nodes[o]: tangents[o] for o in outputs if output_nodes[o] in activity.versions}).build()
     _release_custom_rules(graph, activity)
 
-    graph.meta.setdefault("tangent_inputs", {}).update(tangent_inputs)
-    graph.meta.setdefault("tangents", {}).update(tangents)
+    graph_notes = GraphNotes(graph)   # new dicts: a copy of the graph shares the old ones
+    graph_notes.tangent_inputs = {**(graph_notes.tangent_inputs or {}), **tangent_inputs}
+    graph_notes.tangents = {**(graph_notes.tangents or {}), **tangents}
     return tangents
 
 
 def _refuse_loops(graph: DataflowGraph, input_nodes) -> None:
-    """A loop kept out of the graph (``sd.fori_loop``, ``graph.meta["loops"]``)
+    """A loop kept out of the graph (``sd.fori_loop``, ``GraphNotes.loops``)
     hands its state back through new argument containers, which would carry no
     tangent: refuse a loop the tangents reach rather than drop their tangent."""
-    loops = graph.meta.get("loops", ())
+    loops = GraphNotes(graph).loops
     if not loops:
         return
     reached = set(input_nodes).union(*(nx.descendants(graph.nx, n) for n in input_nodes))
@@ -122,12 +124,12 @@ def _release_custom_rules(graph: DataflowGraph, activity: Activity) -> None:
     which a user's backward rule, mapping only the output's cotangent, cannot:
     it would drop them silently.  So the call is differentiated automatically
     there too, consistently with its tangent.  The forward graph keeps its
-    rules (``meta`` lists are replaced, never mutated: copies share them)."""
-    calls = graph.meta.get(CUSTOM_VJPS)
+    rules (graph notes are replaced, never mutated: copies share them)."""
+    calls = GraphNotes(graph).custom_vjps
     if calls:
         kept = [call for call in calls if not set(call.tasklets) & activity.pairs.keys()]
         if len(kept) != len(calls):
-            graph.meta[CUSTOM_VJPS] = kept
+            GraphNotes(graph).custom_vjps = kept
 
 
 class _TangentPass:
@@ -214,5 +216,6 @@ class _TangentPass:
         values = set().union(*(e.free_symbols for e in exprs.values()))
         recomputed = any(sym in values for sym in t.inputs.values())
         g.add_tasklet(f"jvp_{tasklet}", t.domain, exprs, body.reads, writes, condition=t.condition,
-                      source=t.source, tangent_of=tasklet,
-                      forward_values="stored" if stored else ("recompute" if recomputed else "none"))
+                      source=t.source, **notes.tasklet_notes(
+                          {}, tangent_of=tasklet,
+                          forward_values="stored" if stored else ("recompute" if recomputed else "none")))

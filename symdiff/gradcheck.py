@@ -15,6 +15,7 @@ import sympy
 
 from symdiff import ir
 from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph
+from symdiff.ir.graph_notes import GraphNotes
 
 from .backward import add_backward_pass
 from .derivatives import is_float_symbol, tasklet_partials
@@ -57,7 +58,7 @@ def check_graph_gradients(graph: DataflowGraph, inputs: Mapping[str, np.ndarray]
     backward = graph.copy()
     grads = add_backward_pass(backward, wrt, outputs)
     feed = dict(values)
-    feed.update({backward.meta["seeds"][o]: ct for o, ct in cotangents.items()})
+    feed.update({GraphNotes(backward).seeds[o]: ct for o, ct in cotangents.items()})
     result = ir.run(backward, feed, sizes=bound, float_dtype="float64")
     analytic = {x: result[grads[x]] for x in wrt}
 

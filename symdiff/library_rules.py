@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Sequence
 
 import sympy
 
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph, connector_symbol, index_symbol
 from symdiff.ir.library import LibraryNode, lookup, ordered_edges
 from symdiff.ir.tracer import context
@@ -88,12 +89,11 @@ def _traced_rule(graph: DataflowGraph, node: LibraryNode, backward: bool, run: C
         context.pop()
     for name in _new_nodes(graph, before):
         n = graph.node(name)
-        n.meta.update(library_rule=node.name)
         if backward:
             n.backward = True
-            n.meta.update(forward_tasklet=None, forward_values="stored")  # reads the primal values
+            notes.annotate(n, forward_tasklet=None, forward_values="stored")  # reads the primal values
         else:
-            n.meta.update(tangent_of=node.name)
+            notes.annotate(n, tangent_of=node.name)
 
 
 def trace_vjp(graph: DataflowGraph, node: LibraryNode, grads: dict[str, str],

@@ -38,6 +38,7 @@ import networkx as nx
 import numpy as np
 
 from symdiff import ir
+from symdiff.ir.graph_notes import GraphNotes
 from symdiff import lowering
 from symdiff.lowering import backends, dlpack, runtime
 from symdiff.lowering.buffer_plan import STORAGE, buffer_bytes
@@ -61,11 +62,12 @@ def add_backward_pass(graph: ir.DataflowGraph, inputs: Sequence[str], outputs: S
     """``symdiff.add_backward_pass`` for a graph that may keep loops out: the loops' float
     outputs are differentiated as inputs and their float inputs as outputs, so that
     ``LoopProgram`` can chain the stage's reverse pass with the loops'
-    (``meta["loop_gradients"]``, ``meta["loop_seeds"]``).  Returns the gradients of ``inputs``."""
+    (``GraphNotes.loop_gradients``, ``loop_seeds``).  Returns the gradients of ``inputs``."""
     loops = loops_of(graph)
     if not loops:
         return backward.add_backward_pass(graph, inputs=inputs, outputs=outputs, **options)
-    if "loop_seeds" in graph.meta:
+    notes = GraphNotes(graph)
+    if notes.loop_seeds is not None:
         raise DifferentiationError(_second_order(loops, "a second reverse pass (grad of grad)"))
     extra_in = [o for loop in loops for o, d in zip(loop.outputs, loop.dtypes) if d in ir.FLOAT_DTYPES]
     extra_out = [c for loop in loops for c, d in zip(loop.inputs, loop.dtypes) if d in ir.FLOAT_DTYPES]
@@ -74,8 +76,8 @@ def add_backward_pass(graph: ir.DataflowGraph, inputs: Sequence[str], outputs: S
             graph.containers[c].role = "result"
     grads = backward.add_backward_pass(graph, inputs=[*inputs, *extra_in], outputs=[*outputs, *extra_out],
                                        **options)
-    graph.meta["loop_gradients"] = {o: grads.pop(o) for o in extra_in}
-    graph.meta["loop_seeds"] = {c: graph.meta["seeds"][c] for c in extra_out}
+    notes.loop_gradients = {o: grads.pop(o) for o in extra_in}
+    notes.loop_seeds = {c: notes.seeds[c] for c in extra_out}
     return grads
 
 
@@ -92,12 +94,13 @@ def add_tangent_pass(graph: ir.DataflowGraph, inputs: Sequence[str], outputs: Se
         return forward.add_tangent_pass(graph, inputs, outputs, tangent_names)
     extra_in = [o for loop in loops for o, d in zip(loop.outputs, loop.dtypes) if d in ir.FLOAT_DTYPES]
     extra_out = [c for loop in loops for c, d in zip(loop.inputs, loop.dtypes) if d in ir.FLOAT_DTYPES]
-    del graph.meta["loops"]  # handled here: forward.add_tangent_pass refuses loops it is not told about
+    notes = GraphNotes(graph)
+    del notes.loops  # handled here: forward.add_tangent_pass refuses loops it is not told about
     try:
         tangents = forward.add_tangent_pass(graph, [*inputs, *extra_in], [*outputs, *extra_out], tangent_names)
     finally:
-        graph.meta["loops"] = loops
-    tangent_in = graph.meta["tangent_inputs"]
+        notes.loops = loops
+    tangent_in = notes.tangent_inputs
     new_loops = []
     for loop in loops:
         floats = [k for k, d in enumerate(loop.dtypes) if d in ir.FLOAT_DTYPES]
@@ -106,12 +109,12 @@ def add_tangent_pass(graph: ir.DataflowGraph, inputs: Sequence[str], outputs: Se
             inputs=loop.inputs + tuple(tangents[loop.inputs[k]] for k in floats),
             outputs=loop.outputs + tuple(tangent_in[loop.outputs[k]] for k in floats),
             dtypes=loop.dtypes + tuple(loop.dtypes[k] for k in floats)))
-    for c in extra_in:       # internal: the loops' runs bind them, not the caller
-        del tangent_in[c]
+    # internal: the loops' runs bind them, not the caller
+    notes.tangent_inputs = {x: t for x, t in tangent_in.items() if x not in extra_in}
     for c in extra_out:
         graph.containers[tangents.pop(c)].role = "transient"
-        graph.meta["tangents"].pop(c)
-    graph.meta["loops"] = new_loops
+    notes.tangents = {o: t for o, t in notes.tangents.items() if o not in extra_out}
+    notes.loops = new_loops
     return tangents
 
 
@@ -119,13 +122,13 @@ def _tangent_body(body: ir.DataflowGraph, floats: list[int], count: int) -> ir.D
     """A loop body over the state ``s0 .. s{count-1}`` and the tangents of its float elements
     (``s{count} ...``, in order), returning the new state then the new tangents."""
     graph = body.copy()
-    results = list(body.meta["result_names"])
+    results = list(GraphNotes(body).result_names)
     names = {f"s{k}": f"s{count + j}" for j, k in enumerate(floats)}
     tangents = add_tangent_pass(graph, list(names), [results[k] for k in floats], names)
-    graph.meta["result_names"] = results + [tangents[results[k]] for k in floats]
-    graph.meta["arg_names"] = [*body.meta.get("arg_names", body.arguments), *names.values()]
-    for key in ("tangent_inputs", "tangents"):
-        graph.meta.pop(key, None)
+    notes = GraphNotes(graph)
+    notes.result_names = results + [tangents[results[k]] for k in floats]
+    notes.arg_names = [*GraphNotes(body).arg_names, *names.values()]
+    del notes.tangent_inputs, notes.tangents
     return graph
 
 
@@ -136,7 +139,8 @@ def compile(graph: ir.DataflowGraph, device: str | None = None, deterministic: b
     loops = loops_of(graph)
     if not loops:
         return lowering.compile(graph, device=device, deterministic=deterministic, repeated=repeated)
-    if "loop_seeds" in graph.meta and not {"seeds", "gradients"} <= graph.meta.keys():
+    notes = GraphNotes(graph)
+    if notes.loop_seeds is not None and (notes.seeds is None or notes.gradients is None):
         raise DifferentiationError(_second_order(loops, "a gradient program (grad_program) or "
                                                         "forward-over-reverse"))
     return LoopProgram(graph, device, deterministic)
@@ -267,7 +271,7 @@ class _LoopRunner:
         self.device, self.deterministic = device, deterministic
         self.body = compile(loop.body, device, deterministic, repeated=True)  # may hold loops itself
         self.cond = compile(loop.cond, device, deterministic, repeated=True) if loop.cond else None
-        self.results = list(loop.body.meta["result_names"])
+        self.results = list(GraphNotes(loop.body).result_names)
         self.body_sizes = size_names(loop.body)
         self.cond_sizes = size_names(loop.cond) if loop.cond else frozenset()
         self.floats = [k for k, d in enumerate(loop.dtypes) if d in ir.FLOAT_DTYPES]
@@ -304,7 +308,7 @@ class _LoopRunner:
     def running(self, calls: "_Calls", tape: _Tape, n: int, state: list, planned: int) -> bool:
         if self.cond is None:
             return n < planned
-        (result,) = self.loop.cond.meta["result_names"]
+        (result,) = GraphNotes(self.loop.cond).result_names
         calls.submit()  # the condition is read on the host: the iterations recorded so far run first
         go = bool(np.asarray(self.cond({a: state[int(a[1:])] for a in self.loop.cond.arguments},
                                        _only(tape.sizes, self.cond_sizes),
@@ -372,8 +376,8 @@ class _LoopRunner:
             graph = self.loop.body.copy()
             grads = add_backward_pass(graph, inputs=[f"s{k}" for k in self.floats],
                                       outputs=[self.results[k] for k in self.floats])
-            graph.meta["gradients"] = grads
-            seeds = [graph.meta["seeds"][self.results[k]] for k in self.floats]
+            GraphNotes(graph).gradients = grads
+            seeds = [GraphNotes(graph).seeds[self.results[k]] for k in self.floats]
             exe = compile(graph, self.device, self.deterministic, repeated=True)
             self._vjp = exe, seeds, [grads[f"s{k}"] for k in self.floats], size_names(graph)
             self.reads_state = _reads_state(graph, len(self.loop.dtypes), set(grads.values()))
@@ -445,12 +449,13 @@ class LoopProgram:
         self.stage = lowering.compile(stage, device=device, deterministic=deterministic)
         self.device = self.stage.device
         self.runners = [_LoopRunner(loop, self.device, deterministic) for loop in self.loops]
-        self.loop_seeds: dict[str, str] = graph.meta.get("loop_seeds", {})
-        self.loop_gradients: dict[str, str] = graph.meta.get("loop_gradients", {})
+        notes = GraphNotes(graph)
+        self.loop_seeds: dict[str, str] = notes.loop_seeds or {}
+        self.loop_gradients: dict[str, str] = notes.loop_gradients or {}
         self.stage_sizes = frozenset(str(s) for s in stage.size_symbols())
         self._bound: dict[tuple, dict[str, int]] = {}  # argument shapes and sizes -> bound sizes
         self._last_sizes: dict[str, int] = {}
-        left = graph.meta.get("loop_state_bytes")  # under a memory budget: what the stage's buffers leave
+        left = notes.loop_state_bytes  # under a memory budget: what the stage's buffers leave
         differentiated = [r for r in self.runners if r.floats]
         for runner in differentiated if left is not None else ():
             runner.state_memory = left // len(differentiated)  # shared equally: all loops' states are held at once
@@ -530,7 +535,7 @@ class LoopProgram:
         for loop in self.loops:
             values.update({o: self._zeros(o, bound) for o in loop.outputs})
         values.update({s: self._zeros(s, bound) for s in self.loop_seeds.values()})
-        user_seeds = {s: values[s] for s in self.graph.meta.get("seeds", {}).values() if s not in
+        user_seeds = {s: values[s] for s in (GraphNotes(self.graph).seeds or {}).values() if s not in
                       self.loop_seeds.values()}
         if user_seeds:  # forward runs with zero cotangents: the gradients are not wanted yet
             values.update({s: self._zeros(s, bound) for s in user_seeds})
@@ -552,7 +557,7 @@ class LoopProgram:
     def _reverse(self, values: dict, user_seeds: dict, tapes: list[_Tape], results: dict, check_bounds: bool,
                  bound: Mapping[str, int]) -> None:
         """Add the gradients through the loops to ``results`` (which has those through the stage)."""
-        gradients = [g for g in self.graph.meta["gradients"].values()]
+        gradients = [g for g in GraphNotes(self.graph).gradients.values()]
         outs = {o: np.array(results[g]) for o, g in self.loop_gradients.items()}
         quiet = {s: np.zeros_like(np.asarray(v)) for s, v in user_seeds.items()}
         for j in range(len(self.runners) - 1, -1, -1):

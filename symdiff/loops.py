@@ -10,7 +10,7 @@ into a graph of its own and keeps the loop out of the program's graph:
   (``loopK_out*``) of the program's graph, so that graph stays an ordinary
   DAG that every stage (validation, differentiation, planning, every device)
   handles as before;
-* ``graph.meta["loops"]`` lists the loops (``Loop``: bounds, body graph, which
+* ``GraphNotes(graph).loops`` lists the loops (``Loop``: bounds, body graph, which
   containers go in and come out), and ``symdiff.loop_runtime`` runs such a
   graph: the program's stages between loops, and each loop as a host-side
   loop of calls of the compiled body;
@@ -36,6 +36,7 @@ import numpy as np
 import sympy
 
 from symdiff import ir
+from symdiff.ir.graph_notes import GraphNotes
 from symdiff.ir.specs import ArraySpec
 from symdiff.ir.tracer import context
 from symdiff.ir.tracer.errors import TraceError, user_location
@@ -66,7 +67,7 @@ Bound = Union[int, sympy.Expr]  # a Python int, or an integer expression of size
 
 @dataclass(frozen=True)
 class Loop:
-    """One loop kept out of a program's graph (``graph.meta["loops"]``).
+    """One loop kept out of a program's graph (``GraphNotes.loops``).
 
     ``body`` is the traced body: arguments ``i`` (int32, the iteration) and the
     state (``s0, s1, ...``), results the new state in the same order; ``cond``
@@ -308,7 +309,7 @@ def _trace_parts(name: str, body: Callable, user_body: Callable, cond: Callable 
         return cond(s[0] if single else tuple(s[:n]))
 
     cond_graph = _trace_part(f"{name}_cond", cond_fn, cond, state_names, specs, outer, where, closures)
-    (result,) = cond_graph.meta["result_names"]
+    (result,) = GraphNotes(cond_graph).result_names
     c = cond_graph.containers[result]
     if c.dtype != "bool" or c.shape != ():
         raise TraceError("while_loop", f"cond returns {c.dtype}{list(c.shape)}; it must return one bool "
@@ -324,7 +325,7 @@ def _traced_loop(lo: int, hi: int | None, body: Callable, user_body: Callable, c
         raise TraceError("fori_loop", "a loop cannot run inside an sd.map body", where)
     leaves, single = _leaves(state, where)
     outer = tr.graph
-    name = f"loop{len(outer.meta.get('loops', ()))}"  # per program: the same program gives the same Slang
+    name = f"loop{len(GraphNotes(outer).loops)}"  # per program: the same program gives the same Slang
     closures = Closures(where)
     body_graph, cond_graph = _trace_parts(name, body, user_body, cond, leaves, single, [], closures, outer, where)
     extra = list(closures.arrays.values())
@@ -344,13 +345,13 @@ def _traced_loop(lo: int, hi: int | None, body: Callable, user_body: Callable, c
         new_state.append(TracedArray(tr, out, leaf.sym_shape, leaf.dtype_name))
     loop = Loop(name, lo, hi, body_graph, cond_graph, max_iters, tuple(inputs), tuple(outputs),
                 tuple(leaf.dtype_name for leaf in leaves + extra), *checkpointing, where)
-    outer.meta["loops"] = [*outer.meta.get("loops", ()), loop]
+    GraphNotes(outer).loops = [*GraphNotes(outer).loops, loop]
     return new_state[0] if single else tuple(new_state[:len(leaves)])
 
 
 def loops_of(graph: ir.DataflowGraph) -> list[Loop]:
     """The loops kept out of ``graph`` (empty for a loop-free program)."""
-    return list(graph.meta.get("loops", ()))
+    return list(GraphNotes(graph).loops)
 
 
 def hint_unrolled(graph: ir.DataflowGraph, threshold: int = UNROLLED_HINT_TASKLETS) -> None:

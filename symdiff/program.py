@@ -132,7 +132,7 @@ class DifferentiableProgram:
             if options not in derived:
                 def differentiate() -> ir.DataflowGraph:
                     graph = forward.copy()
-                    graph.meta["gradients"] = loop_runtime.add_backward_pass(  # sd.fori_loop: its loops too
+                    ir.GraphNotes(graph).gradients = loop_runtime.add_backward_pass(  # sd.fori_loop: its loops too
                         graph, inputs=list(wrt), outputs=graph.results, stencil_gathers=self.stencil_gathers,
                         accumulate=dict(pushed))
                     return graph
@@ -161,8 +161,7 @@ class DifferentiableProgram:
         return self._forward_graph(self._specs_for(None))
 
     def backward_graph(self, wrt: Sequence[str] | str | None = None) -> ir.DataflowGraph:
-        """Forward + backward graph; ``graph.meta["gradients"]`` maps inputs to
-        gradient containers and ``graph.meta["seeds"]`` outputs to cotangents."""
+        """Forward + backward graph; its notes (``ir.GraphNotes``) map inputs to ``gradients``, outputs to ``seeds``."""
         specs = self._specs_for(None)
         return self._backward_graph(specs, self._resolve_wrt(self._forward_graph(specs), wrt))
 
@@ -176,7 +175,7 @@ class DifferentiableProgram:
         graph = self.graph if forward_only else self.backward_graph(wrt)
         exe = self._executable(graph, device)
         if lowering.backends.of(exe.device).interprets:
-            raise ProgramError("device 'numpy' runs the IR interpreter and generates no Slang; "
+            raise ProgramError(f"device {exe.device!r} runs the IR interpreter and generates no Slang; "
                                "pass device='cpu' or 'vulkan'")
         if exe.source is None:
             raise ProgramError(f"{self.name}'s shapes use size symbols, which are bound (and the Slang "
@@ -306,7 +305,7 @@ class DifferentiableProgram:
         return value
 
     def _outputs(self, graph: ir.DataflowGraph, results: Mapping[str, Any]) -> Any:
-        names = graph.meta.get("result_names", graph.results)
+        names = ir.GraphNotes(graph).result_names
         outs = [self._present(results[r]) for r in names]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -341,9 +340,9 @@ class DifferentiableProgram:
         of those choices)."""
         if budget is None:
             return self._backward_graph(specs, wrt, accumulate), None
-        kind = lowering.devices.resolve(requested_device(device or self.device))
+        kind = lowering.backends.resolve(requested_device(device or self.device))
         if lowering.backends.of(kind).interprets:
-            raise ProgramError("memory_budget plans the buffers of the Slang devices; the numpy device "
+            raise ProgramError(f"memory_budget plans the buffers of the Slang devices; the {kind} device "
                                "interprets the graph without them: pass device='cpu' (or a GPU device)")
         sizes = ir.bind_sizes(forward, inputs)
         key = (specs, wrt, tuple(sorted((accumulate or {}).items())), kind, tuple(sorted(sizes.items())), budget)
@@ -356,7 +355,7 @@ class DifferentiableProgram:
                 raise MemoryBudgetError(f"{self.name}: {exc}") from None
             if loops.loops_of(graph):  # sd.fori_loop: the rest of the budget holds its reverse pass's states
                 graph = graph.copy()
-                graph.meta["loop_state_bytes"] = budget - plan.peak_bytes
+                ir.GraphNotes(graph).loop_state_bytes = budget - plan.peak_bytes
             self._memory_plans[key] = graph, plan
         return self._memory_plans[key]
 
@@ -373,13 +372,13 @@ class DifferentiableProgram:
         wrt = self._resolve_wrt(forward, wrt)
         budget = self.memory_budget if memory_budget is None else memory_budget
         graph, _ = self._gradient_graph(specs, forward, inputs, wrt, accumulate, device, budget)
-        outputs = forward.meta.get("result_names", forward.results)
+        outputs = ir.GraphNotes(forward).result_names
         cts = (cotangent,) if len(outputs) == 1 else tuple(cotangent)
         if len(cts) != len(outputs):
             raise ProgramError(f"{self.name} has {len(outputs)} outputs; pass a tuple of {len(outputs)} cotangents")
         inputs = dict(inputs)
         for out, ct in zip(outputs, cts):
-            seed = graph.meta["seeds"][out]
+            seed = ir.GraphNotes(graph).seeds[out]
             c = graph.containers[seed]
             if isinstance(ct, lowering.DeviceArray):
                 inputs[seed] = ct
@@ -394,7 +393,7 @@ class DifferentiableProgram:
                                            f"the output has shape {expected}") from None
                 inputs[seed] = np.array(ct, order="C")
         results = self._run(graph, inputs, device, device_arrays)
-        grads = {w: self._present(results[graph.meta["gradients"][w]]) for w in wrt}
+        grads = {w: self._present(results[ir.GraphNotes(graph).gradients[w]]) for w in wrt}
         return self._outputs(forward, results), grads
 
     def value_and_grad(self, *args, wrt: Sequence[str] | str | None = None, device: str | None = None,
@@ -409,7 +408,7 @@ class DifferentiableProgram:
         specs = self._specs_for(values)
         forward = self._forward_graph(specs)
         inputs = self._inputs(forward, values)
-        outputs = forward.meta.get("result_names", forward.results)
+        outputs = ir.GraphNotes(forward).result_names
         shapes = self._concrete_shapes(forward, inputs, forward, outputs)
         if len(outputs) != 1 or int(np.prod(shapes[0])) != 1:
             raise ProgramError(f"value_and_grad needs one scalar output; {self.name} returns "
@@ -434,7 +433,7 @@ class DifferentiableProgram:
         def build(specs: tuple[ArraySpec, ...]) -> ir.DataflowGraph:
             forward = parent._forward_graph(specs)
             names = parent._resolve_wrt(forward, wrt)
-            outputs = forward.meta.get("result_names", forward.results)
+            outputs = ir.GraphNotes(forward).result_names
             if len(outputs) != 1:
                 raise ProgramError(f"grad_program needs one scalar output; {parent.name} has {outputs}")
             graph = parent._backward_graph(specs, names).copy()
@@ -455,7 +454,7 @@ class DifferentiableProgram:
         key = (names, tangent_names)
         if key not in derived:
             graph = forward.copy()
-            outputs = [o for o in forward.meta.get("result_names", forward.results)
+            outputs = [o for o in ir.GraphNotes(forward).result_names
                        if graph.containers[o].dtype in ir.FLOAT_DTYPES]
             loop_runtime.add_tangent_pass(graph, list(names), outputs,  # sd.fori_loop: a loop of tangents
                              dict(zip(names, tangent_names)) if tangent_names else None)
@@ -489,7 +488,7 @@ class DifferentiableProgram:
         names = self._tangent_of(forward, list(tangents))
         graph = self._tangent_graph(specs, names)
         inputs = self._inputs(forward, values)
-        targets = [graph.meta["tangent_inputs"][n] for n in names]
+        targets = [ir.GraphNotes(graph).tangent_inputs[n] for n in names]
         for n, target, shape in zip(names, targets, self._concrete_shapes(forward, inputs, graph, targets)):
             tangent = tangents[n]
             if not isinstance(tangent, lowering.DeviceArray):
@@ -499,8 +498,8 @@ class DifferentiableProgram:
                                    f"{shape}; pass an array of the argument's shape")
             inputs[target] = tangent if isinstance(tangent, lowering.DeviceArray) else np.array(tangent, order="C")
         results = self._run(graph, inputs, device, device_arrays)
-        outputs = forward.meta.get("result_names", forward.results)
-        made = graph.meta["tangents"]
+        outputs = ir.GraphNotes(forward).result_names
+        made = ir.GraphNotes(graph).tangents
         outs = [self._present(results[made[o]]) if o in made else None for o in outputs]
         return self._outputs(forward, results), (outs[0] if len(outs) == 1 else tuple(outs))
 
@@ -561,7 +560,7 @@ def seal_gradients(graph: ir.DataflowGraph, output: str, wrt: Sequence[str]) -> 
     """Turn a backward graph into a program returning only gradients: the seed
     becomes a constant 1 written by a tasklet, forward results become
     transients, and the gradient containers are the results in ``wrt`` order."""
-    seed = graph.meta["seeds"][output]
+    seed = ir.GraphNotes(graph).seeds[output]
     seed_c = graph.containers[seed]
     seed_c.role = "transient"
     graph.add_tasklet(f"seed_{output}_one", [], {"one": 1.0}, {},
@@ -576,15 +575,15 @@ def gradients_as_results(graph: ir.DataflowGraph, wrt: Sequence[str]) -> ir.Data
     program (``symdiff.interop.vjp``), which can be differentiated again."""
     for r in graph.results:
         graph.containers[r].role = "transient"
-    grads = graph.meta["gradients"]
+    notes = ir.GraphNotes(graph)
+    grads = notes.gradients
     # results must be listed in wrt order: rebuild the container table order
     for w in wrt:
         c = graph.containers.pop(grads[w])
         c.role = "result"
         graph.containers[c.name] = c
-    graph.meta["result_names"] = [grads[w] for w in wrt]
-    graph.meta.pop("seeds", None)
-    graph.meta.pop("gradients", None)
+    notes.result_names = [grads[w] for w in wrt]
+    del notes.seeds, notes.gradients
     return graph
 
 
@@ -592,17 +591,18 @@ def seal_tangents(graph: ir.DataflowGraph) -> ir.DataflowGraph:
     """Turn a tangent graph into a program returning only the output tangents:
     forward results become transients, the tangent containers the results,
     in output order."""
-    tangents = graph.meta.pop("tangents")
-    outputs = [o for o in graph.meta.get("result_names", graph.results) if o in tangents]
+    notes = ir.GraphNotes(graph)
+    tangents = notes.tangents
+    outputs = [o for o in notes.result_names if o in tangents]
     for r in graph.results:
         graph.containers[r].role = "transient"
     for o in outputs:  # results are listed in container order: move them to the end, in order
         c = graph.containers.pop(tangents[o])
         c.role = "result"
         graph.containers[c.name] = c
-    graph.meta["result_names"] = [tangents[o] for o in outputs]
-    graph.meta["arg_names"] = graph.arguments
-    graph.meta.pop("tangent_inputs", None)
+    notes.result_names = [tangents[o] for o in outputs]
+    notes.arg_names = graph.arguments
+    del notes.tangents, notes.tangent_inputs
     return graph
 
 

@@ -26,6 +26,7 @@ from typing import Mapping
 
 import sympy
 
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.graph import DataflowGraph
 
 from .activity import Activity
@@ -81,10 +82,10 @@ def push_layouts(graph: DataflowGraph, activity: Activity, input_nodes: Mapping[
         batch, indices, first = None, {}, None
         for tasklet, syms in used.items():
             t = graph.node(tasklet)
-            if "custom_vjp" in t.meta:
+            if notes.custom_vjp(t) is not None:
                 raise DifferentiationError(
                     f"{_where(t)}accumulate={{{name!r}: 'push'}}: {name!r} is an argument of the custom_vjp "
-                    f"function {t.meta['custom_vjp']!r}, whose backward returns one summed cotangent; push is "
+                    f"function {notes.custom_vjp(t)!r}, whose backward returns one summed cotangent; push is "
                     "not supported through a custom backward (leave it out of accumulate)")
             axes = [(s, b, e) for s, b, e in t.domain if s not in syms]
             if not axes:

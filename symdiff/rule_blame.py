@@ -17,9 +17,9 @@ import numpy as np
 
 from symdiff import ir
 from symdiff.ir.graph import DataflowGraph
+from symdiff.ir.graph_notes import GraphNotes
 
 from .backward import add_backward_pass
-from .custom_vjp import META_KEY
 from .registry import user_rules_in
 
 Agrees = Callable[[np.ndarray], bool]
@@ -41,7 +41,7 @@ def custom_vjp_blame(graph: DataflowGraph, x: str, values: Mapping[str, np.ndarr
     gradient of ``x`` disagree (``agrees(gradient)`` is False with the rule,
     True without it), or listing the calls it goes through when leaving out
     none alone settles it; ``""`` for a graph without custom rules."""
-    calls = tuple(graph.meta.get(META_KEY, ()))
+    calls = tuple(GraphNotes(graph).custom_vjps)
     if not calls:
         return ""
     guilty = [c for c in calls if agrees(_gradient_without(graph, c.call, x, values, cotangents, sizes))]
@@ -63,7 +63,7 @@ def _gradient_without(graph: DataflowGraph, dropped: str, x: str, values: Mappin
                       cotangents: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> np.ndarray:
     """The gradient of ``x`` with the custom rule of the call ``dropped`` left out."""
     g = graph.copy()
-    g.meta[META_KEY] = tuple(c for c in graph.meta.get(META_KEY, ()) if c.call != dropped)
+    GraphNotes(g).custom_vjps = tuple(c for c in GraphNotes(graph).custom_vjps if c.call != dropped)
     grads = add_backward_pass(g, [x], list(cotangents))
-    feed = {**values, **{g.meta["seeds"][o]: ct for o, ct in cotangents.items()}}
+    feed = {**values, **{GraphNotes(g).seeds[o]: ct for o, ct in cotangents.items()}}
     return ir.run(g, feed, sizes=sizes, float_dtype="float64")[grads[x]]

@@ -13,7 +13,7 @@ a container because the shifted read indices are clamped into it.
 This runs at the end of ``add_backward_pass`` rather than inside kernel
 planning: the result is an ordinary graph, so every device (the numpy
 interpreter included) runs the same gather, ``backward_graph()`` shows it
-(``meta["strategy"] == "gather"``, drawn by the renderer) and the planner
+(its ``strategy`` note is ``"gather"``, drawn by the renderer) and the planner
 needs no special case.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Sequence
 
 import sympy
 
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, connector_symbol, index_symbol
 from symdiff.ir.index_analysis import holds_on_ranges, solve_shifts, unit_shift
 from symdiff.ir.rewrite import drop_outputs
@@ -153,12 +154,12 @@ def _gather(graph: DataflowGraph, access: str, targets: tuple, candidates: list)
     for name in dict.fromkeys(t.name for t, _, _ in candidates):
         drop_outputs(graph, name, {m.connector for u, m, _ in candidates if u.name == name})
     first = candidates[0][0]
-    forward = list(dict.fromkeys(t.meta.get("forward_tasklet") for t, _, _ in candidates))
-    values = {t.meta.get("forward_values", "none") for t, _, _ in candidates}
+    forward = list(dict.fromkeys(notes.forward_tasklet(t) for t, _, _ in candidates))
+    values = {notes.forward_values(t) or "none" for t, _, _ in candidates}
     forward_values = next(v for v in ("stored", "recompute", "none") if v in values)
     gather = graph.add_tasklet(
         f"gather_{container.name}", tuple((o, 0, n) for o, n in zip(targets, container.shape)),
         {"d": total}, reads.reads, {"d": (access, targets, None if sole else "sum")},
-        source=first.source, backward=True, strategy="gather", forward_tasklet=forward[0],
-        forward_tasklets=forward, forward_values=forward_values)
+        source=first.source, backward=True, **notes.tasklet_notes(
+            {}, strategy="gather", forward_tasklet=forward[0], forward_tasklets=forward, forward_values=forward_values))
     return gather.name

@@ -12,6 +12,7 @@ import networkx as nx
 import numpy as np
 
 from ..graph import AccessNode, DataflowGraph
+from ..graph_notes import GraphNotes
 from ..specs import ArraySpec
 from . import context
 from .creation import creation_traced
@@ -133,7 +134,8 @@ def _trace(fn: Callable, names: list[str], specs: tuple[ArraySpec, ...],
         results = _results(tr, value, return_location(fn))
     finally:
         context.pop()
-    graph.meta.update(arg_names=list(names), result_names=results, fn_name=fn.__name__)
+    notes = GraphNotes(graph)
+    notes.arg_names, notes.result_names = list(names), results
     return graph
 
 

@@ -13,7 +13,8 @@ matmul_precision="tf32")``), globally (``sd.set_matmul_precision``, as
 ``jax.config.update("jax_default_matmul_precision", ...)``) or for a block
 (``with sd.default_matmul_precision("tf32"):``, as
 ``jax.default_matmul_precision``); a program's own setting wins.  It travels
-with the graph a program compiles, in ``graph.meta`` (``with_precision``):
+with the graph a program compiles, as its ``matmul_precision`` note
+(``ir.graph_notes``, in ``graph.meta``; ``with_precision``):
 the planner, the kernel forms (``of``) and the on-disk caches' keys all see
 it, so a program compiled at one precision never runs another's kernels."""
 from __future__ import annotations
@@ -23,10 +24,10 @@ import contextvars
 from typing import Iterator
 
 from symdiff.ir.graph import DataflowGraph
+from symdiff.ir.graph_notes import GraphNotes
 
 PRECISIONS = ("highest", "tf32")
 DEFAULT = "highest"
-META = "matmul_precision"  # graph.meta key, present only where not DEFAULT
 
 _global = DEFAULT
 _block: contextvars.ContextVar[str | None] = contextvars.ContextVar("symdiff_matmul_precision", default=None)
@@ -70,11 +71,11 @@ def with_precision(graph: DataflowGraph, value: str) -> DataflowGraph:
     copies = graph.derived.setdefault("matmul_precision", {})
     if value not in copies:
         marked = graph.copy()
-        marked.meta[META] = value
+        GraphNotes(marked).matmul_precision = value  # set only where not DEFAULT
         copies[value] = marked
     return copies[value]
 
 
 def of(graph: DataflowGraph) -> str:
     """The precision a planned graph's products may compute in."""
-    return graph.meta.get(META, DEFAULT)
+    return GraphNotes(graph).matmul_precision or DEFAULT

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from symdiff.lowering import dlpack
-from symdiff.lowering.devices import resolve
+from symdiff.lowering.backends import resolve
 
 from .torch_bridge import TorchFunction, as_tensor
 

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from symdiff import ir
+from symdiff.ir.graph_notes import GraphNotes
 
 from ..program import DifferentiableProgram, gradients_as_results
 
@@ -37,7 +38,7 @@ def output_specs(program: DifferentiableProgram, shapes: Sequence[tuple[Shape, A
     and dtypes (traces the program if it was not traced for them yet)."""
     values = stand_ins(program, shapes)
     forward = program._forward_graph(program._specs_for(values))
-    outputs = forward.meta.get("result_names", forward.results)
+    outputs = GraphNotes(forward).result_names
     found = program._concrete_shapes(forward, values, forward, outputs)
     return [(tuple(s), np.dtype(ir.DTYPES[forward.containers[o].dtype])) for o, s in zip(outputs, found)]
 
@@ -57,13 +58,13 @@ def vjp_program(program: DifferentiableProgram, shapes: Sequence[tuple[Shape, An
     wrt = tuple(wrt)
     specs = program._specs_for(stand_ins(program, shapes))
     forward = program._forward_graph(specs)
-    seeds = program._backward_graph(specs, wrt).meta["seeds"]
+    seeds = GraphNotes(program._backward_graph(specs, wrt)).seeds
     count = len(program.arg_names)
 
     def build(all_specs: tuple) -> ir.DataflowGraph:
         return gradients_as_results(program._backward_graph(tuple(all_specs[:count]), wrt).copy(), wrt)
 
-    cotangents = [seeds[o] for o in forward.meta.get("result_names", forward.results)]
+    cotangents = [seeds[o] for o in GraphNotes(forward).result_names]
     return DifferentiableProgram(build, program.arg_names + cotangents, program._annotations,
                                  f"vjp({program.name})", program.device, program.deterministic,
                                  program.check_bounds, program.stencil_gathers)

@@ -29,7 +29,7 @@ import numpy as np
 
 from symdiff import lowering
 from symdiff.lowering import dlpack
-from symdiff.lowering.devices import resolve
+from symdiff.lowering.backends import resolve
 
 from ..program import DifferentiableProgram, ProgramError, differentiable_program
 from .programs import float_arguments, output_specs, vjp_program

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.tracer import context
 
 from ..program import ProgramError
@@ -99,11 +100,11 @@ def label(graph: Any, before: set[str], source: str, op: str) -> None:
     """Tasklets made since ``before`` (their names) and not labelled yet (by
     a submodule run inside) take ``source`` as their source, so graph views
     and ``explain`` group and name them by the model's structure; the
-    operator goes in ``meta["torch_op"]``."""
+    operator goes in its ``torch_op`` note (``ir.tasklet_notes``)."""
     for t in graph.tasklets():
-        if t.name not in before and "torch_op" not in t.meta:
+        if t.name not in before and notes.torch_op(t) is None:
             t.source = source
-            t.meta["torch_op"] = op
+            notes.annotate(t, torch_op=op)
 
 
 def _argument_name(name: str, taken: set[str]) -> str:

@@ -102,11 +102,11 @@ def test_every_sweep_variant_is_a_tuning_that_makes_workgroups():
     """A variant GPU time would be spent on names real Tuning fields and tiles
     that split into a workgroup's threads (lowering.kernels.tile_shapes)."""
     from dataclasses import fields, replace
-    from symdiff.lowering import targets
+    from symdiff.lowering import backends, targets
     from symdiff.lowering.kernels import tile_shapes
     names = {f.name for f in fields(targets.Tuning)}
     assert gs.SWEEP_VARIANTS[0] == {} and len({json.dumps(v) for v in gs.SWEEP_VARIANTS}) == len(gs.SWEEP_VARIANTS)
     for variant in gs.SWEEP_VARIANTS:
         assert set(variant) <= names, variant
-        tile_shapes.check(replace(targets.CUDA.tuning, **{k: tuple(v) if isinstance(v, list) else v
-                                                         for k, v in variant.items()}))
+        tile_shapes.check(replace(backends.cuda.TARGET.tuning, **{k: tuple(v) if isinstance(v, list) else v
+                                                                  for k, v in variant.items()}))

@@ -167,18 +167,11 @@ def gpu_form():
     """Every device's target with a GPU's performance choices, for the duration;
     and workgroups for loops and point counts as small as the generator's
     (a GPU takes them from 64 elements and 2048 points: lowering.workgroups)."""
-    from symdiff.lowering import devices
-    own = devices.target
-
-    def gpu(kind: str):
-        target = own(kind)
-        return replace(target, workgroup_reductions=True, recompute_transcendentals=True,
-                       tuning=replace(target.tuning, workgroup_min_loop=2, workgroup_few_points=4))
-    devices.target = gpu
-    try:
+    from symdiff.lowering import backends
+    with backends.targets_changed(lambda t: replace(
+            t, workgroup_reductions=True, recompute_transcendentals=True,
+            tuning=replace(t.tuning, workgroup_min_loop=2, workgroup_few_points=4))):
         yield
-    finally:
-        devices.target = own
 
 
 @contextlib.contextmanager

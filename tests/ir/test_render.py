@@ -42,7 +42,7 @@ def layered_graph(stages: int = 16) -> DataflowGraph:
         t = g.add_tasklet(f"b{s}", [(i, 0, N), (j, 0, 3)], {"o": ct * (1 - x ** 2)},
                           {"ct": (grad, (i, j)), "x": (prev[-1 - s], (i, j))},
                           {"o": (g.new_version("grad_a"), (0, j), "sum")}, backward=True,
-                          forward_values="recompute" if s % 2 else "stored", strategy="atomic")
+                          forward_values="recompute" if s % 2 else "stored", strategy="gather")
         grad = g.writes(t.name)[0][0]
     return g.validate()
 
@@ -153,7 +153,7 @@ def test_backward_and_gradient_marked(graph50):
 
 
 def test_store_recompute_and_strategy_on_hover(graph50):
-    assert render.node_title(graph50, "b0").endswith("forward values: stored\nstrategy: atomic")
+    assert render.node_title(graph50, "b0").endswith("forward values: stored\nstrategy: gather")
     assert "forward values: recompute" in render.node_title(graph50, "b1")
 
 

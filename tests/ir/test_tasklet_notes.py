@@ -1,4 +1,5 @@
-"""ir.tasklet_notes: the lowering's notes on tasklets and containers are typed,
+"""ir.tasklet_notes: the differentiator's and the lowering's notes on tasklets
+and containers are typed,
 so a misspelt note or a value of the wrong type fails where it is written or
 read, not as a silently absent key in a later stage."""
 
@@ -27,6 +28,22 @@ def test_unset_notes_read_as_their_defaults():
     assert notes.two_stage(g.containers["y"]) is False
 
 
+def test_unset_derivation_notes_read_as_none():
+    _, t = _graph_with_tasklet()
+    assert [f(t) for f in (notes.forward_tasklet, notes.forward_values, notes.strategy, notes.tangent_of,
+                           notes.custom_vjp, notes.custom_vjp_call, notes.torch_op)] == [None] * 7
+    assert notes.forward_tasklets(t) == []
+
+
+def test_derivation_notes_read_back_under_their_keys():
+    meta = notes.tasklet_notes({}, forward_tasklet="f", forward_values="stored", strategy="gather")
+    _, t = _graph_with_tasklet(**meta)
+    assert t.meta == {"forward_tasklet": "f", "forward_values": "stored", "strategy": "gather"}
+    assert notes.forward_tasklets(t) == ["f"]   # a gather lists several; any other its one
+    notes.annotate(t, forward_tasklets=["f", None], custom_vjp="softmax", custom_vjp_call="softmax#0")
+    assert (notes.forward_tasklets(t), notes.custom_vjp_call(t)) == (["f", None], "softmax#0")
+
+
 def test_set_notes_read_back_and_keep_the_other_keys():
     m = Memlet("y", (i,), "o")
     meta = notes.tasklet_notes({"strategy": "owner-computes"}, origin="f", folded=("g", "h"), scatter=m)
@@ -45,6 +62,11 @@ def test_set_notes_read_back_and_keep_the_other_keys():
     lambda: notes.tasklet_notes({}, scatter=("y", 0)),     # not a Memlet
     lambda: notes.container_notes(two_stage=1),            # not a bool
     lambda: notes.container_notes(origin="f"),             # a tasklet note on a container
+    lambda: notes.tasklet_notes({}, forward_values="store"),   # not one of FORWARD_VALUES
+    lambda: notes.tasklet_notes({}, strategy="owner_computes"),
+    lambda: notes.tasklet_notes({}, forward_tasklets=("f",)),  # a tuple: the stored form is a list
+    lambda: notes.tasklet_notes({}, forward_tasklet=0),
+    lambda: notes.annotate(_graph_with_tasklet()[1], custom_vjp_cal="f#0"),
 ])
 def test_a_bad_note_is_refused_where_it_is_written(write):
     with pytest.raises(TypeError, match="note"):

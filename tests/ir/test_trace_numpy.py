@@ -121,7 +121,7 @@ def test_meta_and_result_names():
         return a
 
     g = ir.trace(pair, f32[2], f32[2])
-    assert g.meta == {"arg_names": ["a", "b"], "result_names": ["out0", "out1"], "fn_name": "pair"}
+    assert g.meta == {"arg_names": ["a", "b"], "result_names": ["out0", "out1"]}
     assert g.arguments == ["a", "b"] and sorted(g.results) == ["out0", "out1"]
     g = ir.trace(single, f32[2], f32[2])
     assert g.meta["result_names"] == ["out"] and g.tasklets()   # returning an argument copies it

@@ -114,7 +114,7 @@ def test_layer_norm_recomputes_values_built_on_row_statistics(device):
     for name, w in zip("xgb", want):
         np.testing.assert_allclose(grads[name], w, rtol=1e-4, atol=1e-7, err_msg=name)
     graph = next(e for e in program._executables.values() if e.graph.meta.get("gradients")).graph
-    p = plan(graph, {}, lowering.devices.target(device))
+    p = plan(graph, {}, lowering.backends.of(device).target())
     full = {a for a in p.buffers if p.graph.containers[p.graph.node(a).container].shape == (64, 256)}
     assert len(full - {"x#0", "grad_x#0"}) <= 3 and not {"subtract#0", "divide#0"} & full, sorted(full)
 

@@ -6,7 +6,7 @@ import numpy as np
 
 import symdiff as sd
 from symdiff.ir.op_cost import Op
-from symdiff.lowering import targets
+from symdiff.lowering import backends, targets
 from symdiff.lowering.cost_model import CostModel
 from symdiff.lowering.plan import plan
 from lowering_graphs import G, i, j, k
@@ -15,13 +15,13 @@ from lowering_graphs import G, i, j, k
 def test_each_targets_model():
     assert CostModel.of(None) == CostModel()  # a plan for every target: no calls recomputed, no trial
     assert CostModel.of(None).trial_ops is None and not CostModel.of(None).recompute_calls
-    assert CostModel.of(targets.CUDA).recompute_calls and CostModel.of(targets.CUDA).trial_ops is None
-    assert CostModel.of(targets.CPU).trial_ops is Op.ARITHMETIC  # its vectorised loop pays for a call again
-    assert CostModel.of(targets.LAVAPIPE).trial_ops is Op.CALL
+    assert CostModel.of(backends.cuda.TARGET).recompute_calls and CostModel.of(backends.cuda.TARGET).trial_ops is None
+    assert CostModel.of(backends.cpu.TARGET).trial_ops is Op.ARITHMETIC  # its vectorised loop pays for a call again
+    assert CostModel.of(backends.vulkan.LAVAPIPE).trial_ops is Op.CALL
     small = dataclasses.replace(targets.TUNING, trial_min_elements=10)
-    cpu = CostModel.of(dataclasses.replace(targets.CPU, tuning=small))
+    cpu = CostModel.of(dataclasses.replace(backends.cpu.TARGET, tuning=small))
     assert cpu.trial_pays([10]) and not cpu.trial_pays([9])
-    assert CostModel.of(targets.LAVAPIPE).trial_pays([1])  # lavapipe's trial has no size floor
+    assert CostModel.of(backends.vulkan.LAVAPIPE).trial_pays([1])  # lavapipe's trial has no size floor
 
 
 def _softplus_logsumexp(x: sd.f32[64, 128]):
@@ -33,11 +33,11 @@ def test_recompute_ops_decides_what_a_gpu_recomputes():
     """On a GPU target values of up to ``recompute_ops`` operations are recomputed where
     they are read: at 0, ``exp(x)`` and the reverse pass's terms are stored instead."""
     graph = sd.differentiable_program(_softplus_logsumexp).backward_graph(wrt=["x"])
-    default = plan(graph, {}, targets.CUDA)
-    none = plan(graph, {}, dataclasses.replace(targets.CUDA,
+    default = plan(graph, {}, backends.cuda.TARGET)
+    none = plan(graph, {}, dataclasses.replace(backends.cuda.TARGET,
                                                tuning=dataclasses.replace(targets.TUNING, recompute_ops=0)))
     assert CostModel.stored_elements(default) < CostModel.stored_elements(none)
-    assert CostModel.of(targets.CUDA).stores_less(default, none)
+    assert CostModel.of(backends.cuda.TARGET).stores_less(default, none)
 
 
 def _product_of(value, through_a_scale: bool) -> G:
@@ -67,7 +67,7 @@ def test_a_value_a_product_reads_spoils_it_unless_free():
     turn the product into an elementwise reduction: ``spoils_a_product``.  A
     copy of one element costs the product nothing; an elementwise reader alone
     spoils nothing."""
-    model = CostModel.of(targets.CUDA)
+    model = CostModel.of(backends.cuda.TARGET)
     anything, nothing = (lambda name: True), (lambda name: False)
     direct = _product_of(lambda y, g: 2 * y * g, through_a_scale=False).g
     value = direct.node("value")
@@ -87,7 +87,7 @@ def test_a_gpu_plan_keeps_a_products_operand_stored():
     from symdiff import ir
     from symdiff.lowering.matmul import matmul_shape
     graph = _product_of(lambda y, g: 2 * y * g, through_a_scale=False).g
-    p = plan(graph, {}, targets.CUDA)
+    p = plan(graph, {}, backends.cuda.TARGET)
     assert any(a.startswith("d#") for a in p.buffers)
     assert sum(matmul_shape(p.graph, s.tasklet) is not None for kern in p.kernels for s in kern.steps) == 1
     rng = np.random.default_rng(5)

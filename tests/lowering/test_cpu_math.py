@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from symdiff.lowering import cpu_math, devices, targets
+from symdiff.lowering import backends, cpu_math, devices
 
 spy = pytest.importorskip("slangpy")
 
@@ -37,12 +37,12 @@ REFERENCE2 = {"atan2": np.arctan2, "pow": np.power}
 
 # where the polynomials are used: the CPU device, and lavapipe (its built-in
 # log and tanh are ~100x less accurate); run on any Vulkan driver present
-KINDS = {"cpu": targets.CPU, "vulkan": targets.LAVAPIPE}
+KINDS = {"cpu": backends.cpu.TARGET, "vulkan": backends.vulkan.LAVAPIPE}
 
 
 @pytest.fixture(params=sorted(KINDS))
 def kind(request) -> str:
-    if request.param not in devices.available_devices():
+    if request.param not in backends.available_devices():
         pytest.skip(f"no {request.param} device here")
     return request.param
 
@@ -51,7 +51,7 @@ def run(name: str, x: np.ndarray, kind: str = "cpu", x2: np.ndarray | None = Non
     """``name``'s helper applied to float32 ``x`` (and ``x2``, its second
     argument where it has one) on the device ``kind``."""
     try:
-        device = devices.get_device(kind)
+        device = backends.of(kind).device()
     except devices.DeviceUnavailable as exc:
         pytest.skip(str(exc))
     x = np.ascontiguousarray(x, np.float32)

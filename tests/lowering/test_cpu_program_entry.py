@@ -60,7 +60,7 @@ def test_a_cut_kernel_list_runs_in_pieces():
     graph, inputs = fills_between_kernels()
     exe = lowering.compile(graph, device="cpu")
     want = exe(inputs)
-    inst, dev = exe._last, lowering.devices.get_device("cpu")
+    inst, dev = exe._last, lowering.backends.of("cpu").device()
     bindings = dict(inst.buffers)
     everything, kernels = inst.launches, inst.module.kernels
     halves = [kernels[: len(kernels) // 2], kernels[len(kernels) // 2:]]

@@ -9,7 +9,7 @@ import pytest
 
 from symdiff import ir
 from symdiff import lowering
-from symdiff.lowering import targets, threads
+from symdiff.lowering import backends, targets, threads
 from lowering_graphs import chain, gather, matmul, reduction, strided_sum
 
 import symdiff as sd
@@ -115,11 +115,10 @@ def test_small_kernels_run_on_the_calling_thread():
 
 
 def test_native_compiler_args(monkeypatch):
-    from symdiff.lowering import targets
-    assert targets.compiler_args(targets.VULKAN) == []
+    assert targets.compiler_args(backends.vulkan.TARGET) == []
     monkeypatch.setenv(targets.NATIVE_ENV, "0")
-    assert targets.compiler_args(targets.CPU) == []
+    assert targets.compiler_args(backends.cpu.TARGET) == []
     monkeypatch.delenv(targets.NATIVE_ENV)
-    args = targets.compiler_args(targets.CPU)
+    args = targets.compiler_args(backends.cpu.TARGET)
     if args:  # g++ found: this machine's -march spelled out (never the word "native", which a cache could share)
         assert args[0].startswith("-march=") and "native" not in " ".join(args)

@@ -254,13 +254,13 @@ def test_compiler_flags_reach_library_compiles_only(tmp_path, monkeypatch):
 def test_cpu_compiles_go_through_the_wrapper_with_the_targets_flags(monkeypatch):
     """With the disk cache on or off, the CPU device's compiles find our g++
     first on PATH, and it carries ``targets.compiler_args``."""
-    from symdiff.lowering import cache, targets
+    from symdiff.lowering import backends, targets
     for enabled in ("1", "0"):
         monkeypatch.setenv("SYMDIFF_DISK_CACHE", enabled)
-        with cache._binaries_cached("cpu"):
+        with backends.of("cpu").compiling():
             wrapper = Path(os.environ["PATH"].split(os.pathsep)[0]) / "g++"
             text = wrapper.read_text()
-        assert compiler_cache.EXTRA_ENV in text and " ".join(targets.compiler_args(targets.CPU)) in text
+        assert compiler_cache.EXTRA_ENV in text and " ".join(targets.compiler_args(backends.cpu.TARGET)) in text
         assert (f'"{compiler_cache.NO_STORE}"' in text.split()) == (enabled == "0")
 
 
@@ -268,7 +268,7 @@ SOURCE_OF_A_STENCIL = textwrap.dedent("""
     import hashlib
     import numpy as np
     import symdiff as sd
-    from symdiff.lowering import devices
+    from symdiff.lowering import backends
     from symdiff.lowering.codegen import generate
     from symdiff.lowering.plan import plan
 
@@ -278,7 +278,7 @@ SOURCE_OF_A_STENCIL = textwrap.dedent("""
             out[i, j] = w[0] * a[i, j] + w[1] * (a[i - 1, j] + a[i + 1, j] + a[i, j - 1] + a[i, j + 1])
         return np.sum(out * out)
 
-    target = devices.target("cpu")
+    target = backends.of("cpu").target()
     graph = sd.differentiable_program(stencil).backward_graph(wrt=["a", "w"])
     print(hashlib.sha256(generate(plan(graph, {}, target), target).source.encode()).hexdigest())
 """)

@@ -23,7 +23,7 @@ import pytest
 import sympy
 
 import symdiff as sd
-from symdiff.lowering import targets
+from symdiff.lowering import backends
 from symdiff.lowering.plan import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -128,8 +128,8 @@ def _maximum_reads(graph, accesses) -> set:
     return loads
 
 
-@pytest.mark.parametrize("target", [targets.CPU, targets.VULKAN, targets.LAVAPIPE, targets.CUDA],
-                         ids=lambda t: t.name + ("-software" if t is targets.LAVAPIPE else ""))
+@pytest.mark.parametrize("target", [backends.cpu.TARGET, backends.vulkan.TARGET, backends.vulkan.LAVAPIPE, backends.cuda.TARGET],
+                         ids=lambda t: t.name + ("-software" if t is backends.vulkan.LAVAPIPE else ""))
 @pytest.mark.parametrize("gpu_choices", [False, True], ids=["own", "gpu-form"])
 def test_tie_tests_load_what_the_maximum_reduced(program, target, gpu_choices):
     """In every planned graph, each equality test against a stored maximum

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from symdiff.lowering import devices
+from symdiff.lowering import backends
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import export_slang as example  # noqa: E402
@@ -34,7 +34,7 @@ def _jax_loss(x, w, b, y):
 def test_exported_module_runs_standalone_and_matches_jax(device):
     inputs = _inputs()
     exported = example.regression.export_slang(wrt=["w", "b"], target=device)
-    ran = example.run_exported(devices.get_device(device), exported.source, exported.manifest,
+    ran = example.run_exported(backends.of(device).device(), exported.source, exported.manifest,
                                {**inputs, "out": np.ones(())})
     f64 = {k: v.astype(np.float64) for k, v in inputs.items()}
     value, (gw, gb) = jax.value_and_grad(_jax_loss, argnums=(1, 2))(*f64.values())
@@ -74,7 +74,7 @@ def test_gather_with_bounds_flag_and_size_symbols():
     """A scatter-add gradient and the bounds flag start at zero through the
     module's own clears; size symbols are bound by ``sizes``."""
     import symdiff as sd
-    target = "vulkan" if "vulkan" in devices.available_devices() else "cpu"
+    target = "vulkan" if "vulkan" in backends.available_devices() else "cpu"
     batch = sd.symbol("B")
 
     @sd.differentiable_program
@@ -88,7 +88,7 @@ def test_gather_with_bounds_flag_and_size_symbols():
     exported = embed.export_slang(wrt=["table", "w"], target=target, sizes={"B": 5})
     entries = [s["entry"] for s in exported.manifest["dispatch"]]
     assert "clear_grad_table_v0_main" in entries and "clear_symdiff_bounds_main" in entries
-    ran = example.run_exported(devices.get_device(target), exported.source, exported.manifest,
+    ran = example.run_exported(backends.of(target).device(), exported.source, exported.manifest,
                                {"table": table, "idx": idx, "w": w, "out": np.ones(())})
     expected = jax.grad(lambda t, w: jnp.sum(jnp.tanh(t[idx] * w[None, :])), argnums=(0, 1))(
         table.astype(np.float64), w.astype(np.float64))
@@ -99,12 +99,12 @@ def test_gather_with_bounds_flag_and_size_symbols():
 def test_jvp_entry_points_by_exporting_the_jvp_program():
     """A forward-mode module is the export of ``jvp_program()``: its output is
     the directional derivative, here checked against JAX's jvp."""
-    target = "vulkan" if "vulkan" in devices.available_devices() else "cpu"
+    target = "vulkan" if "vulkan" in backends.available_devices() else "cpu"
     inputs = _inputs()
     tangent = np.random.default_rng(8).standard_normal(inputs["w"].shape).astype(np.float32)
     exported = example.regression.jvp_program(tangent_of=["w"]).export_slang(forward_only=True, target=target)
     assert exported.manifest["arguments"]["t_w"] == "t_w_v0"
-    ran = example.run_exported(devices.get_device(target), exported.source, exported.manifest,
+    ran = example.run_exported(backends.of(target).device(), exported.source, exported.manifest,
                                {**inputs, "t_w": tangent})
     f64 = {k: v.astype(np.float64) for k, v in inputs.items()}
     _, expected = jax.jvp(lambda w: _jax_loss(f64["x"], w, f64["b"], f64["y"]), (f64["w"],),
@@ -137,6 +137,6 @@ def test_kernels_sharing_code_bind_their_own_buffers_and_constants(device):
     dispatch = exported.manifest["dispatch"]
     assert any(d["uniforms"] for d in dispatch)
     assert len({d["entry"] for d in dispatch}) < len(dispatch)
-    ran = example.run_exported(devices.get_device(device), exported.source, exported.manifest,
+    ran = example.run_exported(backends.of(device).device(), exported.source, exported.manifest,
                                {"a": a, "out": np.ones(())})
     np.testing.assert_allclose(ran["a"], np.asarray(jax.grad(reference)(a.astype(np.float64))), rtol=1e-4, atol=1e-6)

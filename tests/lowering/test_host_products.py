@@ -18,7 +18,7 @@ import sympy
 
 import symdiff as sd
 from symdiff import lowering
-from symdiff.lowering import devices, runtime, targets
+from symdiff.lowering import backends, runtime
 from symdiff.lowering.export import export
 from symdiff.lowering.plan import plan
 from symdiff.lowering.plan_types import HostKernel
@@ -39,7 +39,7 @@ def product_bound(a: np.ndarray, b: np.ndarray, subscripts: str, coeff: float = 
 
 def on_host(graph, sizes=None) -> int:
     """How many of the CPU device's kernels for ``graph`` the host computes."""
-    return sum(isinstance(kern, HostKernel) for kern in plan(graph, dict(sizes or {}), devices.target("cpu")).kernels)
+    return sum(isinstance(kern, HostKernel) for kern in plan(graph, dict(sizes or {}), backends.of("cpu").target()).kernels)
 
 
 EINSUM = {"nn": "ik,kj->ij", "tn": "ki,kj->ij", "nt": "ik,jk->ij", "out_transposed": "ki,kj->ji"}
@@ -113,15 +113,15 @@ def test_mlp_gradients_match_the_interpreter_in_float64():
 def test_only_the_cpu_target_and_only_from_min_work():
     small, _ = matmul_graph(64, 32, 64, "nn")  # 131k multiply-adds
     large, _ = matmul_graph(128, 128, 128, "nn")
-    assert 64 * 32 * 64 < targets.CPU.tuning.host_blas_min_work <= 128 ** 3
+    assert 64 * 32 * 64 < backends.cpu.TARGET.tuning.host_blas_min_work <= 128 ** 3
     assert on_host(small) == 0 and on_host(large) == 1
-    for target in (targets.VULKAN, targets.CUDA, targets.LAVAPIPE):
+    for target in (backends.vulkan.TARGET, backends.cuda.TARGET, backends.vulkan.LAVAPIPE):
         assert not any(isinstance(kern, HostKernel) for kern in plan(large, {}, target).kernels)
 
 
 def test_the_module_names_the_product_the_host_computes():
     graph, _ = matmul_graph(130, 130, 130, "tn")
-    source = lowering.codegen.generate(plan(graph, {}, targets.CPU), targets.CPU).source
+    source = lowering.codegen.generate(plan(graph, {}, backends.cpu.TARGET), backends.cpu.TARGET).source
     assert "computed on the host, numpy.matmul (BLAS)" in source
     assert "c_v0[i, j] = sum over k of a_v0[k, i] * b_v0[k, j]" in source
     assert "void k0_mm" not in source  # no Slang kernel for it
@@ -172,11 +172,10 @@ def test_an_index_that_is_not_affine_stays_a_slang_kernel():
 
 
 @pytest.fixture
-def any_size(monkeypatch):
+def any_size():
     """Products of any size go to the host: the forms below at unit-test sizes."""
-    own = devices.target
-    anywhere = replace(targets.CPU, tuning=replace(targets.CPU.tuning, host_blas_min_work=1))
-    monkeypatch.setattr(devices, "target", lambda kind: anywhere if kind == "cpu" else own(kind))
+    with backends.targets_changed(lambda t: replace(t, tuning=replace(t.tuning, host_blas_min_work=1))):
+        yield
 
 
 h_, d_ = index_symbol("h"), index_symbol("d")

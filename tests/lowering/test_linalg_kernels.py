@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from symdiff.lowering import devices, library_kernels, runtime, targets
+from symdiff.lowering import backends, library_kernels, runtime
 from symdiff.lowering.library_kernels.launch import Launch
 
 scipy_linalg = pytest.importorskip("scipy.linalg")
@@ -20,7 +20,7 @@ def _launch(kind: str, op: str, inputs: list[np.ndarray], outputs: list[tuple], 
     """On lavapipe the kernels of a GPU's Vulkan (cooperative workgroups, which lavapipe's own target
     leaves for one thread per matrix: the whole programs run that form there)."""
     specs = [(a.shape, str(a.dtype)) for a in inputs]
-    target = targets.VULKAN if kind == "vulkan" else devices.target(kind)
+    target = backends.vulkan.TARGET if kind == "vulkan" else backends.of(kind).target()
     kernel = library_kernels.build(op, target, specs, outputs, params or {})
     assert kernel is not None, f"{op} has no kernel for {specs}"
     return [o.numpy() for o in Launch(kind, kernel, outputs)([runtime.asarray(a, kind) for a in inputs])]
@@ -88,7 +88,7 @@ def _device_cases():
 
 
 def _present(kind: str) -> None:
-    if kind not in devices.available_devices() and kind != "cpu":
+    if kind not in backends.available_devices() and kind != "cpu":
         pytest.skip(f"no {kind} device here")
 
 
@@ -167,34 +167,36 @@ def test_host_steps_past_the_kernels_limits():
     """None (the node stays a host step): past linalg_max_n, past linalg_host_lapack_n on the CPU
     device, past linalg_jacobi_n for eigh (``targets.Tuning``), and slogdet in float64 where double log
     is wrong."""
-    small = targets.CPU.tuning.linalg_host_lapack_n + 1
-    assert library_kernels.build("linalg.cholesky", targets.CPU, [((small, small), "float32")],
+    cpu, vulkan, cuda = backends.cpu.TARGET, backends.vulkan.TARGET, backends.cuda.TARGET
+    small = cpu.tuning.linalg_host_lapack_n + 1
+    assert library_kernels.build("linalg.cholesky", cpu, [((small, small), "float32")],
                                  [((small, small), "float32")], {}) is None
-    n = targets.VULKAN.tuning.linalg_max_n + 1
-    assert library_kernels.build("linalg.solve", targets.VULKAN, [((n, n), "float64"), ((n, 1), "float64")],
+    n = vulkan.tuning.linalg_max_n + 1
+    assert library_kernels.build("linalg.solve", vulkan, [((n, n), "float64"), ((n, 1), "float64")],
                                  [((n, 1), "float64")], {}) is None
-    assert library_kernels.build("linalg.inv", targets.CPU, [((n, n), "float32")], [((n, n), "float32")], {}) is None
-    jacobi = targets.CUDA.tuning.linalg_jacobi_n + 1    # one thread per matrix: smaller limits
-    assert library_kernels.build("linalg.eigh", targets.CUDA, [((jacobi, jacobi), "float32")],
+    assert library_kernels.build("linalg.inv", cpu, [((n, n), "float32")], [((n, n), "float32")], {}) is None
+    jacobi = cuda.tuning.linalg_jacobi_n + 1    # one thread per matrix: smaller limits
+    assert library_kernels.build("linalg.eigh", cuda, [((jacobi, jacobi), "float32")],
                                  [((jacobi,), "float32"), ((jacobi, jacobi), "float32")], {}) is None
     spec = [((4, 4), "float64")]
-    assert library_kernels.build("linalg.slogdet", targets.LAVAPIPE, spec, [((), "float64")] * 2, {}) is None
-    assert library_kernels.build("linalg.slogdet", targets.VULKAN, spec, [((), "float64")] * 2, {}) is not None
+    assert library_kernels.build("linalg.slogdet", backends.vulkan.LAVAPIPE, spec, [((), "float64")] * 2, {}) is None
+    assert library_kernels.build("linalg.slogdet", backends.vulkan.TARGET, spec, [((), "float64")] * 2, {}) is not None
 
 
 def test_workgroup_forms():
     """Groupshared memory and barriers where threads cooperate; neither on the CPU device."""
     spec = [((8, 8), "float32")]
-    gpu = library_kernels.build("linalg.cholesky", targets.CUDA, spec, spec, {})
-    cpu = library_kernels.build("linalg.cholesky", targets.CPU, spec, spec, {})
+    gpu = library_kernels.build("linalg.cholesky", backends.cuda.TARGET, spec, spec, {})
+    cpu = library_kernels.build("linalg.cholesky", backends.cpu.TARGET, spec, spec, {})
     assert "groupshared" in gpu.source and "GroupMemoryBarrierWithGroupSync" in gpu.source
     assert "groupshared" not in cpu.source and "Barrier" not in cpu.source
-    assert gpu.dispatches[0].threads == (targets.CUDA.tuning.linalg_threads, 1, 1) and cpu.dispatches[0].threads == (1, 1, 1)
+    assert gpu.dispatches[0].threads == (backends.cuda.TARGET.tuning.linalg_threads, 1, 1) and cpu.dispatches[0].threads == (1, 1, 1)
     batch = [((40, 8, 8), "float32")]   # lavapipe: one thread per matrix, 32 to a workgroup
-    lavapipe = library_kernels.build("linalg.cholesky", targets.LAVAPIPE, batch, batch, {})
-    assert "Barrier" not in lavapipe.source and lavapipe.dispatches[0].threads == (2 * targets.LAVAPIPE.tuning.linalg_matrices, 1, 1)
+    lavapipe = library_kernels.build("linalg.cholesky", backends.vulkan.LAVAPIPE, batch, batch, {})
+    assert "Barrier" not in lavapipe.source and lavapipe.dispatches[0].threads == (
+        2 * backends.vulkan.LAVAPIPE.tuning.linalg_matrices, 1, 1)
     big = [((64, 64), "float64")]   # 32 KiB: past the 16 KiB groupshared budget
-    on_device = library_kernels.build("linalg.inv", targets.CUDA, big, big, {})
+    on_device = library_kernels.build("linalg.inv", backends.cuda.TARGET, big, big, {})
     assert "groupshared" not in on_device.source and "AllMemoryBarrierWithGroupSync" in on_device.source
     assert on_device.scratch[1] == ("float64", 64 * 64)
 
@@ -207,5 +209,5 @@ def test_cuda_text_compiles():
              "linalg.qr": ([((5, 3), "float32")], [((5, 3), "float32"), ((3, 3), "float32")]),
              "linalg.svd": ([((2, 4), "float64")], [((2, 2), "float64"), ((2,), "float64"), ((2, 4), "float64")])}
     for op, (inputs, outputs) in specs.items():
-        kernel = library_kernels.build(op, targets.CUDA, inputs, outputs, {})
+        kernel = library_kernels.build(op, backends.cuda.TARGET, inputs, outputs, {})
         slang_compiler.compile_source(kernel.source, "cuda", [kernel.dispatches[0].entry])

@@ -8,7 +8,7 @@ import symdiff as sd
 from symdiff import lowering
 from symdiff.ir.graph import index_symbol
 from symdiff.lowering.codegen import generate
-from symdiff.lowering import targets
+from symdiff.lowering import backends, targets
 from symdiff.lowering.matmul import matmul_shape, matvec_shape, tiling
 from symdiff.lowering.plan import plan
 from lowering_graphs import G, i, j, k, rng
@@ -18,14 +18,14 @@ b_ = index_symbol("b")
 
 
 @pytest.fixture(autouse=True)
-def generated_products(monkeypatch):
+def generated_products():
     """These tests are about the generated product kernels (which ``export_slang``
     writes for every target): the CPU device's large products would otherwise run
     on the host's BLAS (lowering.host_products, tests/lowering/test_host_products.py)."""
     from dataclasses import replace
-    from symdiff.lowering import devices
-    own = devices.target
-    monkeypatch.setattr(devices, "target", lambda kind: replace(own(kind), host_blas=False))
+    from symdiff.lowering import backends
+    with backends.targets_changed(lambda target: replace(target, host_blas=False)):
+        yield
 
 # (a index, b index, c index) over (i, j, k): c[i, j] += a * b and the backward pass's transposes
 LAYOUTS = {
@@ -277,9 +277,9 @@ def test_every_form_against_numpy_float64(layout, m, kk, n, device):
     want = 1.5 * np.einsum(f"{''.join(map(str, ia))},{''.join(map(str, ib))}->{''.join(map(str, ic))}",
                            inputs["a"].astype(np.float64), inputs["b"].astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-    tuning = targets.CPU.tuning
+    tuning = backends.cpu.TARGET.tuning
     if device == "cpu" and m * kk * n >= tuning.cpu_micro_min_work:
-        wide = m * kk * n >= tuning.cpu_wide_micro_work and "-mavx512f" in targets.compiler_args(targets.CPU)
+        wide = m * kk * n >= tuning.cpu_wide_micro_work and "-mavx512f" in targets.compiler_args(backends.cpu.TARGET)
         assert tl.micro == (tuning.cpu_micro if wide else tuning.cpu_micro_narrow) and "_sum[" in exe.source
         assert tl.packed_inner == (layout in ("nt", "out_transposed") or n % 32 != 0)
     else:

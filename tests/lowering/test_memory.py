@@ -111,7 +111,7 @@ def test_a_cpu_or_numpy_program_loads_no_gpu_driver(monkeypatch):
     CPU device): a program run on device='cpu' or 'numpy' lists none."""
     def listed(kind):
         raise AssertionError(f"{kind} adapters listed")
-    monkeypatch.setattr(lowering.devices, "_adapters", listed)
+    monkeypatch.setattr(lowering.backends.slangpy_base, "adapters", listed)
     x = np.linspace(-1, 1, 64, dtype=np.float32)
     for device in ("cpu", "numpy"):
         value, grads = _program().value_and_grad(x, device=device)

@@ -9,7 +9,7 @@ import numpy as np
 
 import symdiff as sd
 from symdiff import lowering
-from symdiff.lowering import devices
+from symdiff.lowering import backends
 
 
 def _step(i: sd.i32, a: sd.f32[64], b: sd.f32[64]):
@@ -33,12 +33,12 @@ def test_recorded_calls_give_the_results_of_calls_made_one_by_one(device):
     for i in range(40):
         res = exe({"i": np.int32(i), "a": a, "b": b})
         a, b = res[out_a], res[out_b]
-    enc = devices.get_device(device).create_command_encoder()
+    enc = backends.of(device).device().create_command_encoder()
     ra, rb = a0, b0
     for i in range(40):
         res = exe.record(enc, {"i": np.int32(i), "a": ra, "b": rb})
         ra, rb = res[out_a], res[out_b]
-    devices.get_device(device).submit_command_buffer(enc.finish())
+    backends.of(device).device().submit_command_buffer(enc.finish())
     assert isinstance(ra, lowering.DeviceArray)
     np.testing.assert_array_equal(np.asarray(ra), a)  # the same kernels on the same values: the same bits
     np.testing.assert_array_equal(np.asarray(rb), b)
@@ -49,11 +49,11 @@ def test_alternating_buffers_reuse_kept_bindings_and_spares(device):
     out_a, out_b = graph.meta["result_names"]
     state = [np.ones(64, np.float32), np.zeros(64, np.float32)]
     for _ in range(3):  # three runs of 50 recorded iterations, each submitted once
-        enc = devices.get_device(device).create_command_encoder()
+        enc = backends.of(device).device().create_command_encoder()
         for i in range(50):
             res = exe.record(enc, {"i": np.int32(i), "a": state[0], "b": state[1]})
             state = [res[out_a], res[out_b]]
-        devices.get_device(device).submit_command_buffer(enc.finish())
+        backends.of(device).device().submit_command_buffer(enc.finish())
         state = [np.asarray(s) for s in state]
         gc.collect()
         if _ == 0:

@@ -8,7 +8,7 @@ import sympy
 from symdiff import ir
 from symdiff import lowering
 import symdiff as sd
-from symdiff.lowering import targets
+from symdiff.lowering import backends, targets
 from symdiff.lowering.cost_model import with_recomputed
 from symdiff.lowering.plan import plan
 from symdiff.lowering.rematerialise import candidates
@@ -161,7 +161,7 @@ def test_a_value_only_a_reduction_reads_is_not_stored(device):
     x = RNG.standard_normal(8192).astype(np.float32)
     value, grads = program.value_and_grad(x, device=device)
     graph = next(e for e in program._executables.values() if e.graph.meta.get("gradients")).graph
-    target = lowering.devices.target(device)  # lavapipe's own: a thread per point, tanh not recomputed elsewhere
+    target = lowering.backends.of(device).target()  # lavapipe's own: a thread per point, tanh not recomputed elsewhere
     p = plan(graph, {}, target)
     full = {a for a in p.stored if p.graph.containers[p.graph.node(a).container].shape == (8192,)}
     assert full == {"x#0", "grad_x#0"}
@@ -185,7 +185,7 @@ def test_a_value_stored_for_the_last_kernel_is_recomputed_there_on_parallel_targ
     x = RNG.standard_normal(8192).astype(np.float32)
     value, grads = program.value_and_grad(x, device=device)
     graph = next(e for e in program._executables.values() if e.graph.meta.get("gradients")).graph
-    target = lowering.devices.target(device)
+    target = lowering.backends.of(device).target()
     p = plan(graph, {}, target)
     assert ("exp#0" in p.stored) == target.sequential
     x64 = x.astype(np.float64)
@@ -247,7 +247,7 @@ def test_recomputing_chains_of_gathers_stays_bounded():
     largest = max(ops(t) for t in graph.tasklets())
     p = plan(graph, {}, targets.of("vulkan"))
     grown = max(ops(s.tasklet) for k in p.kernels for s in k.steps)
-    assert grown <= max(largest, 2 * targets.VULKAN.tuning.max_recomputed_ops), (grown, largest)
+    assert grown <= max(largest, 2 * backends.vulkan.TARGET.tuning.max_recomputed_ops), (grown, largest)
 
 
 def _gemm(A: sd.f32[64, 64], B: sd.f32[64, 64], C: sd.f32[64, 64]):
@@ -267,7 +267,7 @@ def test_a_value_a_product_reads_stays_a_buffer(device):
     A, B, C = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(3))
     value, grads = program.value_and_grad(A, B, C, device=device)
     graph = next(e for e in program._executables.values() if e.graph.meta.get("gradients")).graph
-    for target in {lowering.devices.target(device), targets.of("vulkan")}:  # and a GPU's own rules
+    for target in {lowering.backends.of(device).target(), targets.of("vulkan")}:  # and a GPU's own rules
         p = plan(graph, {}, target)
         assert sum(matmul_shape(p.graph, s.tasklet) is not None for k in p.kernels for s in k.steps) == 3, target
     A64, B64, C64 = (m.astype(np.float64) for m in (A, B, C))
@@ -299,7 +299,7 @@ def test_values_expanding_their_inputs_are_recomputed_on_every_target(device):
     value, grads = program.value_and_grad(*args, device=device)
     graph = program.backward_graph()
     inputs_and_gradients = 8 * 64 * 4
-    for target in (lowering.devices.target(device), targets.of("vulkan")):  # and a GPU's own rules
+    for target in (lowering.backends.of(device).target(), targets.of("vulkan")):  # and a GPU's own rules
         p = plan(graph, {}, target)
         assert plan_buffers(p, generate(p, target), target.sequential)[0].peak_bytes <= 3 * inputs_and_gradients
     x, y, z, m = (a.astype(np.float64) for a in args)

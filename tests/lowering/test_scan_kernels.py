@@ -101,11 +101,11 @@ def test_cuda_text_compiles():
     """Every scan strategy's CUDA module passes Slang's CUDA back end (no GPU needed): a thread per line,
     and the three workgroup entry points of the reduce-then-scan, for add and the linear recurrence."""
     slang_compiler = pytest.importorskip("slang_compiler")
-    from symdiff.lowering import library_kernels, targets
+    from symdiff.lowering import backends, library_kernels
     for op, arity in (("scan.add", 1), ("scan.linear", 2)):
         for shape in ((4096, 3), (2, 100000)):
             spec = [(shape, "float32")] * arity
-            kernel = library_kernels.build(op, targets.CUDA, spec, spec[:1], {"axis": 1, "reverse": True})
+            kernel = library_kernels.build(op, backends.cuda.TARGET, spec, spec[:1], {"axis": 1, "reverse": True})
             entries = sorted({d.entry for d in kernel.dispatches})
             assert len(entries) == (1 if shape[0] > 2 else 3)
             slang_compiler.compile_source(kernel.source, "cuda", entries)
@@ -122,19 +122,19 @@ def test_worker_threads_give_the_same_bits_for_any_count(monkeypatch):
     if "cpu" not in sd.available_devices():
         pytest.skip("cpu is not available here")
     from dataclasses import replace
-    from symdiff.lowering import devices, library_kernels, targets
-    cpu = replace(targets.CPU, tuning=replace(targets.CPU.tuning, scan_on_workers=1000, scan_cpu_chunk=100))
-    own = devices.target
-    monkeypatch.setattr(devices, "target", lambda kind: cpu if kind == "cpu" else own(kind))
+    from symdiff.lowering import backends, library_kernels
+    lowered = lambda t: replace(t, tuning=replace(t.tuning, scan_on_workers=1000, scan_cpu_chunk=100))  # noqa: E731
     x = np.random.default_rng(7).uniform(0.9999, 1.0001, size=(2, 3000))
     graph = sd.differentiable_program(_long_scan).graph
     (name,) = graph.meta.get("result_names", graph.results)
     results = {}
     for workers in ("3", "8"):
         monkeypatch.setenv("SYMDIFF_CPU_THREADS", workers)
-        kernel = library_kernels.build("scan.add", cpu, [((2, 3000), "float64")], [], {"axis": 1})
-        assert kernel.dispatches[0].entry == "scan_workers"
-        results[workers] = sd.lowering.compile(graph, device="cpu")({"x": x})[name]
+        with backends.targets_changed(lowered):
+            kernel = library_kernels.build("scan.add", backends.of("cpu").target(), [((2, 3000), "float64")], [],
+                                           {"axis": 1})
+            assert kernel.dispatches[0].entry == "scan_workers"
+            results[workers] = sd.lowering.compile(graph, device="cpu")({"x": x})[name]
         np.testing.assert_allclose(results[workers], np.cumsum(x, 1), rtol=1e-14)
     np.testing.assert_array_equal(results["3"], results["8"])
 
@@ -146,13 +146,13 @@ def test_the_workgroup_scan_on_lavapipe(op):
     run on lavapipe: three blocks a line and a reversed line, against a float64 loop."""
     if "vulkan" not in sd.available_devices():
         pytest.skip("vulkan is not available here")
-    from symdiff.lowering import library_kernels, runtime, targets
+    from symdiff.lowering import backends, library_kernels, runtime
     from symdiff.lowering.library_kernels.launch import Launch
     rng = np.random.default_rng(3)
     arrays = [rng.uniform(0.999, 1.001, size=(2, 5000)).astype(np.float32) for _ in range(2 if op == "scan.linear"
                                                                                          else 1)]
     specs = [((2, 5000), "float32")] * len(arrays)
-    kernel = library_kernels.build(op, targets.VULKAN, specs, specs[:1], {"axis": 1, "reverse": True})
+    kernel = library_kernels.build(op, backends.vulkan.TARGET, specs, specs[:1], {"axis": 1, "reverse": True})
     assert [d.entry for d in kernel.dispatches] == ["block_totals", "scan_totals", "block_outputs"]
     (got,) = Launch("vulkan", kernel, specs[:1])([runtime.asarray(a, "vulkan") for a in arrays])
     a, b = (arrays[0].astype(np.float64), arrays[1].astype(np.float64) if len(arrays) > 1 else None)

@@ -10,7 +10,7 @@ import pytest
 from symdiff import ir
 from symdiff import lowering
 import symdiff as sd
-from symdiff.lowering import targets
+from symdiff.lowering import backends
 from symdiff.lowering.plan import plan
 
 jax.config.update("jax_enable_x64", True)
@@ -57,7 +57,7 @@ def _reductions(graph, target):
             if s.loop and all(w.memlet.accumulate for w in s.writes)]
 
 
-@pytest.mark.parametrize("target", [targets.CPU, targets.LAVAPIPE, targets.VULKAN], ids=["cpu", "lavapipe", "gpu"])
+@pytest.mark.parametrize("target", [backends.cpu.TARGET, backends.vulkan.LAVAPIPE, backends.vulkan.TARGET], ids=["cpu", "lavapipe", "gpu"])
 def test_the_gradients_of_pair_sums_are_one_loop_per_side(target):
     """n-body's reverse pass sums, per body, the terms of its x, y and m
     gradients over the other bodies, all built on one distance: one tasklet
@@ -80,7 +80,7 @@ def test_a_sum_reading_another_stays_apart(device):
     its input exists.  Neither row of reductions merges across that path."""
     program = _program(_dependent)
     graph = program.backward_graph()
-    p = plan(graph, {}, lowering.devices.target(device))
+    p = plan(graph, {}, lowering.backends.of(device).target())
     for k in p.kernels:
         for s in k.all_steps:
             reads = {a for a, _ in p.graph.reads(s.tasklet.name)}
@@ -94,4 +94,4 @@ def test_sums_reading_nothing_in_common_stay_apart():
     def program(a: sd.f32[N, N], b: sd.f32[N, N]):
         return np.sum(np.sum(a, axis=1) * np.sum(b, axis=1))
     graph = ir.trace(program)
-    assert max(_reductions(graph, targets.CPU)) == 1
+    assert max(_reductions(graph, backends.cpu.TARGET)) == 1

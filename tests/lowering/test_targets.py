@@ -25,7 +25,7 @@ from symdiff import lowering
 import slang_compiler
 import symdiff as sd
 from symdiff.ir.graph import DataflowGraph
-from symdiff.lowering import devices, targets
+from symdiff.lowering import backends, targets
 from symdiff.lowering.codegen import buffer_name, generate
 from symdiff.ir.index_analysis import uses_connectors
 from symdiff.lowering.plan import plan
@@ -136,7 +136,8 @@ def test_no_two_threads_write_one_element_without_an_atomic(planned):
 @pytest.mark.parametrize("target", sorted(targets.TARGETS))
 def test_each_target_gets_its_own_form_of_colliding_updates(planned, target, monkeypatch):
     _, p = planned
-    monkeypatch.setattr(devices, "get_device", lambda kind: pytest.fail("generation created a device"))
+    monkeypatch.setattr(backends.slangpy_base.SlangpyBackend, "device",
+                        lambda backend: pytest.fail("generation created a device"))
     source = generate(p, target).source  # the kind is enough: CUDA's text is checked without a GPU
     t = targets.TARGETS[target]
     assert "__target_switch" not in source
@@ -244,7 +245,7 @@ def test_long_loops_stay_loops_where_the_target_keeps_them():
         return np.sum(np.log(np.sum(np.exp(z - np.max(z, axis=1, keepdims=True)), axis=1)))
     program = sd.differentiable_program(f)
     graph = program.backward_graph(["x", "w"])
-    for target in (targets.CPU, targets.VULKAN, targets.CUDA, targets.LAVAPIPE):
+    for target in (backends.cpu.TARGET, backends.vulkan.TARGET, backends.cuda.TARGET, backends.vulkan.LAVAPIPE):
         source = generate(plan(graph, {}), target).source
         kept = [line.strip() for line in source.splitlines() if "[loop] for" in line]
         if target.keep_loops:

@@ -7,6 +7,8 @@ the generated text of every target is read for where the form is chosen: the
 CPU device keeps its per-thread loops.
 """
 # (no ``from __future__ import annotations``: the programs' shape annotations close over local sizes)
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,7 @@ from dataclasses import replace
 from symdiff import lowering
 import slang_compiler
 import symdiff as sd
-from symdiff.lowering import devices, targets
+from symdiff.lowering import backends
 from symdiff.lowering.codegen import generate
 from symdiff.lowering.plan import plan
 from symdiff.lowering.rowfusion import RowKernel
@@ -90,22 +92,21 @@ def inputs(shapes, dtype, seed=0):
     return [r.standard_normal(s).astype(dtype) for s in shapes]
 
 
-def with_workgroups(monkeypatch) -> None:
+def with_workgroups() -> contextlib.AbstractContextManager:
     """Run the GPU form on lavapipe too (its own target keeps a thread per
     reduction and stores transcendental values, for speed: lowering.targets),
     so that CI checks it."""
-    own = devices.target
-    monkeypatch.setattr(devices, "target", lambda kind: replace(own(kind), workgroup_reductions=True,
-                                                                  recompute_transcendentals=True))
+    return backends.targets_changed(lambda target: replace(target, workgroup_reductions=True,
+                                                          recompute_transcendentals=True))
 
 
 @pytest.fixture(params=[pytest.param("vulkan", marks=pytest.mark.vulkan), "cuda"])
-def gpu(request, monkeypatch):
+def gpu(request):
     """Each Vulkan or CUDA device present (lavapipe here, CUDA on a GPU machine), in the GPU form."""
     if request.param not in lowering.available_devices():
         pytest.skip(f"no {request.param} device here")
-    with_workgroups(monkeypatch)
-    return request.param
+    with with_workgroups():
+        yield request.param
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -145,7 +146,7 @@ def test_rows_run_by_a_workgroup_may_be_longer_than_a_threads():
     graph = prog.backward_graph()
     assert any(isinstance(k, RowKernel) for k in plan(graph, {}, "vulkan").kernels)
     assert not any(isinstance(k, RowKernel) for k in plan(graph, {}, "cpu").kernels)
-    assert targets.CUDA.max_row > targets.CPU.max_row
+    assert backends.cuda.TARGET.max_row > backends.cpu.TARGET.max_row
 
 
 def _heads(fn) -> list[str]:
@@ -219,7 +220,7 @@ def test_gpu_plans_recompute_elementwise_values_instead_of_storing_them(gpu):
     lavapipe in the GPU form."""
     n = 50_000
     prog = softplus_logsumexp(n)
-    p = plan(prog.backward_graph(), {}, devices.target(gpu))
+    p = plan(prog.backward_graph(), {}, backends.of(gpu).target())
     full = [k for k in p.kernels if k.box == (n,)]
     assert len(full) == 1 and full[0].steps[0].tasklet.name == "gather_grad_x", [k.name for k in p.kernels]
     vectors = {a.split("#")[0] for a in p.stored if p.graph.containers[p.graph.node(a).container].shape == (n,)}
@@ -242,7 +243,7 @@ def test_cpu_plans_keep_transcendental_values_in_registers():
 
 
 @pytest.mark.parametrize("case", ["logsumexp 37x1000", "sum 100003", "float64 rows 9x300", "prod/min/masked/columns 30x517"])
-def test_wave_steps_give_the_groupshared_trees_bits(case, gpu, monkeypatch):
+def test_wave_steps_give_the_groupshared_trees_bits(case, gpu):
     """The tree's steps within a wave run as wave shuffles where the target has
     them (lavapipe: waves of 8), in the same order as the groupshared tree:
     the same bits as without them, on every run."""
@@ -250,12 +251,11 @@ def test_wave_steps_give_the_groupshared_trees_bits(case, gpu, monkeypatch):
     args = inputs(shapes, np.float64 if "float64" in case else np.float32, seed=1)
     assert "WaveReadLaneAt" in prog.slang_source(device=gpu)
     with_waves = prog.value_and_grad(*args, device=gpu)
-    own = devices.target
-    monkeypatch.setattr(devices, "target", lambda kind: replace(own(kind), wave_operations=False))
-    sd.clear_caches()  # generated again, for the target without waves
-    plain = sd.differentiable_program(prog.function)
-    assert "WaveReadLaneAt" not in plain.slang_source(device=gpu)
-    without = plain.value_and_grad(*args, device=gpu)
+    with backends.targets_changed(lambda target: replace(target, wave_operations=False)):
+        sd.clear_caches()  # generated again, for the target without waves
+        plain = sd.differentiable_program(prog.function)
+        assert "WaveReadLaneAt" not in plain.slang_source(device=gpu)
+        without = plain.value_and_grad(*args, device=gpu)
     assert with_waves[0] == without[0]
     for name in without[1]:
         assert np.array_equal(with_waves[1][name], without[1][name]), name
@@ -278,7 +278,7 @@ def test_long_reductions_finish_in_their_last_workgroup(gpu):
     summed in a fixed order whichever workgroup is last), and the counter is
     cleared for the next call."""
     prog, shapes = CASES["sum 100003"]
-    p = plan(prog.backward_graph(), {}, devices.target(gpu))
+    p = plan(prog.backward_graph(), {}, backends.of(gpu).target())
     finished = [k for k in p.kernels if k.finish is not None]
     assert finished and all(k.finish.box == () and k.counter in p.fills for k in finished)
     assert all(k.box != () for k in p.kernels)  # no one-point kernel left of its own

@@ -9,6 +9,7 @@ import sympy
 from symdiff import ir
 from symdiff.backward import add_backward_pass, injective
 from symdiff.errors import DifferentiationError
+from symdiff.ir.graph_notes import GraphNotes
 from symdiff_graphs import Builder, a, assert_grads_close, b, i, j, jax_vjp, rng_inputs, vjp
 
 
@@ -29,6 +30,18 @@ def dead_branch_graph():
 
 def backward_tasklets(g):
     return {t.meta["forward_tasklet"]: t for t in g.tasklets() if t.backward}
+
+
+def test_a_pass_on_a_copy_leaves_the_originals_notes():
+    """``copy`` shares the notes' values, so a pass replaces them (a second
+    order pass on a copy once added its seed to the original's too)."""
+    g = dead_branch_graph()
+    add_backward_pass(g, ["x"], ["s"])
+    h = g.copy()
+    add_backward_pass(h, ["w"], ["grad_x"])
+    assert (GraphNotes(g).seeds, GraphNotes(g).gradients) == ({"s": "seed_s"}, {"x": "grad_x"})
+    assert GraphNotes(h).seeds == {"s": "seed_s", "grad_x": "seed_grad_x"}
+    assert GraphNotes(h).gradients == {"x": "grad_x", "w": "grad_w"}
 
 
 def test_naming_meta_and_validity():

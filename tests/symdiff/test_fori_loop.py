@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from symdiff import lowering
-from symdiff.lowering import devices
+from symdiff.lowering import backends
 import symdiff as sd
 from symdiff.ir import TraceError
 
@@ -31,7 +31,7 @@ def device(request):
 def skip_on_lavapipe(device: str, why: str) -> None:
     """Skip where Vulkan is Mesa's software driver (its float64 transcendentals are wrong),
     not on a hardware Vulkan GPU, which runs these float64 programs."""
-    if devices.is_software(device):
+    if backends.of(device).is_software():
         pytest.skip(why)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import symdiff as sd
 from symdiff import lowering
-from symdiff.lowering import devices, targets
+from symdiff.lowering import backends, targets
 from symdiff.lowering.kernels import split_k, tile_shapes
 from symdiff.lowering.kernels.registry import choose
 from symdiff.lowering.kernels.writer import KernelShape
@@ -34,9 +34,10 @@ def gpu_form(monkeypatch, **tuning) -> None:
     """lavapipe in the GPU form (its own target keeps thread-per-output products), with ``tuning``."""
     if "vulkan" not in lowering.available_devices():
         pytest.skip("no vulkan device here")
-    own = devices.target
-    monkeypatch.setattr(devices, "target", lambda kind: replace(
-        own(kind), workgroup_reductions=True, tuning=replace(own(kind).tuning, **tuning)))
+    vulkan = type(backends.of("vulkan"))
+    own = vulkan.target
+    monkeypatch.setattr(vulkan, "target", lambda backend: replace(
+        own(backend), workgroup_reductions=True, tuning=replace(own(backend).tuning, **tuning)))
 
 
 def rand(shapes, seed=0):
@@ -111,11 +112,11 @@ def test_split_k_weight_gradients_match_jax_and_repeat_bit_for_bit(monkeypatch):
     prog = sd.differentiable_program(f)
     # w1's gradient, 19x21 over 1536 rows: 2 tiles of 32x16; 16 workgroups // 2 = 8 slices at most,
     # 1536 // 64 = 24 long enough, 8 divides 1536: 8 slices of 192 rows
-    p = plan(prog.backward_graph(wrt=["x", "w1", "w2"]), {}, devices.target("vulkan"))
+    p = plan(prog.backward_graph(wrt=["x", "w1", "w2"]), {}, backends.of("vulkan").target())
     (stage1,) = [k for k in p.kernels if any(s.tasklet.name.endswith("_stage1") and "matmul" in s.tasklet.name
                                              for s in k.steps)]
     assert stage1.box[0] == 8
-    assert choose(KernelShape(p, stage1, devices.target("vulkan"))).body.name == "group_tiles"
+    assert choose(KernelShape(p, stage1, backends.of("vulkan").target())).body.name == "group_tiles"
     args = rand([(R, D), (D, H), (H, 10)], seed=2)
     value, grads = prog.value_and_grad(*args, device="vulkan")
     close_to_jax(lambda *a: mlp(jnp, *a), args, value, grads, ["x", "w1", "w2"])
@@ -129,8 +130,8 @@ def test_chosen_where_workgroups_run_together():
     def f(x: sd.f32[n, n], y: sd.f32[n, n]):
         return np.tanh(x @ y)
     graph = sd.differentiable_program(f).graph
-    for target, body in ((targets.CUDA, "group_tiles"), (targets.VULKAN, "group_tiles"),
-                         (targets.LAVAPIPE, "register_tiles")):
+    for target, body in ((backends.cuda.TARGET, "group_tiles"), (backends.vulkan.TARGET, "group_tiles"),
+                         (backends.vulkan.LAVAPIPE, "register_tiles")):
         p = plan(graph, {}, target)
         assert [choose(KernelShape(p, k, target)).body.name for k in p.kernels
                 if not isinstance(k, HostKernel)] == [body]
@@ -140,12 +141,12 @@ def test_split_k_slices_an_mlps_weight_gradients_on_an_h100_sized_target():
     # 512x10 (2 narrow tiles of 256x16) over 65536 rows: 264 // 2 = 132 at most, and
     # 65536 // 512 = 128 long enough, 128 divides 65536;
     # 512x512 (64 tiles of 64x64): 264 // 64 = 4; a 4096^2 gemm's 4096 tiles: none; lavapipe: none
-    assert split_k.slices(targets.CUDA, 512, 10, 1, 65536) == 128
-    assert split_k.slices(targets.CUDA, 512, 512, 1, 65536) == 4
-    assert split_k.slices(targets.CUDA, 4096, 4096, 1, 4096) == 1
-    assert split_k.slices(targets.LAVAPIPE, 512, 10, 1, 65536) == 1
+    assert split_k.slices(backends.cuda.TARGET, 512, 10, 1, 65536) == 128
+    assert split_k.slices(backends.cuda.TARGET, 512, 512, 1, 65536) == 4
+    assert split_k.slices(backends.cuda.TARGET, 4096, 4096, 1, 4096) == 1
+    assert split_k.slices(backends.vulkan.LAVAPIPE, 512, 10, 1, 65536) == 1
     # a contraction with no divisor in range is left whole: 65537 = 65537 (prime)
-    assert split_k.slices(targets.CUDA, 512, 10, 1, 65537) == 1
+    assert split_k.slices(backends.cuda.TARGET, 512, 10, 1, 65537) == 1
 
 
 def test_narrow_products_take_narrow_tiles_along_their_wide_axis():

@@ -16,7 +16,7 @@ import pytest
 
 import slang_compiler
 import symdiff as sd
-from symdiff.lowering import targets
+from symdiff.lowering import backends
 from symdiff.lowering.codegen import generate
 from symdiff.lowering.plan import plan
 
@@ -46,10 +46,10 @@ def test_the_forward_product_compiles_for_sm90_without_spills(tmp_path):
     def f(a: sd.f32[n, n], b: sd.f32[n, n], c: sd.f32[n, n]):
         return np.sum(c * (a @ b))
     graph = sd.differentiable_program(f).backward_graph(wrt=["a", "b", "c"])
-    module = generate(plan(graph, {}, targets.CUDA), targets.CUDA)
+    module = generate(plan(graph, {}, backends.cuda.TARGET), backends.cuda.TARGET)
     entry = next(e for e in module.entry_points(False) if "matmul" in e)
     ptx, used = cuda_resources(slang_compiler.compile_source(module.source, "cuda", [entry])[entry], tmp_path)
-    tuning = targets.CUDA.tuning
+    tuning = backends.cuda.TARGET.tuning
     (bm, bn), (tm, tn), k = tuning.group_tile, tuning.group_thread_tile, tuning.group_tile_k
     assert used["stack"] == used["spill_stores"] == used["spill_loads"] == 0, used
     assert used["registers"] <= 65536 // (2 * tuning.group_size), used  # two workgroups a multiprocessor

@@ -12,7 +12,7 @@ import pytest
 import symdiff as sd
 from symdiff import ir
 from symdiff.ir.specs import f32
-from symdiff.lowering import targets
+from symdiff.lowering import backends, targets
 from symdiff.lowering.codegen import generate
 from symdiff.lowering.kernels.registry import FORMS, choose
 from symdiff.lowering.kernels.writer import KernelShape
@@ -20,7 +20,7 @@ from symdiff.lowering.plan import plan
 from symdiff.lowering.plan_types import HostKernel
 
 DESIGN = Path(__file__).parents[3] / "docs" / "design.md"
-CPU = replace(targets.CPU, host_blas=False)  # products as Slang kernels, not numpy.matmul between launches
+CPU = replace(backends.cpu.TARGET, host_blas=False)  # products as Slang kernels, not numpy.matmul between launches
 
 
 def documented_order() -> list[tuple[str, str]]:
@@ -76,8 +76,8 @@ def bodies(graph, target: targets.Target) -> set[str]:
     return {body for body, *_ in forms(graph, target)}
 
 
-@pytest.mark.parametrize("target, expected", [(CPU, "cpu_matmul"), (targets.CUDA, "group_tiles"),
-                                              (targets.LAVAPIPE, "register_tiles")])
+@pytest.mark.parametrize("target, expected", [(CPU, "cpu_matmul"), (backends.cuda.TARGET, "group_tiles"),
+                                              (backends.vulkan.LAVAPIPE, "register_tiles")])
 def test_a_large_product_is_a_micro_kernel_on_the_cpu_only(target, expected):
     assert bodies(ir.trace(matmul(256)), target) == {expected}
 
@@ -89,31 +89,31 @@ def test_a_small_cpu_product_keeps_the_plain_register_tiles():
 def test_column_sums_run_rows_outer_on_the_cpu_only():
     graph = ir.trace(column_sum)
     assert forms(graph, CPU) == [("columns", "thread_loop", None, None)]
-    assert [f[:2] for f in forms(graph, targets.CUDA)] == [("point", "workgroup_tree")]  # across points
-    assert [f[:2] for f in forms(graph, targets.LAVAPIPE)] == [("point", "thread_loop")]
+    assert [f[:2] for f in forms(graph, backends.cuda.TARGET)] == [("point", "workgroup_tree")]  # across points
+    assert [f[:2] for f in forms(graph, backends.vulkan.LAVAPIPE)] == [("point", "thread_loop")]
 
 
 def test_a_softmax_is_a_row_kernel():
-    for target in (CPU, targets.LAVAPIPE):
+    for target in (CPU, backends.vulkan.LAVAPIPE):
         assert bodies(ir.trace(softmax), target) == {"rows"}
 
 
 def test_an_elementwise_kernel_is_points_and_nothing_else():
-    for target in (CPU, targets.CUDA):
+    for target in (CPU, backends.cuda.TARGET):
         assert forms(ir.trace(elementwise), target) == [("point", "thread_loop", None, None)]
 
 
 def test_a_long_sum_finishes_in_its_last_workgroup_where_workgroups_reduce():
     graph = ir.trace(long_sum)
-    assert ("point", "workgroup_tree", "last_workgroup", None) in forms(graph, targets.CUDA)
-    assert all(f[1:3] == ("thread_loop", None) for f in forms(graph, targets.LAVAPIPE))
+    assert ("point", "workgroup_tree", "last_workgroup", None) in forms(graph, backends.cuda.TARGET)
+    assert all(f[1:3] == ("thread_loop", None) for f in forms(graph, backends.vulkan.LAVAPIPE))
 
 
 def test_colliding_updates_are_scatters_on_every_target():
     graph = gather_gradient()
-    for target in (CPU, targets.LAVAPIPE, targets.CUDA):
+    for target in (CPU, backends.vulkan.LAVAPIPE, backends.cuda.TARGET):
         assert "scatter" in {update for *_, update in forms(graph, target)}
-    assert all(update is None for *_, update in forms(ir.trace(elementwise), targets.CUDA))
+    assert all(update is None for *_, update in forms(ir.trace(elementwise), backends.cuda.TARGET))
 
 
 def sums_and_gather(x: sd.f32[1 << 16], y: sd.f32[1 << 16], t: sd.f32[8], idx: sd.i32[64]):
@@ -128,8 +128,9 @@ def test_module_level_code_is_the_forms_own_declared_once():
     the last workgroup's flag.  A target's own ``Tuning.group_size`` sizes the
     scratch, the entry points and the tree's lanes alike."""
     graph = sd.differentiable_program(sums_and_gather).backward_graph(wrt=["x", "y", "t"])
+    cuda = backends.cuda.TARGET
     for group in (256, 128):
-        target = replace(targets.CUDA, tuning=replace(targets.CUDA.tuning, group_size=group))
+        target = replace(cuda, tuning=replace(cuda.tuning, group_size=group))
         p = plan(graph, {}, target)
         used = forms(graph, target)
         assert "scatter" in {f[3] for f in used} and "workgroup_tree" in {f[1] for f in used}

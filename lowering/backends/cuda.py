@@ -1,0 +1,24 @@
+"""``device="cuda"``: slangpy's CUDA device (Slang compiled by nvrtc); ``auto``
+picks it first wherever a CUDA driver lists an adapter.  Its buffers are
+device memory: results and DLPack exports are host copies."""
+from __future__ import annotations
+
+from ..targets import Target
+from .registry import register
+from .slangpy_base import SlangpyBackend
+
+# No float atomic max/min in nvrtc (they are compare-and-swap loops on every
+# concurrent target anyway: lowering.targets).
+TARGET = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False, workgroup_reductions=True,
+                recompute_transcendentals=True, wave_operations=True, single_pass_reductions=True)
+
+
+class CudaBackend(SlangpyBackend):
+    name = "cuda"
+    TARGET = TARGET
+
+    def auto_rank(self) -> int:
+        return 0
+
+
+BACKEND = register(CudaBackend())
