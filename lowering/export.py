@@ -85,7 +85,7 @@ def _clear_kernel(name: str, access: str, storage: str, count: int,
     """A kernel (function and entry point) setting ``count`` elements of buffer ``name`` (of ``access``) to zero."""
     threads = Threads.for_device(count, target)
     lines = threads.open("i") + [("    " if threads.close() else "") + f"{name}[i] = {storage}(0);"] + threads.close()
-    text = _kernel_text(f"clear_{name}", f"// clear {name} ({count} element(s)) before every call",
+    text = _kernel_text(target, f"clear_{name}", f"// clear {name} ({count} element(s)) before every call",
                         [f"RWStructuredBuffer<{storage}> {name}"], "\n".join("    " + line for line in lines))
     return text + "\n", KernelEntry(f"clear_{name}", 0, count, {name: access}, threads.per_thread)
 

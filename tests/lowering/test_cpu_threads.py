@@ -22,8 +22,10 @@ COUNTS = ("1", "2", "3", "7")  # more workers than this machine's cores too
 @pytest.fixture
 def split_everything(monkeypatch):
     """Split every independent kernel, however small (the tests' sizes are)."""
-    monkeypatch.setattr(targets, "TUNING", dataclasses.replace(targets.TUNING, min_work_per_worker=1))
     monkeypatch.setenv("SYMDIFF_DISK_CACHE", "0")  # keyed by source text: a patched module must not be stored
+    with backends.targets_changed(lambda target: dataclasses.replace(
+            target, tuning=dataclasses.replace(target.tuning, min_work_per_worker=1))):
+        yield
 
 
 def _per_count(run, monkeypatch) -> dict[str, dict]:
