@@ -20,9 +20,13 @@ consistent renaming: sharing never changes what a kernel computes.
 A small kernel's integer literals may differ too (``Tuning.lift_max_work``): those
 that differ between the kernels sharing a text become ``int`` parameters,
 each kernel passing its own values, so each still computes exactly what its
-own text did.  Literals Slang needs at compile time (array sizes, unrolled
-loops, workgroup scratch, wave operations) keep a kernel's literals in its
-key, and a large kernel's loops run faster with constant bounds and strides.
+own text did.  Literals Slang needs at compile time stay in the key: those on
+a line declaring an array or opening an unrolled loop (its bound and sizes;
+the rest of the kernel's literals may still be lifted: the backward steps of
+an unrolled RNN, register tiles differing only in the time step's offset,
+share one function), and every literal of a kernel with workgroup scratch or
+wave operations.  A large kernel's loops run faster with constant bounds and
+strides, so its literals all stay.
 Comments are left out of the key; the shared text keeps the first kernel's
 and names the others.
 """
@@ -33,8 +37,10 @@ from dataclasses import dataclass, field
 
 # comments, words and numbers (a number runs to its suffix: 0.25l, 1.e-05f, 64u, 0x7F800000u)
 _TOKEN = re.compile(r"(//[^\n]*)|([A-Za-z_]\w*)|((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\w*)")
-# text whose integer literals Slang may need as compile-time constants
-_CONSTANT_CONTEXT = re.compile(r"\[(?:ForceUnroll|unroll)|groupshared|Wave|Barrier|^\s*\w+ \w+\[", re.M)
+# a kernel whose integer literals Slang may need as compile-time constants anywhere
+_CONSTANT_KERNEL = re.compile(r"groupshared|Wave|Barrier")
+# a line whose integer literals Slang needs at compile time: an unrolled loop's bound, an array's size
+_CONSTANT_LINE = re.compile(r"\[(?:ForceUnroll|unroll)|^\s*(?:static\s+|const\s+)*\w+ \w+\[")
 LIFTED = "constant"  # a lifted literal's parameter: constant0, constant1, ...
 SHARED_BY = "//   the same code runs as "  # the shared function's comment line naming the other kernels
 
@@ -65,7 +71,8 @@ def kernel_code(body: str, buffers: list[str], tasklets: list[str], extra: tuple
     renamed: dict[str, str] = {}
     order: list[str] = []
     literals: list[int] = []
-    liftable = work <= max_work and not _CONSTANT_CONTEXT.search(body)
+    liftable = work <= max_work and not _CONSTANT_KERNEL.search(body)
+    fixed = _constant_lines(body) if liftable else []
 
     def rename(match: re.Match) -> str:
         comment, word, number = match.groups()
@@ -75,7 +82,8 @@ def kernel_code(body: str, buffers: list[str], tasklets: list[str], extra: tuple
             if not _is_int_literal(number):
                 return number
             literals.append(int(number))
-            return "@n" if liftable else number
+            kept = not liftable or any(start <= match.start() < end for start, end in fixed)
+            return number if kept else "@n"
         known = renamed.get(word)
         if known is None:
             known = word
@@ -92,7 +100,17 @@ def kernel_code(body: str, buffers: list[str], tasklets: list[str], extra: tuple
 
     text = _TOKEN.sub(rename, body)
     order += sorted(own_buffers - set(order))  # a parameter the body never names still has its place
-    return KernelCode((text, liftable, extra), literals, order, liftable)
+    return KernelCode((text, extra), literals, order, liftable)
+
+
+def _constant_lines(body: str) -> list[tuple[int, int]]:
+    """Character spans of ``body``'s lines whose literals must stay constants (``_CONSTANT_LINE``)."""
+    spans, start = [], 0
+    for line in body.splitlines(keepends=True):
+        if _CONSTANT_LINE.search(line):
+            spans.append((start, start + len(line)))
+        start += len(line)
+    return spans
 
 
 def lift(body: str, positions: dict[int, str]) -> str:
@@ -128,8 +146,7 @@ def share(names: list[str], codes: list[KernelCode]) -> tuple[list[Shared], dict
     function, the other kernels running it."""
     groups: dict[tuple, list[int]] = {}
     for n, code in enumerate(codes):
-        key = code.key if code.liftable else (code.key, tuple(code.literals))
-        groups.setdefault(key, []).append(n)
+        groups.setdefault(code.key, []).append(n)  # the literals kept as constants are in it
     runs: list[Shared | None] = [None] * len(codes)
     lifted: dict[str, dict[int, str]] = {}
     also: dict[str, list[str]] = {}
