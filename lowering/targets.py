@@ -154,10 +154,15 @@ class Tuning:
     # this length (lowering.kernels.register_tiles); a longer one is left rolled,
     # to the backend compiler's vectoriser.
     unrolled_tile_row: int = 8
-    # Multiply-adds from which the host's BLAS beats the generated micro-kernel on a
-    # target with ``host_blas`` (lowering.host_products; bench/host_products.py:
-    # 128^3 and up on this 2-core machine).
-    host_blas_min_work: int = 1 << 21
+    # Multiply-adds from which a product runs on the host's BLAS on a target with
+    # ``host_blas`` (lowering.host_products).  bench/host_products.py found BLAS
+    # faster than the micro-kernel from 128^3; below that the register tiles were
+    # no faster either, and their unrolled Slang cost most of a first call: at
+    # 1 << 15 (the RNN's 16x64x64 steps and up) the small bench models' first
+    # compiles fell 3.5-11 -> 0.9-2.3 CPU s and their calls 1.2-4.9 -> 0.3-3.1 ms
+    # (docs/benchmarks.md, "First call of the bench workloads").  Smaller products
+    # (unrolled loops' dot products) stay fused in the Slang kernels.
+    host_blas_min_work: int = 1 << 15
 
     # -- planning and sharing (lowering.sibling_reductions, shared_code, in_place) --
     # Most values one merged tasklet of sibling reductions sums: on the CPU device
