@@ -159,7 +159,7 @@ class Tuning:
     # faster than the micro-kernel from 128^3; below that the register tiles were
     # no faster either, and their unrolled Slang cost most of a first call: at
     # 1 << 15 (the RNN's 16x64x64 steps and up) the small bench models' first
-    # compiles fell 3.5-11 -> 0.9-2.3 CPU s and their calls 1.2-4.9 -> 0.3-3.1 ms
+    # compiles fell 3.3-14 -> 0.7-2.4 CPU s and their calls 1.2-4.9 -> 0.3-2.8 ms
     # (docs/benchmarks.md, "First call of the bench workloads").  Smaller products
     # (unrolled loops' dot products) stay fused in the Slang kernels.
     host_blas_min_work: int = 1 << 15
