@@ -149,6 +149,16 @@ def _staging_buffer(device: spy.Device, direction: str, size: int) -> spy.Buffer
     return _staging[key]
 
 
+def host_bytes(buffer: spy.Buffer) -> np.ndarray | None:
+    """All of ``buffer``'s memory as a writable uint8 numpy view where it is
+    host memory (``host_addressable``), else ``None``: a caller uploading
+    into the same buffer call after call keeps it (``runtime``), and waits
+    for the device before each write."""
+    if not host_addressable(buffer.device):
+        return None
+    return memory_view(buffer, (buffer.size,), np.dtype(np.uint8))
+
+
 def _host_memory(buffer: spy.Buffer, nbytes: int) -> np.ndarray | None:
     """The first ``nbytes`` of ``buffer`` as a writable uint8 numpy view where
     the buffer is host memory (``host_addressable``), else ``None``."""
