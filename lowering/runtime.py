@@ -245,6 +245,7 @@ class _Instance:
     read_layout: tuple | None = None
     held: int | None = None  # held_bytes, None once buffers change
     arguments: list | None = None  # (name, access, dtype) of each argument stored in a buffer (_bind_arguments)
+    result_plans: dict[tuple, tuple] = field(default_factory=dict)  # Executable._result_plan
 
     def held_buffers(self) -> dict[int, int]:
         """Size of each buffer this binding keeps between calls, by identity (a
@@ -268,6 +269,7 @@ class _Instance:
         """Give every buffer back; plan and module stay for inspection."""
         self.buffers, self.dispatches, self.readback, self.handed, self.bound = {}, {}, None, set(), {}
         self.watched, self.views, self.launch_list, self.read_layout, self.held = set(), {}, None, None, None
+        self.result_plans = {}
 
 
 class Executable:
@@ -450,7 +452,6 @@ class Executable:
             return self.backend.run(self.graph, host, {**self.sizes, **(sizes or {})})
         inst = self._instance(*self._bind_sizes(inputs, sizes))
         dev = self.backend.device()
-        g = inst.plan.graph
         to_clear = self._replace_handed(inst)
         bindings, moved = self._bind_arguments(inst, inputs, self._upload(inst))
         enc = dev.create_command_encoder()
@@ -458,33 +459,24 @@ class Executable:
             enc.clear_buffer(buffer)
         dispatches, enc = self._record(enc, inst, bindings)
         results: dict[str, DeviceArray | np.ndarray] = {}
-        if return_device_arrays:
-            for r, access in inst.latest.items():
-                dtype = g.containers[r].dtype
-                if access in inst.buffers:
-                    results[r] = self._hand_over(inst, access, dtype)
-                    continue
-                copy = _new_buffer(self.backend, dtype, math.prod(inst.shapes[access]))  # an argument returned as is
-                enc.copy_buffer(copy, 0, bindings[access], 0, copy.size)
-                results[r] = DeviceArray(copy, inst.shapes[access], dtype, self.device)
-        read = [] if return_device_arrays else list(inst.latest.items())
-        if read and self._results_in_host_memory:
-            # slangpy's CPU device: a large result's buffer is host memory, handed over as the
-            # caller's array (a view, no copy; its buffer goes back to the spares when dropped)
-            for r, access in [(r, a) for r, a in read if a in inst.buffers and
-                              inst.buffers[a].size > READ_PACKED_BYTES and g.containers[r].dtype != "bool"]:
-                results[r] = self._hand_over(inst, access, g.containers[r].dtype)
-                read.remove((r, access))
         flagged = check_bounds and FLAG in inst.buffers
-        if flagged:
-            read.append((FLAG, FLAG))
-        host = self._read(dev, enc, inst, [bindings[a] for _, a in read])
-        for r, array in [(r, a) for r, a in results.items() if not return_device_arrays]:
-            results[r] = dlpack.host_view(array)  # waits for the call's kernels
-            moved += results[r].nbytes
-        for (r, access), raw in zip(read, host):
+        handed, read = self._result_plan(inst, return_device_arrays, flagged)
+        for r, access, dtype in handed:
+            if bindings[access] is inst.buffers.get(access):
+                results[r] = self._hand_over(inst, access, dtype)
+                continue
+            # an argument returned as is: a copy of the caller's array (an earlier call's upload buffer is stale)
+            copy = _new_buffer(self.backend, dtype, math.prod(inst.shapes[access]))
+            enc.copy_buffer(copy, 0, bindings[access], 0, copy.size)
+            results[r] = DeviceArray(copy, inst.shapes[access], dtype, self.device)
+        host = self._read(dev, enc, inst, [bindings[access] for _, access, _, _ in read])
+        if not return_device_arrays:
+            for r, array in results.items():  # large results in host memory: their buffers, viewed
+                results[r] = dlpack.host_view(array)  # waits for the call's kernels
+                moved += results[r].nbytes
+        for (r, _, dtype, shape), raw in zip(read, host):
             if r != FLAG:
-                results[r] = _host_array(raw, g.containers[r].dtype, inst.shapes[access])
+                results[r] = _host_array(raw, dtype, shape)
                 moved += results[r].nbytes
         if flagged:
             flag = host[-1].view(np.int32)
@@ -495,6 +487,30 @@ class Executable:
         self._stats["bytes_moved"] = moved
         memory.hold(self, inst.key, inst.held_bytes, self.device)  # now with its uploads: most recently used
         return results
+
+    def _result_plan(self, inst: _Instance, device_arrays: bool, flagged: bool) -> tuple[list, list]:
+        """Which results a call hands over, ``(result, access, dtype)``, and
+        which it reads back, ``(result, access, dtype, shape)`` (the bounds
+        flag last where ``flagged``), made once per instance and mode: a call
+        returning device arrays hands over every result; one returning host
+        arrays on slangpy's CPU device hands over the buffers of results over
+        ``READ_PACKED_BYTES`` too, as views of that host memory (no copy; the
+        buffer goes back to the spares when the view is dropped)."""
+        key = (device_arrays, flagged)
+        if key not in inst.result_plans:
+            g = inst.plan.graph
+            handed, read = [], []
+            for r, access in inst.latest.items():
+                dtype = g.containers[r].dtype
+                if device_arrays or (self._results_in_host_memory and access in inst.buffers and dtype != "bool"
+                                     and inst.buffers[access].size > READ_PACKED_BYTES):
+                    handed.append((r, access, dtype))
+                else:
+                    read.append((r, access, dtype, inst.shapes[access]))
+            if flagged:
+                read.append((FLAG, FLAG, "int32", (FLAG_WORDS,)))
+            inst.result_plans[key] = handed, read
+        return inst.result_plans[key]
 
     def _read(self, dev: spy.Device, enc: spy.CommandEncoder, inst: _Instance,
               buffers: list[spy.Buffer]) -> list[np.ndarray]:
