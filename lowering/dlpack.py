@@ -123,7 +123,7 @@ def staged(value: Any, host: np.ndarray, storage: type) -> np.ndarray:
     too: a transposed or float64-to-float32 argument kept on the device is the
     copy a hot loop means to avoid).  Python lists and numbers, converted by
     nature, do not warn."""
-    upload = np.ascontiguousarray(host, dtype=storage)
+    upload = np.ascontiguousarray(host, dtype=storage).reshape(host.shape)  # it makes a 0-d array 1-d
     if upload.size and hasattr(value, "__dlpack__") and not np.may_share_memory(upload, host):
         reason = (f"dtype {host.dtype} is stored as {np.dtype(storage)}" if host.dtype != upload.dtype
                   else "its layout is not C-contiguous")
