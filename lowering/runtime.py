@@ -609,23 +609,29 @@ class Executable:
                                 {n: a for n, a in names.items() if a not in fixed})
                 for name, (kernel, thread_count, names, constants) in launches.items()}
 
-    def _launches(self, inst: _Instance) -> list[tuple[_Dispatch, dict]]:
+    def _launches(self, inst: _Instance) -> list[tuple[_Dispatch | HostProduct, dict, tuple[str, ...], tuple]]:
         """The dispatches of ``inst.launches`` with their uniforms: on the CPU
         device one per run of consecutive kernels (a whole call is one run),
         with the worker threads its kernels may use (``lowering.threads``),
-        elsewhere one per kernel.  bench.profile times kernels alone by cutting
-        that list."""
+        elsewhere one per kernel; host products in between.  With each, the
+        versions bound per call and the key ``_record`` keeps its binding
+        under (a host product's by the product too: a cut launch list,
+        bench.profile, puts others at its position).  bench.profile times
+        kernels alone by cutting that list."""
         sequential = self.backend.target().sequential
         workers = cpu_workers() if sequential else 0  # read per call: $SYMDIFF_CPU_THREADS may change
         kept = inst.launch_list  # for these lists (replaced, never changed in place) and workers
         if kept is not None and kept[0] is inst.launches and kept[1] is inst.dispatches and kept[2] == workers:
             return kept[3]
         if not sequential:
-            made = [(run[0].host or inst.dispatches[run[0].name], {}) for run in inst.launches]
+            runs = [(run[0].host or inst.dispatches[run[0].name], {}) for run in inst.launches]
         else:
-            made = [(run[0].host, {}) if run[0].host else
+            runs = [(run[0].host, {}) if run[0].host else
                     (inst.dispatches[PROGRAM], {"first": run[0].index, "last": run[-1].index + 1, "workers": workers})
                     for run in inst.launches]
+        made = [(d, uniforms, d.accesses, (position, id(d))) if isinstance(d, HostProduct) else
+                (d, uniforms, tuple(d.per_call.values()), (position, *uniforms.values()))
+                for position, (d, uniforms) in enumerate(runs)]
         inst.launch_list = inst.launches, inst.dispatches, workers, made
         return made
 
@@ -781,20 +787,19 @@ class Executable:
             enc.clear_buffer(bindings[access])
         launches = self._launches(inst)
         pending = True  # enc holds commands not yet run (the caller's uploads and fills, at first)
-        for position, (d, uniforms) in enumerate(launches):
-            for access in late.get(position, ()):
-                enc.clear_buffer(bindings[access])
+        for position, (d, uniforms, accesses, key) in enumerate(launches):
+            if position in late:
+                for access in late[position]:
+                    enc.clear_buffer(bindings[access])
                 pending = True
+            buffers = [bindings[a] for a in accesses]
             if isinstance(d, HostProduct):
                 if pending:  # consecutive host products wait for the launches before them once
                     enc, pending = self._finished(enc), False
-                # keyed by the product too: a cut launch list (bench.profile) puts others at its position
-                self._kept(inst, len(launches), (position, id(d)), [bindings[a] for a in d.accesses],
-                           lambda: self._host_run(d, bindings))()
+                self._kept(inst, len(launches), key, buffers, lambda: self._host_run(d, bindings))()
                 continue
             pending = True
-            per_call = [bindings[a] for a in d.per_call.values()]
-            root = self._kept(inst, len(launches), (position, *uniforms.values()), per_call,
+            root = self._kept(inst, len(launches), key, buffers,
                               lambda: self._root(d, {**uniforms, **d.params, **{
                                   n: bindings[a] for n, a in d.per_call.items()}}))
             compute = enc.begin_compute_pass()
@@ -823,7 +828,7 @@ class Executable:
         """What ``make`` builds for a launch over ``buffers``, kept in
         ``inst.bound`` (``RECORDED_BINDINGS`` sets of buffers for each of the
         call's ``launches``) with the buffers, so that their ids stay theirs."""
-        key = (*key, *(id(b) for b in buffers))
+        key = key + tuple(map(id, buffers))
         if key not in inst.bound:
             if len(inst.bound) >= RECORDED_BINDINGS * launches:
                 inst.bound.clear()
