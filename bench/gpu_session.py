@@ -6,6 +6,10 @@ learning from one visit is put in one command tested beforehand on lavapipe
 (``--device vulkan --quick``).  Its stages, in order, each with a wall-clock
 budget (``--budget STAGE=SECONDS`` overrides one):
 
+0. ``auto``: which kind ``device="auto"`` picks here, and where CUDA and
+   Vulkan both reach the GPU the probe times it picked by, measured fresh
+   (``bench.auto_choice``, the cache directory in ``OUTDIR/cache``);
+   ``OUTDIR/auto.json``.
 1. ``tests``: pytest on the lowering and symdiff tests selected by ``-k DEVICE``
    (the device fixtures of ``tests/lowering/conftest.py`` and
    ``tests/symdiff/conftest.py`` take ``cuda`` where slangpy has it; symdiff's
@@ -65,8 +69,8 @@ MIN_CHUNK_S = 20.0       # a fuzz chunk is not started with less time than this 
 FUZZ_FAILURES = ("wrong", "crash", "error")   # tests.fuzz.runner.FAILURES
 
 # budgets in seconds per stage: full adds up to 7.5 minutes, with the grace inside each
-BUDGETS = {"tests": 115.0, "interop": 30.0, "fuzz": 70.0, "bench": 170.0, "sweep": 75.0}
-QUICK_BUDGETS = {"tests": 60.0, "interop": 30.0, "fuzz": 60.0, "bench": 100.0, "sweep": 60.0}
+BUDGETS = {"auto": 40.0, "tests": 115.0, "interop": 35.0, "fuzz": 70.0, "bench": 145.0, "sweep": 70.0}
+QUICK_BUDGETS = {"auto": 40.0, "tests": 60.0, "interop": 35.0, "fuzz": 60.0, "bench": 100.0, "sweep": 60.0}
 TEST_PATHS = ("tests/lowering", "tests/symdiff")
 QUICK_TEST_PATHS = ("tests/lowering/test_dlpack.py", "tests/lowering/test_matmul.py")
 
@@ -129,6 +133,24 @@ def run_command(cmd: list[str], log: Path, deadline: Deadline) -> dict[str, Any]
             "log": str(log)}
 
 
+# -- stage 0: auto ------------------------------------------------------------------------
+
+def auto_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
+    runs: list = []
+    log = s.out / "logs" / "auto.log"
+    result = json_run([s.python, "-m", "bench.auto_choice", "--cache-dir", str(s.out / "cache")],
+                      s.out / "auto.json", log, deadline, runs)
+    if result is None:
+        return {"status": "out of time" if not runs or runs[-1]["timed_out"] else "error", "runs": runs,
+                "detail": f"bench.auto_choice wrote no results: see {log}"}
+    measured = result.get("measured") or {}
+    times = "; ".join(f"{kind} " + ", ".join(f"{w} {t * 1e3:.3g} ms" for w, t in seconds.items())
+                      for kind, seconds in measured.get("seconds", {}).items())
+    return {"status": "failures" if measured.get("failed") else "ok", "runs": runs, "auto": result,
+            "detail": f"auto picks {result['auto']}: {result['how']}" + (f"; {times}" if times else "")
+                      + (f"; probe failed on {sorted(measured['failed'])}" if measured.get("failed") else "")}
+
+
 # -- stage 1: tests -----------------------------------------------------------------------
 
 def junit_counts(path: Path) -> dict[str, Any]:
@@ -177,7 +199,7 @@ def interop_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
     result = json_run([s.python, "-m", "bench.zero_copy", "--device", s.device], s.out / "interop.json", log,
                       deadline, runs)
     if result is None:
-        return {"status": "out of time" if runs and runs[-1]["timed_out"] else "error", "runs": runs,
+        return {"status": "out of time" if not runs or runs[-1]["timed_out"] else "error", "runs": runs,
                 "detail": f"bench.zero_copy wrote no results: see {log}"}
     return {**interop_verdict(result), "runs": runs}
 
@@ -356,7 +378,7 @@ def _software_vulkan() -> bool:
     return lowering.backends.of("vulkan").is_software()
 
 
-STAGES = [Stage("tests", tests_stage), Stage("interop", interop_stage), Stage("fuzz", fuzz_stage), Stage("bench", bench_stage),
+STAGES = [Stage("auto", auto_stage), Stage("tests", tests_stage), Stage("interop", interop_stage), Stage("fuzz", fuzz_stage), Stage("bench", bench_stage),
           Stage("sweep", sweep_stage)]
 
 
@@ -452,7 +474,8 @@ def parse_budget(text: str) -> tuple[str, float]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.gpu_session", description=__doc__.splitlines()[0])
-    p.add_argument("outdir", type=Path, help="folder for summary.json, tests.xml, interop.json, fuzz/, bench/, logs/")
+    p.add_argument("outdir", type=Path,
+                   help="folder for summary.json, auto.json, tests.xml, interop.json, fuzz/, bench/, logs/")
     p.add_argument("--device", choices=("cuda", "vulkan"), default="cuda")
     p.add_argument("--quick", action="store_true",
                    help="a few tests, 10 fuzz programs, shorter measurements: the lavapipe rehearsal")

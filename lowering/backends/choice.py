@@ -10,7 +10,9 @@ geometric mean of the probe's times wins.  The outcome is kept on disk, in
 ``devices.cache_dir() / CHOICE_FILE``, keyed by the candidates' identities
 (adapters, driver version, slangpy version: ``Backend.identity``), so a
 machine measures once and again only when its cards or drivers change.  With
-the disk cache off (``SYMDIFF_DISK_CACHE=0``) it is kept for the process only.
+the disk cache off (``SYMDIFF_DISK_CACHE=0``, as in the test suite) nothing
+is measured and ``auto_rank`` decides: every process (every test worker)
+would otherwise pay the probe's compiles.
 
 A kind whose probe fails is left out of the choice (its error is kept with
 the measurement); if every probe fails, ``auto`` falls back on ``auto_rank``.
@@ -51,7 +53,9 @@ def path() -> Path:
 def fastest(candidates: list[Backend], probe: Probe) -> str | None:
     """The kind among ``candidates`` that ran ``probe`` fastest, measured now
     or read from an earlier measurement with the same ``key``; None where no
-    candidate's probe ran."""
+    candidate's probe ran, or the disk cache is off."""
+    if not devices.disk_cache_enabled():
+        return None
     names = {backend.name for backend in candidates}
     at = key(candidates)
     with _lock:
@@ -94,8 +98,6 @@ def forget() -> None:
 
 
 def _stored(at: str) -> dict | None:
-    if not devices.disk_cache_enabled():
-        return None
     try:
         record = json.loads(path().read_text()).get(at)
     except (OSError, ValueError, AttributeError):  # none yet, or unreadable: measure again
@@ -105,8 +107,6 @@ def _stored(at: str) -> dict | None:
 
 def _store(at: str, record: dict) -> None:
     """Add ``record`` to the file under ``at``, atomically (other processes may read it meanwhile)."""
-    if not devices.disk_cache_enabled():
-        return
     file = path()
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
