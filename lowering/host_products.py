@@ -133,6 +133,8 @@ class HostProduct:
             host_blas.gemm(_merged(a_view, a_shape), _merged(b_view, b_shape), merged)
         if gemm is not None:
             beta = 1.0 if accumulate else 0.0
+            if not scalars:  # alpha known now: nothing computed per run
+                return lambda: gemm(coeff, beta)
             return lambda: gemm(coeff * math.prod(float(s[0]) for s in scalars), beta)
         a, b = _operand_of(a_view, a_shape), _operand_of(b_view, b_shape)
         target = out if merged is None else merged
