@@ -154,15 +154,15 @@ class Tuning:
     # this length (lowering.kernels.register_tiles); a longer one is left rolled,
     # to the backend compiler's vectoriser.
     unrolled_tile_row: int = 8
-    # Multiply-adds from which a product runs on the host's BLAS on a target with
-    # ``host_blas`` (lowering.host_products).  bench/host_products.py found BLAS
-    # faster than the micro-kernel from 128^3; below that the register tiles were
-    # no faster either, and their unrolled Slang cost most of a first call: at
-    # 1 << 15 (the RNN's 16x64x64 steps and up) the small bench models' first
-    # compiles fell 3.3-14 -> 0.7-2.4 CPU s and their calls 1.2-4.9 -> 0.3-2.8 ms
-    # (docs/benchmarks.md, "First call of the bench workloads").  Smaller products
-    # (unrolled loops' dot products) stay fused in the Slang kernels.
-    host_blas_min_work: int = 1 << 15
+    # Multiply-adds from which a product runs on the host's BLAS rather than as a
+    # generated micro-kernel, on a target with ``host_blas`` (lowering.host_products).
+    # numpy's call (~2 us at 16x64x64) costs less than a Slang launch, and the
+    # product's kernel is not compiled at all (g++ over its unrolled blocks: seconds),
+    # so the host wins from 16^3 up (bench/host_products.py: value_and_grad of one
+    # product level at 16^3-128^3, first calls 2-4x shorter; the small Elman RNN's
+    # 16x64x64 steps: 8.3 ms a call against 3.2, its first call 12.9 s against 1.3).
+    # Below, neither wins measurably and a tiny kernel compiles fast.
+    host_blas_min_work: int = 1 << 12
 
     # -- planning and sharing (lowering.sibling_reductions, shared_code, in_place) --
     # Most values one merged tasklet of sibling reductions sums: on the CPU device
