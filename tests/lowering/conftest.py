@@ -1,5 +1,6 @@
 """Devices for the lowering tests: every slangpy backend present, shared by
 all tests (a device takes 0.2-1.3 s to create; kernels are cached per process)."""
+import gc
 import sys
 from pathlib import Path
 
@@ -23,3 +24,14 @@ def device(request) -> str:
     if request.param not in SLANG_DEVICES:
         pytest.skip(f"no {request.param} device here")
     return request.param
+
+
+@pytest.fixture(scope="module")
+def frozen_heap():
+    """Moves what earlier test files left alive out of the collector's reach (``gc.freeze``)
+    for the tests that call ``gc.collect()`` to drop their results: a full collection late in
+    a worker walks ~700k objects (0.5 s each time); the tests' own objects are still collected."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()

@@ -12,6 +12,8 @@ from symdiff import lowering
 import symdiff as sd
 from symdiff.lowering import memory
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # conftest: gc.collect() walks only these tests' objects
+
 
 def _program():
     """A fresh program object of a fresh function: nothing else refers to it."""

@@ -5,8 +5,11 @@ caller drops earlier results, and never an earlier result changed by a later cal
 import gc
 
 import numpy as np
+import pytest
 
 import symdiff as sd
+
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # conftest: gc.collect() walks only these tests' objects
 
 
 def loss(x: sd.f32[64], w: sd.f32[64], unused: sd.f32[64]):
