@@ -93,9 +93,10 @@ class Tuning:
     # points inner (lowering.kernels.columns): fewer than a vector's worth of
     # neighbouring loads gains g++ nothing to vectorise across.
     cpu_column_points: int = 8
-    # Rows at least this long make a CPU thread's points two loops, its rows outer
-    # and their points inner (lowering.kernels.writer's ``frame``): an inner loop over
-    # a shorter row holds less than a vector of float32 and pays its bounds per row.
+    # Rows at least this long make a CPU thread's points that cross rows two loops,
+    # its rows outer and their points inner (lowering.kernels.writer's ``frame``): an
+    # inner loop over a shorter row holds less than a vector of float32 and pays its
+    # bounds per row.
     cpu_row_loop_min: int = 16
     # Run-time alias checks g++ may add to vectorise one loop (its
     # ``vect-max-version-for-alias-checks``, default 10; ``compiler_args``): a kernel's

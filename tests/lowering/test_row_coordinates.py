@@ -1,6 +1,7 @@
-"""CPU point loops by rows (lowering.kernels.writer.frame, lowering.threads.Threads.open_rows):
-a thread's points run as rows of the box, every coordinate but the last once a row, the
-last the counter of a plain inner loop, so that g++ vectorises it.  Values against the
+"""CPU point loops (lowering.kernels.writer.frame): a thread's points within one row take the
+row's leading coordinates once; points crossing rows run as rows of the box
+(lowering.threads.Threads.open_rows), every coordinate but the last once a row, the last the
+counter of a plain inner loop, so that g++ vectorises it.  Values against the
 interpreter and gradients against JAX in float64, for rows a thread's points cross, start
 mid-way or hold several of (rows shorter than a thread's run), rows too short for the row
 loop, 1-d and 3-d boxes and broadcast operands; and g++'s own report that the loops vectorise."""
@@ -32,16 +33,21 @@ def outer_graph(shape: tuple[int, ...]):
     return b.g, {c: r.standard_normal(b.g.containers[c].shape).astype("float32") for c in "uvw"}
 
 
-# (64, 1024), (4, 8, 1024): each thread's 256 points in one row; (96, 700): 262 points a thread,
-# starting mid-row and crossing into the next; (3, 300, 17): rows of 17 shorter than a thread's 59
-# points; (40, 13): rows too short for a loop of their own (Tuning.cpu_row_loop_min), one
-# division per point as before
-@pytest.mark.parametrize("shape, rows", [((64, 1024), True), ((4, 8, 1024), True), ((96, 700), True),
-                                         ((3, 300, 17), True), ((40, 13), False)])
-def test_points_of_a_thread_by_rows(shape, rows):
+# (64, 1024), (4, 8, 1024): each thread's 256 points in one row (the leading coordinates the
+# thread's own); (96, 700): 262 points a thread, starting mid-row and crossing into the next;
+# (3, 300, 17): rows of 17 shorter than a thread's 59 points; (40, 13): rows too short for a
+# loop of their own (Tuning.cpu_row_loop_min), one division per point
+ONE_ROW, ROWS, FLAT = "one row", "rows", "flat"
+
+
+@pytest.mark.parametrize("shape, form", [((64, 1024), ONE_ROW), ((4, 8, 1024), ONE_ROW), ((96, 700), ROWS),
+                                         ((3, 300, 17), ROWS), ((40, 13), FLAT)])
+def test_points_of_a_thread_by_rows(shape, form):
     graph, inputs = outer_graph(shape)
     exe = assert_agrees(graph, inputs, "cpu", rtol=1e-5, atol=1e-5)
-    assert (f"for (int row = first / {shape[-1]}; row * {shape[-1]} < last; row++)" in exe.source) == rows
+    n = shape[-1]
+    assert (f"first % {n} + (lin - first)" in exe.source) == (form == ONE_ROW)
+    assert (f"for (int row = first / {n}; row * {n} < last; row++)" in exe.source) == (form == ROWS)
 
 
 def model(x: sd.f32[3, 50, 37], y: sd.f32[3, 50, 37], b: sd.f32[37], c: sd.f32[5001]):
