@@ -6,20 +6,30 @@ learning from one visit is put in one command tested beforehand on lavapipe
 (``--device vulkan --quick``).  Its stages, in order, each with a wall-clock
 budget (``--budget STAGE=SECONDS`` overrides one):
 
+0. ``auto``: which kind ``device="auto"`` picks here, and where CUDA and
+   Vulkan both reach the GPU the probe times it picked by, measured fresh
+   (``bench.auto_choice``, the cache directory in ``OUTDIR/cache``);
+   ``OUTDIR/auto.json``.
 1. ``tests``: pytest on the lowering and symdiff tests selected by ``-k DEVICE``
    (the device fixtures of ``tests/lowering/conftest.py`` and
    ``tests/symdiff/conftest.py`` take ``cuda`` where slangpy has it; symdiff's
    hold the interop tests), junit XML in ``OUTDIR/tests.xml``; then the shared
    acceptance check on the device where ``../shared/acceptance`` is beside the
    checkout (``tests/test_acceptance.py`` does not run it on cuda).
-2. ``fuzz``: a 200-program differential fuzz campaign on the device
+2. ``interop``: on CUDA, whether results reach torch and JAX (``sd.to_torch``,
+   ``sd.to_jax``, DLPack) and CUDA tensors reach symdiff without a copy,
+   judged by comparing device pointers (``bench.zero_copy``); ``OUTDIR/interop.json``.
+   Status ``ok`` (every path zero-copy), ``copies`` (values right, some path
+   copies: the table names which) or ``failures`` (wrong values or errors);
+   ``skipped (no CUDA)`` on other devices.
+3. ``fuzz``: a 200-program differential fuzz campaign on the device
    (``python -m tests.fuzz``) in chunks of consecutive seeds, so running out of
    time loses one chunk, not the campaign; ``OUTDIR/fuzz/``.
-3. ``bench``: ``bench.gpu_products`` (MLP and gemm, fp32 with TFLOP/s:
+4. ``bench``: ``bench.gpu_products`` (MLP and gemm, fp32 with TFLOP/s:
    symdiff's ``matmul_precision="tf32"`` has no tensor-core form yet, so no
    TF32 rows; the JSON says so) then every memory-bound row of ``bench.gpu``,
    one process per row; ``OUTDIR/bench/``.
-4. ``sweep``: product variants (``SWEEP_VARIANTS``: group tile shapes, k
+5. ``sweep``: product variants (``SWEEP_VARIANTS``: group tile shapes, k
    tiles, split-K targets), each ``bench.gpu_products`` in its own process
    with the device's ``lowering.targets.Tuning`` overridden (``--tuning``),
    checked against JAX; ``OUTDIR/sweep/``.  The fastest variant per product
@@ -59,8 +69,8 @@ MIN_CHUNK_S = 20.0       # a fuzz chunk is not started with less time than this 
 FUZZ_FAILURES = ("wrong", "crash", "error")   # tests.fuzz.runner.FAILURES
 
 # budgets in seconds per stage: full adds up to 7.5 minutes, with the grace inside each
-BUDGETS = {"tests": 125.0, "fuzz": 70.0, "bench": 180.0, "sweep": 75.0}
-QUICK_BUDGETS = {"tests": 60.0, "fuzz": 60.0, "bench": 100.0, "sweep": 60.0}
+BUDGETS = {"auto": 40.0, "tests": 115.0, "interop": 35.0, "fuzz": 70.0, "bench": 145.0, "sweep": 70.0}
+QUICK_BUDGETS = {"auto": 40.0, "tests": 60.0, "interop": 35.0, "fuzz": 60.0, "bench": 100.0, "sweep": 60.0}
 TEST_PATHS = ("tests/lowering", "tests/symdiff")
 QUICK_TEST_PATHS = ("tests/lowering/test_dlpack.py", "tests/lowering/test_matmul.py")
 
@@ -123,6 +133,24 @@ def run_command(cmd: list[str], log: Path, deadline: Deadline) -> dict[str, Any]
             "log": str(log)}
 
 
+# -- stage 0: auto ------------------------------------------------------------------------
+
+def auto_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
+    runs: list = []
+    log = s.out / "logs" / "auto.log"
+    result = json_run([s.python, "-m", "bench.auto_choice", "--cache-dir", str(s.out / "cache")],
+                      s.out / "auto.json", log, deadline, runs)
+    if result is None:
+        return {"status": "out of time" if not runs or runs[-1]["timed_out"] else "error", "runs": runs,
+                "detail": f"bench.auto_choice wrote no results: see {log}"}
+    measured = result.get("measured") or {}
+    times = "; ".join(f"{kind} " + ", ".join(f"{w} {t * 1e3:.3g} ms" for w, t in seconds.items())
+                      for kind, seconds in measured.get("seconds", {}).items())
+    return {"status": "failures" if measured.get("failed") else "ok", "runs": runs, "auto": result,
+            "detail": f"auto picks {result['auto']}: {result['how']}" + (f"; {times}" if times else "")
+                      + (f"; probe failed on {sorted(measured['failed'])}" if measured.get("failed") else "")}
+
+
 # -- stage 1: tests -----------------------------------------------------------------------
 
 def junit_counts(path: Path) -> dict[str, Any]:
@@ -160,7 +188,36 @@ def tests_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
     return result
 
 
-# -- stage 2: fuzz ------------------------------------------------------------------------
+# -- stage 2: interop ---------------------------------------------------------------------
+
+def interop_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
+    if s.device != "cuda":
+        return {"status": "skipped (no CUDA)",
+                "detail": f"zero-copy interop is a CUDA question; {s.device} here (bench.zero_copy runs anywhere)"}
+    runs: list = []
+    log = s.out / "logs" / "interop.log"
+    result = json_run([s.python, "-m", "bench.zero_copy", "--device", s.device], s.out / "interop.json", log,
+                      deadline, runs)
+    if result is None:
+        return {"status": "out of time" if not runs or runs[-1]["timed_out"] else "error", "runs": runs,
+                "detail": f"bench.zero_copy wrote no results: see {log}"}
+    return {**interop_verdict(result), "runs": runs}
+
+
+def interop_verdict(result: dict[str, Any]) -> dict[str, Any]:
+    """The stage's status from ``bench.zero_copy``'s rows: wrong values or an
+    error fail it; right values with a copy on some path are ``copies``."""
+    rows = result["rows"]
+    failed = [r["path"] for r in rows if not r["values_ok"] or r["zero_copy"] is None]
+    copies = [r["path"] for r in rows if r["zero_copy"] is False]
+    status = "failures" if failed else "copies" if copies else "ok"
+    zero = [r["path"] for r in rows if r["zero_copy"]]
+    return {"status": status, "rows": rows,
+            "detail": f"zero-copy: {', '.join(zero) or 'none'}; copies: {', '.join(copies) or 'none'}"
+                      + (f"; failed: {', '.join(failed)}" if failed else "")}
+
+
+# -- stage 3: fuzz ------------------------------------------------------------------------
 
 def fuzz_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
     chunk = 5 if s.quick else 50
@@ -192,7 +249,7 @@ def fuzz_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
                       + (f"; replay: python -m tests.fuzz --device {s.device} --replay SEED" if failing else "")}
 
 
-# -- stage 3: bench -----------------------------------------------------------------------
+# -- stage 4: bench -----------------------------------------------------------------------
 
 def bench_jobs(s: Session) -> list[tuple[str, list[str]]]:
     """(name, command) per bench process: the products first (the issue's
@@ -253,7 +310,7 @@ def bench_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
                       f"not ok: {wrong or 'none'}; missing: {missing or 'none'}; no TF32 rows (no tensor-core form)"}
 
 
-# -- stage 4: sweep -----------------------------------------------------------------------
+# -- stage 5: sweep -----------------------------------------------------------------------
 
 # Tuning overrides per variant, in the order they run, the likeliest gains first (a
 # stage out of time loses the last); the first is the target's own numbers, the
@@ -321,7 +378,7 @@ def _software_vulkan() -> bool:
     return lowering.backends.of("vulkan").is_software()
 
 
-STAGES = [Stage("tests", tests_stage), Stage("fuzz", fuzz_stage), Stage("bench", bench_stage),
+STAGES = [Stage("auto", auto_stage), Stage("tests", tests_stage), Stage("interop", interop_stage), Stage("fuzz", fuzz_stage), Stage("bench", bench_stage),
           Stage("sweep", sweep_stage)]
 
 
@@ -358,9 +415,16 @@ def _ms(x: float | None) -> str:
 
 
 def table(summary: dict[str, Any]) -> str:
-    lines = [f"{'stage':<6} {'status':<12} {'s/budget':>9}  detail"]
+    lines = [f"{'stage':<7} {'status':<17} {'s/budget':>9}  detail"]
     for name, r in summary["stages"].items():
-        lines.append(f"{name:<6} {r['status']:<12} {r['seconds']:>4.0f}/{r['budget_s']:<4.0f}  {r.get('detail', '')}")
+        lines.append(f"{name:<7} {r['status']:<17} {r['seconds']:>4.0f}/{r['budget_s']:<4.0f}  {r.get('detail', '')}")
+    interop = summary["stages"].get("interop", {}).get("rows", [])
+    if interop:
+        lines.append("")
+        lines.append(f"{'interop path':<14} {'verdict':<9} {'values':<6}  pointers")
+        for r in interop:
+            verdict = {True: "zero-copy", False: "copy", None: "error"}[r["zero_copy"]]
+            lines.append(f"{r['path']:<14} {verdict:<9} {'ok' if r['values_ok'] else 'WRONG':<6}  {r['detail']}")
     rows = summary["stages"].get("bench", {}).get("rows", [])
     if rows:
         lines.append("")
@@ -410,7 +474,8 @@ def parse_budget(text: str) -> tuple[str, float]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.gpu_session", description=__doc__.splitlines()[0])
-    p.add_argument("outdir", type=Path, help="folder for summary.json, tests.xml, fuzz/, bench/, logs/")
+    p.add_argument("outdir", type=Path,
+                   help="folder for summary.json, auto.json, tests.xml, interop.json, fuzz/, bench/, logs/")
     p.add_argument("--device", choices=("cuda", "vulkan"), default="cuda")
     p.add_argument("--quick", action="store_true",
                    help="a few tests, 10 fuzz programs, shorter measurements: the lavapipe rehearsal")

@@ -1,7 +1,7 @@
 """Matrix products on the CPU device: the host's BLAS (``lowering.host_products``)
 against the generated micro-kernels, interleaved in one process, per size.
 
-    python -m bench.host_products [--repeats 15]
+    python -m bench.host_products [--repeats 15] [--shape 64x256x256 ...]
 
 Prints, per product shape, the minimum ms of a program computing ``sum((a @ b) * c)``
 forward only (one product) and its ``value_and_grad`` (three products), each
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -22,14 +22,16 @@ import numpy as np
 import symdiff as sd
 from symdiff.lowering import backends
 
-SHAPES = [(64, 64, 64), (128, 128, 128), (256, 128, 128), (256, 256, 256), (512, 512, 512),
+SHAPES = [(16, 64, 64), (64, 16, 64), (64, 64, 64), (64, 256, 256), (256, 64, 256), (128, 128, 128), (256, 128, 128), (256, 256, 256), (512, 512, 512),
           (1024, 256, 256), (4096, 512, 512), (1024, 1024, 1024)]
 
 
 @contextmanager
-def generated_kernels():
-    """Every product as a generated Slang kernel, for the duration."""
-    with backends.targets_changed(lambda t: replace(t, tuning=replace(t.tuning, host_blas_min_work=1 << 62))):
+def products_on(way: str):
+    """Every product on the host's BLAS (``"host"``) or as a generated Slang
+    kernel (``"generated"``), whatever its size, for the duration."""
+    least = 0 if way == "host" else 1 << 62
+    with backends.targets_changed(lambda t: replace(t, tuning=replace(t.tuning, host_blas_min_work=least))):
         yield
 
 
@@ -53,25 +55,27 @@ def timed(f, repeats: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.host_products", description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--shape", action="append", metavar="MxKxN", help="shape(s) to run (repeatable); default: all")
     args = ap.parse_args(argv)
+    shapes = [tuple(int(n) for n in s.split("x")) for s in args.shape] if args.shape else SHAPES
     os.environ["SYMDIFF_DISK_CACHE"] = "0"  # first calls compile, as a new user's do
     rng = np.random.default_rng(0)
     print(f"{'m x k x n':>16} {'MACs':>8} | {'fwd BLAS':>9} {'fwd gen':>8} | {'v&g BLAS':>9} {'v&g gen':>8} | "
           f"{'numpy a@b':>9} | {'1st BLAS s':>10} {'1st gen s':>9}")
-    for m, k, n in SHAPES:
+    for m, k, n in shapes:
         a, b, c = (rng.standard_normal(s).astype(np.float32) for s in [(m, k), (k, n), (m, n)])
         ways = {}
         for way in ("host", "generated"):
             p = program(m, k, n, way)
             start = time.perf_counter()
-            with generated_kernels() if way == "generated" else nullcontext():
+            with products_on(way):
                 p.value_and_grad(a, b, c, device="cpu")
                 p(a, b, c, device="cpu")
             ways[way] = (p, time.perf_counter() - start)
         results = {}
         for _ in range(2):  # interleaved: the machine's load changes between them alike
             for way, (p, _) in ways.items():
-                with generated_kernels() if way == "generated" else nullcontext():
+                with products_on(way):
                     fwd = timed(lambda: p(a, b, c, device="cpu"), args.repeats)
                     vg = timed(lambda: p.value_and_grad(a, b, c, device="cpu"), args.repeats)
                 old = results.get(way, (float("inf"),) * 2)

@@ -21,7 +21,8 @@ from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
 from . import targets
 from .host_products import HostProduct
 from .kernels import registry
-from .kernels.writer import FUNCTION, GROUPSHARED, STORAGE_TYPES, Declarations, buffer_name, identifier
+from .kernels.writer import (FUNCTION, GROUPSHARED, STORAGE_TYPES, Declarations, buffer_name, buffer_parameter,
+                             element_type, identifier)
 from .plan_types import HostKernel, Plan
 from .printer import SLANG_TYPES, SlangPrinter, prelude
 from .shared_code import SHARED_BY, KernelCode, kernel_code, lift, share
@@ -80,7 +81,7 @@ class Module:
 
 
 def _params(buffers: dict[str, str], g: DataflowGraph) -> list[str]:
-    return [f"RWStructuredBuffer<{_storage(g, a)}> {n}" for n, a in sorted(buffers.items())]
+    return [buffer_parameter(n, _storage(g, a)) for n, a in sorted(buffers.items())]
 
 
 def _storage(g: DataflowGraph, access: str) -> str:
@@ -252,7 +253,8 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
             codes.append(KernelCode((name,), [], list(w.buffers), False))
         else:
             codes.append(kernel_code(body, list(w.buffers), [identifier(s.tasklet.name) for s in kernel.steps],
-                                     tuple(_storage(g, a) for a in w.buffers.values()), entries[-1].work,
+                                     tuple(element_type(n, _storage(g, a)) for n, a in w.buffers.items()),
+                                     entries[-1].work,
                                      target.tuning.lift_max_work))
         written[name] = (len(parts), w.comment("kernel"), dict(w.buffers), body)
         parts.append("")

@@ -123,7 +123,7 @@ def staged(value: Any, host: np.ndarray, storage: type) -> np.ndarray:
     too: a transposed or float64-to-float32 argument kept on the device is the
     copy a hot loop means to avoid).  Python lists and numbers, converted by
     nature, do not warn."""
-    upload = np.ascontiguousarray(host, dtype=storage)
+    upload = np.ascontiguousarray(host, dtype=storage).reshape(host.shape)  # it makes a 0-d array 1-d
     if upload.size and hasattr(value, "__dlpack__") and not np.may_share_memory(upload, host):
         reason = (f"dtype {host.dtype} is stored as {np.dtype(storage)}" if host.dtype != upload.dtype
                   else "its layout is not C-contiguous")
@@ -147,6 +147,16 @@ def _staging_buffer(device: spy.Device, direction: str, size: int) -> spy.Buffer
         usage = spy.BufferUsage.copy_source if direction == "upload" else spy.BufferUsage.copy_destination
         _staging[key] = device.create_buffer(size=size, usage=usage, memory_type=getattr(spy.MemoryType, direction))
     return _staging[key]
+
+
+def host_bytes(buffer: spy.Buffer) -> np.ndarray | None:
+    """All of ``buffer``'s memory as a writable uint8 numpy view where it is
+    host memory (``host_addressable``), else ``None``: a caller uploading
+    into the same buffer call after call keeps it (``runtime``), and waits
+    for the device before each write."""
+    if not host_addressable(buffer.device):
+        return None
+    return memory_view(buffer, (buffer.size,), np.dtype(np.uint8))
 
 
 def _host_memory(buffer: spy.Buffer, nbytes: int) -> np.ndarray | None:

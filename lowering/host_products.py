@@ -31,7 +31,7 @@ import sympy
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.index_analysis import affine_coefficients
 
-from . import targets
+from . import host_blas, targets
 
 
 @dataclass(frozen=True)
@@ -109,22 +109,33 @@ class HostProduct:
         a call).  Several row, column or reduced axes are merged into one, a
         view where their strides allow it; an operand they do not allow (or
         whose strides BLAS cannot take, ``_blasable``) is copied on every run,
-        as its values change.  An output BLAS can write (``_layout``) is
-        written by ``matmul`` itself, through its transpose where it is
-        column-major, unless the product adds into it."""
+        as its values change.
+
+        A product of two matrices whose three views BLAS takes as they are is
+        one GEMM on them (``host_blas``): its coefficient is GEMM's ``alpha``
+        and a product adding into its output (another writer shares it) is
+        ``beta = 1``, with no temporary and no pass over the output.  Else
+        (a batch, a copied operand, no BLAS found) an output BLAS can write
+        (``_layout``) is written by ``matmul`` itself, through its transpose
+        where it is column-major, unless the product adds into it."""
         extent = {s: e - b for s, b, e in self.ranges}
         size = lambda axes: math.prod(extent[s] for s in axes)  # noqa: E731
         batch = self.batch
         lead = tuple(extent[s] for s in batch)
-        a = _operand_of(self._arranged(view(self.a), self.a, (*batch, *self.rows, *self.ks)),
-                        (*lead, size(self.rows), size(self.ks)))
-        b = _operand_of(self._arranged(view(self.b), self.b, (*batch, *self.ks, *self.columns)),
-                        (*lead, size(self.ks), size(self.columns)))
+        a_view = self._arranged(view(self.a), self.a, (*batch, *self.rows, *self.ks))
+        b_view = self._arranged(view(self.b), self.b, (*batch, *self.ks, *self.columns))
+        a_shape, b_shape = (*lead, size(self.rows), size(self.ks)), (*lead, size(self.ks), size(self.columns))
         out = self._arranged(view(self.out), self.out, (*batch, *self.rows, *self.columns), writeable=True)
         merged = _merged(out, (*lead, size(self.rows), size(self.columns)))
-        target = out if merged is None else merged
         scalars = [view(s)[s.offset:s.offset + 1] for s in self.scalars]
         coeff, accumulate = self.coeff, self.accumulate
+        gemm = None if merged is None or lead else \
+            host_blas.gemm(_merged(a_view, a_shape), _merged(b_view, b_shape), merged)
+        if gemm is not None:
+            beta = 1.0 if accumulate else 0.0
+            return lambda: gemm(coeff * math.prod(float(s[0]) for s in scalars), beta)
+        a, b = _operand_of(a_view, a_shape), _operand_of(b_view, b_shape)
+        target = out if merged is None else merged
         layout = None if accumulate or merged is None else _layout(merged)
 
         def run() -> None:

@@ -62,6 +62,8 @@ def hold(owner: Holder, key: tuple, nbytes: int, device: str) -> None:
     recently used now), then release other instances past the limit."""
     ident = (id(owner), key)
     with _lock:
+        if _held and next(reversed(_held)) == ident and _held[ident][1] == nbytes and _held[ident][0]() is owner:
+            return  # the most recent already, with the same bytes: the total past the limit is as it was
         _purge()
         _held.pop(ident, None)
         _held[ident] = (weakref.ref(owner), nbytes, device)

@@ -9,7 +9,7 @@ one command encoder, submits once and reads the results back.
 A call returning device arrays hands the caller the buffers its kernels wrote
 the results into (no copy), and a spare buffer of the same size takes each
 one's place for the next call: a result array the caller drops goes back to
-the executable's spares (``weakref.finalize``), so a loop that keeps only the
+the executable's spares (``DeviceArray.__del__``), so a loop that keeps only the
 latest results allocates nothing after its first calls.
 
 Those buffers are the executable's per-call state, so calls of one executable
@@ -110,17 +110,28 @@ class DeviceArray:
 
     def __init__(self, buffer: spy.Buffer, shape: tuple[int, ...], dtype: str, device: str):
         self.buffer, self.shape, self.dtype, self.device = buffer, tuple(shape), dtype, device
-        self.pooled = False  # its buffer goes back to a pool when it is dropped (``pooled``)
+        self._pool: list | None = None  # where its buffer goes when it is dropped (``pooled_in``)
 
     @classmethod
     def pooled_in(cls, pool: list, buffer: spy.Buffer, shape: tuple[int, ...], dtype: str,
                   device: str) -> "DeviceArray":
         """An array of ``buffer`` that puts it back in ``pool`` when dropped
-        (an executable's spares, a loop's states): the buffer outlives it."""
+        (an executable's spares, a loop's states): the buffer outlives it.
+        ``__del__`` does it: a ``weakref.finalize`` per result cost 3.7 us
+        against 0.3 (measured), a tenth of a small call's host side."""
         array = cls(buffer, shape, dtype, device)
-        array.pooled = True
-        weakref.finalize(array, pool.append, buffer)
+        array._pool = pool
         return array
+
+    @property
+    def pooled(self) -> bool:
+        """Whether its buffer goes back to a pool when it is dropped (``pooled_in``)."""
+        return self._pool is not None
+
+    def __del__(self) -> None:
+        pool = getattr(self, "_pool", None)  # absent if __init__ did not finish
+        if pool is not None:
+            pool.append(self.buffer)
 
     @property
     def size(self) -> int:
@@ -225,6 +236,16 @@ class _Instance:
     # that their ids stay theirs)
     bound: dict[tuple, tuple] = field(default_factory=dict)
     watched: set[int] = field(default_factory=set)  # ids of callers' buffers bound above (Executable._watch)
+    # made once and kept for the calls after (each cost microseconds a call): host views of upload buffers
+    # by buffer id (Executable._upload, kept with their buffers), the zero fills' schedule (_fill_schedule),
+    # the launch list per worker count (Executable._launches), the read-back layout per result set (_read)
+    views: dict[int, tuple] = field(default_factory=dict)
+    fills: tuple | None = None
+    launch_list: tuple | None = None
+    read_layout: tuple | None = None
+    held: int | None = None  # held_bytes, None once buffers change
+    arguments: list | None = None  # (name, access, dtype) of each argument stored in a buffer (_bind_arguments)
+    result_plans: dict[tuple, tuple] = field(default_factory=dict)  # Executable._result_plan
 
     def held_buffers(self) -> dict[int, int]:
         """Size of each buffer this binding keeps between calls, by identity (a
@@ -236,13 +257,19 @@ class _Instance:
 
     @property
     def held_bytes(self) -> int:
-        """Bytes of the buffers this binding keeps between calls."""
-        return sum(self.held_buffers().values())
+        """Bytes of the buffers this binding keeps between calls: counted
+        again only after its buffers changed (``held`` is reset then), not on
+        every call (a size per buffer through slangpy, 40 of them for a
+        small RNN)."""
+        if self.held is None:
+            self.held = sum(self.held_buffers().values())
+        return self.held
 
     def release(self) -> None:
         """Give every buffer back; plan and module stay for inspection."""
         self.buffers, self.dispatches, self.readback, self.handed, self.bound = {}, {}, None, set(), {}
-        self.watched = set()
+        self.watched, self.views, self.launch_list, self.read_layout, self.held = set(), {}, None, None, None
+        self.result_plans = {}
 
 
 class Executable:
@@ -258,7 +285,8 @@ class Executable:
         self.backend = backends.of(device)
         self.sizes = dict(sizes or {})
         self._instances: dict[tuple, _Instance] = {}
-        self._bound: dict[tuple, dict[str, int]] = {}  # argument shapes and sizes -> bound sizes
+        self._arguments = tuple(graph.arguments)
+        self._bound: dict[tuple, tuple[dict[str, int], tuple]] = {}  # argument shapes (and sizes) -> bound sizes, key
         self._last: _Instance | None = None
         self._spares: dict[int, list[spy.Buffer]] = {}  # bytes -> buffers of dropped result arrays
         self._stats = {"kernels": 0, "dispatches": 0, "bytes_moved": 0, "compile_time": 0.0,
@@ -299,9 +327,12 @@ class Executable:
                                                        for o in (notes.origin(s.tasklet), *notes.folded(s.tasklet))))
                 for k in self._last.plan.kernels}
 
-    def _instance(self, sizes: dict[str, int]) -> _Instance:
-        key = tuple(sorted(sizes.items()))
+    def _instance(self, sizes: dict[str, int], key: tuple | None = None) -> _Instance:
+        """The instance of size binding ``sizes`` (``key``: its sorted items, where known)."""
+        key = tuple(sorted(sizes.items())) if key is None else key
         inst = self._instances.get(key)
+        if inst is not None and inst is self._last:
+            return inst
         if inst is None:
             start = time.perf_counter()
             before = cache.stats["compiles"]
@@ -419,46 +450,33 @@ class Executable:
             host = {k: host_argument(k, v, self.graph.containers[k].dtype) if k in self.graph.containers
                     else np.asarray(v) for k, v in inputs.items()}
             return self.backend.run(self.graph, host, {**self.sizes, **(sizes or {})})
-        missing = [a for a in self.graph.arguments if a not in inputs]
-        if missing:
-            raise ir.GraphError(f"missing arguments {missing} (graph {self.graph.name!r} takes {self.graph.arguments})")
-        inst = self._instance(self._bind_sizes(inputs, sizes))
+        inst = self._instance(*self._bind_sizes(inputs, sizes))
         dev = self.backend.device()
-        g = inst.plan.graph
         to_clear = self._replace_handed(inst)
-        bindings, moved = self._bind_arguments(inst, inputs, dlpack.upload)
+        bindings, moved = self._bind_arguments(inst, inputs, self._upload(inst))
         enc = dev.create_command_encoder()
         for buffer in to_clear:
             enc.clear_buffer(buffer)
         dispatches, enc = self._record(enc, inst, bindings)
         results: dict[str, DeviceArray | np.ndarray] = {}
-        if return_device_arrays:
-            for r, access in inst.latest.items():
-                dtype = g.containers[r].dtype
-                if access in inst.buffers:
-                    results[r] = self._hand_over(inst, access, dtype)
-                    continue
-                copy = _new_buffer(self.backend, dtype, math.prod(inst.shapes[access]))  # an argument returned as is
-                enc.copy_buffer(copy, 0, bindings[access], 0, copy.size)
-                results[r] = DeviceArray(copy, inst.shapes[access], dtype, self.device)
-        read = [] if return_device_arrays else list(inst.latest.items())
-        if read and self._results_in_host_memory:
-            # slangpy's CPU device: a large result's buffer is host memory, handed over as the
-            # caller's array (a view, no copy; its buffer goes back to the spares when dropped)
-            for r, access in [(r, a) for r, a in read if a in inst.buffers and
-                              inst.buffers[a].size > READ_PACKED_BYTES and g.containers[r].dtype != "bool"]:
-                results[r] = self._hand_over(inst, access, g.containers[r].dtype)
-                read.remove((r, access))
         flagged = check_bounds and FLAG in inst.buffers
-        if flagged:
-            read.append((FLAG, FLAG))
-        host = self._read(dev, enc, inst, [bindings[a] for _, a in read])
-        for r, array in [(r, a) for r, a in results.items() if not return_device_arrays]:
-            results[r] = dlpack.host_view(array)  # waits for the call's kernels
-            moved += results[r].nbytes
-        for (r, access), raw in zip(read, host):
+        handed, read = self._result_plan(inst, return_device_arrays, flagged)
+        for r, access, dtype in handed:
+            if bindings[access] is inst.buffers.get(access):
+                results[r] = self._hand_over(inst, access, dtype)
+                continue
+            # an argument returned as is: a copy of the caller's array (an earlier call's upload buffer is stale)
+            copy = _new_buffer(self.backend, dtype, math.prod(inst.shapes[access]))
+            enc.copy_buffer(copy, 0, bindings[access], 0, copy.size)
+            results[r] = DeviceArray(copy, inst.shapes[access], dtype, self.device)
+        host = self._read(dev, enc, inst, [bindings[access] for _, access, _, _ in read])
+        if not return_device_arrays:
+            for r, array in results.items():  # large results in host memory: their buffers, viewed
+                results[r] = dlpack.host_view(array)  # waits for the call's kernels
+                moved += results[r].nbytes
+        for (r, _, dtype, shape), raw in zip(read, host):
             if r != FLAG:
-                results[r] = _host_array(raw, g.containers[r].dtype, inst.shapes[access])
+                results[r] = _host_array(raw, dtype, shape)
                 moved += results[r].nbytes
         if flagged:
             flag = host[-1].view(np.int32)
@@ -469,6 +487,30 @@ class Executable:
         self._stats["bytes_moved"] = moved
         memory.hold(self, inst.key, inst.held_bytes, self.device)  # now with its uploads: most recently used
         return results
+
+    def _result_plan(self, inst: _Instance, device_arrays: bool, flagged: bool) -> tuple[list, list]:
+        """Which results a call hands over, ``(result, access, dtype)``, and
+        which it reads back, ``(result, access, dtype, shape)`` (the bounds
+        flag last where ``flagged``), made once per instance and mode: a call
+        returning device arrays hands over every result; one returning host
+        arrays on slangpy's CPU device hands over the buffers of results over
+        ``READ_PACKED_BYTES`` too, as views of that host memory (no copy; the
+        buffer goes back to the spares when the view is dropped)."""
+        key = (device_arrays, flagged)
+        if key not in inst.result_plans:
+            g = inst.plan.graph
+            handed, read = [], []
+            for r, access in inst.latest.items():
+                dtype = g.containers[r].dtype
+                if device_arrays or (self._results_in_host_memory and access in inst.buffers and dtype != "bool"
+                                     and inst.buffers[access].size > READ_PACKED_BYTES):
+                    handed.append((r, access, dtype))
+                else:
+                    read.append((r, access, dtype, inst.shapes[access]))
+            if flagged:
+                read.append((FLAG, FLAG, "int32", (FLAG_WORDS,)))
+            inst.result_plans[key] = handed, read
+        return inst.result_plans[key]
 
     def _read(self, dev: spy.Device, enc: spy.CommandEncoder, inst: _Instance,
               buffers: list[spy.Buffer]) -> list[np.ndarray]:
@@ -481,13 +523,18 @@ class Executable:
         own buffers after the wait: there the copy dominates, and a read-back
         buffer that size would be kept between calls, and the host copy of all
         of it would be kept alive by each result's view."""
-        packed = [buf for buf in buffers if buf.size <= READ_PACKED_BYTES]
-        offsets, total = {}, 0
-        for buf in packed:
-            offsets[id(buf)] = total
-            total += -(-buf.size // READ_ALIGNMENT) * READ_ALIGNMENT
+        ids = tuple(id(buf) for buf in buffers)
+        if inst.read_layout is None or inst.read_layout[0] != ids:  # the same buffers as the last call's
+            packed = [buf for buf in buffers if buf.size <= READ_PACKED_BYTES]
+            offsets, total = {}, 0
+            for buf in packed:
+                offsets[id(buf)] = total
+                total += -(-buf.size // READ_ALIGNMENT) * READ_ALIGNMENT
+            inst.read_layout = ids, packed, offsets, total
+        _, packed, offsets, total = inst.read_layout
         if packed and (inst.readback is None or inst.readback.size < total):
             inst.readback = self.backend.new_readback_buffer(total)
+            inst.held = None
             self._stats["buffers_allocated"] += 1
         for buf in packed:
             enc.copy_buffer(inst.readback, offsets[id(buf)], buf, 0, buf.size)
@@ -523,19 +570,27 @@ class Executable:
             if access not in inst.plan.overwritten and access not in inst.plan.fills:
                 to_clear.append(spare)
             inst.buffers[access] = spare
+            inst.held = None
             if access in inst.buffer_plan.upload_of:
                 inst.buffers[inst.buffer_plan.upload_of[access]] = spare
         inst.handed.clear()
         return to_clear
 
-    def _bind_sizes(self, inputs: Mapping, sizes: Mapping[str, int] | None) -> dict[str, int]:
-        """``ir.bind_sizes``, remembered per argument shapes: it runs sympy per
-        dimension, which costs more than a small kernel."""
-        key = (tuple(np.shape(inputs[a]) if a in inputs else None for a in self.graph.arguments),
-               tuple(sorted((sizes or {}).items())))
+    def _bind_sizes(self, inputs: Mapping, sizes: Mapping[str, int] | None) -> tuple[dict[str, int], tuple]:
+        """``ir.bind_sizes`` and its instance key, remembered per argument
+        shapes: it runs sympy per dimension, which costs more than a small
+        kernel.  Checks that every argument is there."""
+        try:
+            key = tuple(np.shape(inputs[a]) for a in self._arguments)
+        except KeyError:
+            missing = [a for a in self._arguments if a not in inputs]
+            raise ir.GraphError(f"missing arguments {missing} (graph {self.graph.name!r} takes "
+                                f"{list(self._arguments)})") from None
+        key = (key, tuple(sorted(sizes.items())) if sizes else ())
         bound = self._bound.get(key)
         if bound is None:
-            bound = self._bound[key] = ir.bind_sizes(self.graph, inputs, {**self.sizes, **(sizes or {})})
+            sizes = ir.bind_sizes(self.graph, inputs, {**self.sizes, **(sizes or {})})
+            bound = self._bound[key] = sizes, tuple(sorted(sizes.items()))
         return bound
 
     def _dispatches(self, module: Module, kernels: dict[str, spy.ComputeKernel],
@@ -554,18 +609,31 @@ class Executable:
                                 {n: a for n, a in names.items() if a not in fixed})
                 for name, (kernel, thread_count, names, constants) in launches.items()}
 
-    def _launches(self, inst: _Instance) -> list[tuple[_Dispatch, dict]]:
+    def _launches(self, inst: _Instance) -> list[tuple[_Dispatch | HostProduct, dict, tuple[str, ...], tuple]]:
         """The dispatches of ``inst.launches`` with their uniforms: on the CPU
         device one per run of consecutive kernels (a whole call is one run),
         with the worker threads its kernels may use (``lowering.threads``),
-        elsewhere one per kernel.  bench.profile times kernels alone by cutting
-        that list."""
-        if not self.backend.target().sequential:
-            return [(run[0].host or inst.dispatches[run[0].name], {}) for run in inst.launches]
-        workers = cpu_workers()  # read per call: $SYMDIFF_CPU_THREADS may change between calls
-        return [(run[0].host, {}) if run[0].host else
-                (inst.dispatches[PROGRAM], {"first": run[0].index, "last": run[-1].index + 1, "workers": workers})
-                for run in inst.launches]
+        elsewhere one per kernel; host products in between.  With each, the
+        versions bound per call and the key ``_record`` keeps its binding
+        under (a host product's by the product too: a cut launch list,
+        bench.profile, puts others at its position).  bench.profile times
+        kernels alone by cutting that list."""
+        sequential = self.backend.target().sequential
+        workers = cpu_workers() if sequential else 0  # read per call: $SYMDIFF_CPU_THREADS may change
+        kept = inst.launch_list  # for these lists (replaced, never changed in place) and workers
+        if kept is not None and kept[0] is inst.launches and kept[1] is inst.dispatches and kept[2] == workers:
+            return kept[3]
+        if not sequential:
+            runs = [(run[0].host or inst.dispatches[run[0].name], {}) for run in inst.launches]
+        else:
+            runs = [(run[0].host, {}) if run[0].host else
+                    (inst.dispatches[PROGRAM], {"first": run[0].index, "last": run[-1].index + 1, "workers": workers})
+                    for run in inst.launches]
+        made = [(d, uniforms, d.accesses, (position, id(d))) if isinstance(d, HostProduct) else
+                (d, uniforms, tuple(d.per_call.values()), (position, *uniforms.values()))
+                for position, (d, uniforms) in enumerate(runs)]
+        inst.launch_list = inst.launches, inst.dispatches, workers, made
+        return made
 
     def recordable(self, sizes: Mapping[str, int] | None = None, check_bounds: bool = True) -> bool:
         """Whether ``record`` runs this executable's calls for ``sizes``: not on the numpy
@@ -592,13 +660,13 @@ class Executable:
         buffer (checked: this device, the argument's dtype), a host array is put by
         ``upload`` into the instance's buffer for it (a direct copy for a call, a
         command in the encoder for ``record``)."""
-        g = inst.plan.graph
+        if inst.arguments is None:
+            g = inst.plan.graph
+            inst.arguments = [(name, f"{name}#0", g.containers[name].dtype) for name in g.arguments
+                              if f"{name}#0" in inst.plan.stored]
         bindings, moved = dict(inst.buffers), 0
-        for name in g.arguments:
-            access = f"{name}#0"
-            if access not in inst.plan.stored:
-                continue
-            value, dtype = inputs[name], g.containers[name].dtype
+        for name, access, dtype in inst.arguments:
+            value = inputs[name]
             if isinstance(value, DeviceArray):
                 if value.device != self.device or value.dtype != dtype:
                     raise ValueError(f"argument {name!r}: a {value.dtype} array on {value.device!r}, "
@@ -609,12 +677,33 @@ class Executable:
             host = np.ascontiguousarray(host_argument(name, value, dtype), dtype=STORAGE[dtype])
             if access not in inst.buffers:
                 inst.buffers[access] = _new_buffer(self.backend, dtype, host.size)
+                inst.held = None
                 self._stats["buffers_allocated"] += 1
             bindings[access] = inst.buffers[access]
             if host.size:
                 upload(inst.buffers[access], host)
                 moved += host.nbytes
         return bindings, moved
+
+    def _upload(self, inst: _Instance) -> Callable[[spy.Buffer, np.ndarray], object]:
+        """How a call puts host arguments into their buffers: where buffers
+        are host memory, straight into it through a view kept per buffer
+        (``_Instance.views``: making the view and asking the device each time
+        cost ~3 us an argument), after one wait for the device; elsewhere
+        ``dlpack.upload``."""
+        if not self._results_in_host_memory:
+            return dlpack.upload
+        self.backend.device().wait()  # nothing recorded earlier still uses the buffers
+        views = inst.views
+
+        def upload(buffer: spy.Buffer, host: np.ndarray) -> None:
+            kept = views.get(id(buffer))
+            if kept is None:
+                if len(views) >= RECORDED_BINDINGS:  # spares bound in turn: forget old ones
+                    views.clear()
+                kept = views[id(buffer)] = buffer, dlpack.host_bytes(buffer)
+            kept[1][:host.nbytes] = host.reshape(-1).view(np.uint8)
+        return upload
 
     @staticmethod
     def _watch(inst: _Instance, array: DeviceArray) -> None:
@@ -693,29 +782,24 @@ class Executable:
         when the caller drops it (``_watch``)."""
         if FLAG in bindings:
             enc.clear_buffer(bindings[FLAG])
-        first = inst.buffer_plan.first_launch
-        late: dict[int, list[str]] = {}
-        for access, identity in inst.plan.fills.items():
-            if identity == 0 and access in first:
-                late.setdefault(first[access], []).append(access)
-            elif identity == 0:
-                enc.clear_buffer(bindings[access])
+        early, late = self._fill_schedule(inst)
+        for access in early:
+            enc.clear_buffer(bindings[access])
         launches = self._launches(inst)
         pending = True  # enc holds commands not yet run (the caller's uploads and fills, at first)
-        for position, (d, uniforms) in enumerate(launches):
-            for access in late.get(position, ()):
-                enc.clear_buffer(bindings[access])
+        for position, (d, uniforms, accesses, key) in enumerate(launches):
+            if position in late:
+                for access in late[position]:
+                    enc.clear_buffer(bindings[access])
                 pending = True
+            buffers = [bindings[a] for a in accesses]
             if isinstance(d, HostProduct):
                 if pending:  # consecutive host products wait for the launches before them once
                     enc, pending = self._finished(enc), False
-                # keyed by the product too: a cut launch list (bench.profile) puts others at its position
-                self._kept(inst, len(launches), (position, id(d)), [bindings[a] for a in d.accesses],
-                           lambda: self._host_run(d, bindings))()
+                self._kept(inst, len(launches), key, buffers, lambda: self._host_run(d, bindings))()
                 continue
             pending = True
-            per_call = [bindings[a] for a in d.per_call.values()]
-            root = self._kept(inst, len(launches), (position, *uniforms.values()), per_call,
+            root = self._kept(inst, len(launches), key, buffers,
                               lambda: self._root(d, {**uniforms, **d.params, **{
                                   n: bindings[a] for n, a in d.per_call.items()}}))
             compute = enc.begin_compute_pass()
@@ -725,11 +809,26 @@ class Executable:
         return len(launches), enc
 
     @staticmethod
+    def _fill_schedule(inst: _Instance) -> tuple[list[str], dict[int, list[str]]]:
+        """The versions ``_record`` zero-fills before every launch, and those
+        it fills just before the launch position first binding them."""
+        if inst.fills is None:
+            first = inst.buffer_plan.first_launch
+            early, late = [], {}
+            for access, identity in inst.plan.fills.items():
+                if identity == 0 and access in first:
+                    late.setdefault(first[access], []).append(access)
+                elif identity == 0:
+                    early.append(access)
+            inst.fills = early, late
+        return inst.fills
+
+    @staticmethod
     def _kept(inst: _Instance, launches: int, key: tuple, buffers: list[spy.Buffer], make: Callable[[], object]):
         """What ``make`` builds for a launch over ``buffers``, kept in
         ``inst.bound`` (``RECORDED_BINDINGS`` sets of buffers for each of the
         call's ``launches``) with the buffers, so that their ids stay theirs."""
-        key = (*key, *(id(b) for b in buffers))
+        key = key + tuple(map(id, buffers))
         if key not in inst.bound:
             if len(inst.bound) >= RECORDED_BINDINGS * launches:
                 inst.bound.clear()

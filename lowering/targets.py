@@ -165,10 +165,15 @@ class Tuning:
     # this length (lowering.kernels.register_tiles); a longer one is left rolled,
     # to the backend compiler's vectoriser.
     unrolled_tile_row: int = 8
-    # Multiply-adds from which the host's BLAS beats the generated micro-kernel on a
-    # target with ``host_blas`` (lowering.host_products; bench/host_products.py:
-    # 128^3 and up on this 2-core machine).
-    host_blas_min_work: int = 1 << 21
+    # Multiply-adds from which a product runs on the host's BLAS rather than as a
+    # generated micro-kernel, on a target with ``host_blas`` (lowering.host_products).
+    # numpy's call (~2 us at 16x64x64) costs less than a Slang launch, and the
+    # product's kernel is not compiled at all (g++ over its unrolled blocks: seconds),
+    # so the host wins from 16^3 up (bench/host_products.py: value_and_grad of one
+    # product level at 16^3-128^3, first calls 2-4x shorter; the small Elman RNN's
+    # 16x64x64 steps: 8.3 ms a call against 3.2, its first call 12.9 s against 1.3).
+    # Below, neither wins measurably and a tiny kernel compiles fast.
+    host_blas_min_work: int = 1 << 12
 
     # -- planning and sharing (lowering.sibling_reductions, shared_code, in_place) --
     # Most values one merged tasklet of sibling reductions sums: on the CPU device

@@ -9,6 +9,7 @@ differentiates and compiles nothing.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -34,6 +35,22 @@ from .memory_budget import MemoryBudgetError, MemoryPlan, fit
 from .gradcheck import check_graph_gradients
 
 GraphBuilder = Callable[[tuple[ArraySpec, ...]], ir.DataflowGraph]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What a call runs for given argument specs, shapes and options, found
+    once (graphs, their notes, shapes solved by sympy, the executable) and
+    kept per program (``DifferentiableProgram._prepare``): finding it again
+    on every call cost ~45 us, more than a small program's kernels."""
+
+    specs: tuple[ArraySpec, ...]
+    dtypes: tuple[str, ...]  # each argument's graph dtype, what its value is converted to
+    exe: Any
+    results: tuple[str, ...]  # the forward graph's result containers, in output order
+    seeds: tuple[tuple[str, tuple[int, ...], str], ...] = ()  # per output: seed container, its shape and dtype
+    gradients: tuple[tuple[str, str], ...] = ()  # (wrt argument, gradient container), in wrt order
+    ones: tuple[np.ndarray, ...] = ()  # value_and_grad's seeds: all ones, copied per call
 
 
 # Derived graphs and executables are kept in ``graph.derived`` of the (tracer-cached)
@@ -67,6 +84,7 @@ class DifferentiableProgram:
         self.matmul_precision: str | None = None  # None: the global one (lowering.kernels.precision)
         self._executables: dict[tuple, Any] = {}
         self._shapes: dict[tuple, list[tuple[int, ...]]] = {}
+        self._prepared: dict[tuple, _Prepared] = {}  # call kind, argument keys and options -> _Prepared
         self._last_specs: tuple[ArraySpec, ...] | None = None
 
     # -- specs and graphs ---------------------------------------------------------
@@ -309,10 +327,55 @@ class DifferentiableProgram:
         outs = [self._present(results[r]) for r in names]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def _prepare(self, values: Mapping[str, Any], options: tuple,
+                 find: Callable[[], _Prepared]) -> _Prepared:
+        """``find()``, kept for the next call with arguments of the same kinds,
+        shapes and dtypes and the same ``options`` (with what a call reads
+        from settings that may change between calls: the device
+        ``$SYMDIFF_DEVICE`` names, the matmul precision, the memory budget).
+        Values of other types (lists, other libraries' arrays) find it again
+        each call."""
+        key = []
+        for n in self.arg_names:
+            v = values[n]
+            if isinstance(v, np.ndarray):
+                key.append((v.dtype.char, v.shape))
+            elif isinstance(v, lowering.DeviceArray):
+                key.append((v.dtype, v.shape, v.device))
+            elif type(v) in (float, int, bool):
+                key.append(type(v))
+            else:
+                return find()
+        key = (tuple(key), options, self.matmul_precision or precision.current(), self.memory_budget)
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self._prepared[key] = find()
+        self._last_specs = prepared.specs
+        return prepared
+
+    def _convert(self, prepared: _Prepared, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``_inputs`` with the dtypes found once: device arrays as they are,
+        others converted (and checked) by ``host_argument``."""
+        return {n: v if isinstance(v, lowering.DeviceArray) else host_argument(n, v, dtype)
+                for (n, v), dtype in zip(((n, values[n]) for n in self.arg_names), prepared.dtypes)}
+
+    def _present_outputs(self, prepared: _Prepared, results: Mapping[str, Any]) -> Any:
+        outs = [self._present(results[r]) for r in prepared.results]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
     def __call__(self, *args, device: str | None = None, device_arrays: bool = False, **kwargs) -> Any:
         values = self._bind(args, kwargs)
-        graph = self._forward_graph(self._specs_for(values))
-        return self._outputs(graph, self._run(graph, self._inputs(graph, values), device, device_arrays))
+
+        def find() -> _Prepared:
+            specs = self._specs_for(values)
+            graph = self._forward_graph(specs)
+            return _Prepared(specs, tuple(graph.containers[n].dtype for n in self.arg_names),
+                             self._executable(graph, device), tuple(ir.GraphNotes(graph).result_names))
+        prepared = self._prepare(values, ("call", requested_device(device or self.device)), find)
+        exe = prepared.exe
+        return self._present_outputs(prepared, exe(self._convert(prepared, values),
+                                                   return_device_arrays=device_arrays,
+                                                   check_bounds=self.check_bounds))
 
     def vjp(self, *args, cotangent: Any, wrt: Sequence[str] | str | None = None,
             device: str | None = None, device_arrays: bool = False,
@@ -326,10 +389,25 @@ class DifferentiableProgram:
         ``memory_budget``: bytes the call's buffers may take (``symdiff.memory_budget``;
         overrides the program's)."""
         values = self._bind(args, kwargs)
-        specs = self._specs_for(values)
-        forward = self._forward_graph(specs)
-        return self._vjp(specs, forward, self._inputs(forward, values), cotangent, wrt, device, device_arrays,
-                         accumulate, memory_budget)
+        prepared = self._prepare_gradient(values, wrt, device, accumulate, memory_budget, scalar=False)
+        cts = (cotangent,) if len(prepared.seeds) == 1 else tuple(cotangent)
+        if len(cts) != len(prepared.seeds):
+            raise ProgramError(f"{self.name} has {len(prepared.seeds)} outputs; pass a tuple of "
+                               f"{len(prepared.seeds)} cotangents")
+        inputs = self._convert(prepared, values)
+        for out, (seed, expected, dtype), ct in zip(prepared.results, prepared.seeds, cts):
+            if isinstance(ct, lowering.DeviceArray):
+                inputs[seed] = ct
+                continue
+            ct = np.asarray(ct, dtype=ir.DTYPES[dtype])
+            if ct.shape != expected:
+                try:
+                    ct = np.broadcast_to(ct, expected)
+                except ValueError:
+                    raise ProgramError(f"cotangent for output {out!r} has shape {ct.shape}, "
+                                       f"the output has shape {expected}") from None
+            inputs[seed] = np.array(ct, order="C")
+        return self._gradients(prepared, inputs, device_arrays)
 
     def _gradient_graph(self, specs: tuple[ArraySpec, ...], forward: ir.DataflowGraph, inputs: Mapping[str, Any],
                         wrt: tuple[str, ...], accumulate: Mapping[str, str] | None, device: str | None,
@@ -365,36 +443,43 @@ class DifferentiableProgram:
         operations it costs (None before such a call)."""
         return next(reversed(self._memory_plans.values()))[1] if self._memory_plans else None
 
-    def _vjp(self, specs: tuple[ArraySpec, ...], forward: ir.DataflowGraph, inputs: dict[str, Any],
-             cotangent: Any, wrt: Sequence[str] | str | None, device: str | None,
-             device_arrays: bool, accumulate: Mapping[str, str] | None = None,
-             memory_budget: int | None = None) -> tuple[Any, dict[str, Any]]:
-        wrt = self._resolve_wrt(forward, wrt)
-        budget = self.memory_budget if memory_budget is None else memory_budget
-        graph, _ = self._gradient_graph(specs, forward, inputs, wrt, accumulate, device, budget)
-        outputs = ir.GraphNotes(forward).result_names
-        cts = (cotangent,) if len(outputs) == 1 else tuple(cotangent)
-        if len(cts) != len(outputs):
-            raise ProgramError(f"{self.name} has {len(outputs)} outputs; pass a tuple of {len(outputs)} cotangents")
-        inputs = dict(inputs)
-        for out, ct in zip(outputs, cts):
-            seed = ir.GraphNotes(graph).seeds[out]
-            c = graph.containers[seed]
-            if isinstance(ct, lowering.DeviceArray):
-                inputs[seed] = ct
-            else:
-                (expected,) = self._concrete_shapes(forward, inputs, graph, [seed])
-                ct = np.asarray(ct, dtype=ir.DTYPES[c.dtype])
-                if ct.shape != expected:
-                    try:
-                        ct = np.broadcast_to(ct, expected)
-                    except ValueError:
-                        raise ProgramError(f"cotangent for output {out!r} has shape {ct.shape}, "
-                                           f"the output has shape {expected}") from None
-                inputs[seed] = np.array(ct, order="C")
-        results = self._run(graph, inputs, device, device_arrays)
-        grads = {w: self._present(results[ir.GraphNotes(graph).gradients[w]]) for w in wrt}
-        return self._outputs(forward, results), grads
+    def _prepare_gradient(self, values: Mapping[str, Any], wrt: Sequence[str] | str | None, device: str | None,
+                          accumulate: Mapping[str, str] | None, memory_budget: int | None,
+                          scalar: bool) -> _Prepared:
+        """The backward graph's executable, seeds and gradients for these
+        arguments and options (``_prepare``); ``scalar``: refuse a program
+        whose output is not one scalar (``value_and_grad``), and keep its
+        all-ones seed."""
+        def find() -> _Prepared:
+            specs = self._specs_for(values)
+            forward = self._forward_graph(specs)
+            inputs = self._inputs(forward, values)
+            outputs = ir.GraphNotes(forward).result_names
+            if scalar:
+                shapes = self._concrete_shapes(forward, inputs, forward, outputs)
+                if len(outputs) != 1 or int(np.prod(shapes[0])) != 1:
+                    raise ProgramError(f"value_and_grad needs one scalar output; {self.name} returns "
+                                       f"{len(outputs)} output(s) of shape(s) {shapes}. "
+                                       "Use .vjp(..., cotangent=...) for non-scalar outputs.")
+            names = self._resolve_wrt(forward, wrt)
+            budget = self.memory_budget if memory_budget is None else memory_budget
+            graph, _ = self._gradient_graph(specs, forward, inputs, names, accumulate, device, budget)
+            notes = ir.GraphNotes(graph)
+            seeds = [notes.seeds[o] for o in outputs]
+            seeds = tuple((seed, tuple(shape), graph.containers[seed].dtype)
+                          for seed, shape in zip(seeds, self._concrete_shapes(forward, inputs, graph, seeds)))
+            return _Prepared(specs, tuple(forward.containers[n].dtype for n in self.arg_names),
+                             self._executable(graph, device), tuple(outputs), seeds,
+                             tuple((w, notes.gradients[w]) for w in names),
+                             tuple(np.ones(shape, ir.DTYPES[dtype]) for _, shape, dtype in seeds) if scalar else ())
+        options = ("gradient", scalar, wrt if wrt is None or isinstance(wrt, str) else tuple(wrt),
+                   requested_device(device or self.device), tuple(sorted((accumulate or {}).items())), memory_budget)
+        return self._prepare(values, options, find)
+
+    def _gradients(self, prepared: _Prepared, inputs: dict[str, Any], device_arrays: bool) -> tuple[Any, dict[str, Any]]:
+        """Run a prepared backward graph: ``(value, {input: gradient})``."""
+        results = prepared.exe(inputs, return_device_arrays=device_arrays, check_bounds=self.check_bounds)
+        return self._present_outputs(prepared, results), {w: self._present(results[g]) for w, g in prepared.gradients}
 
     def value_and_grad(self, *args, wrt: Sequence[str] | str | None = None, device: str | None = None,
                        device_arrays: bool = False, accumulate: Mapping[str, str] | None = None,
@@ -405,17 +490,11 @@ class DifferentiableProgram:
         one gradient per batch element (shape ``batch + w.shape``, summing to
         the default gradient), without materialising the broadcast."""
         values = self._bind(args, kwargs)
-        specs = self._specs_for(values)
-        forward = self._forward_graph(specs)
-        inputs = self._inputs(forward, values)
-        outputs = ir.GraphNotes(forward).result_names
-        shapes = self._concrete_shapes(forward, inputs, forward, outputs)
-        if len(outputs) != 1 or int(np.prod(shapes[0])) != 1:
-            raise ProgramError(f"value_and_grad needs one scalar output; {self.name} returns "
-                               f"{len(outputs)} output(s) of shape(s) {shapes}. "
-                               "Use .vjp(..., cotangent=...) for non-scalar outputs.")
-        return self._vjp(specs, forward, inputs, np.ones(()), wrt, device, device_arrays, accumulate,
-                         memory_budget)
+        prepared = self._prepare_gradient(values, wrt, device, accumulate, memory_budget, scalar=True)
+        inputs = self._convert(prepared, values)
+        for (seed, _, _), ones in zip(prepared.seeds, prepared.ones):
+            inputs[seed] = ones.copy()  # a fresh array per call, as a cotangent passed to vjp is
+        return self._gradients(prepared, inputs, device_arrays)
 
     def grad(self, *args, wrt: Sequence[str] | str | None = None, device: str | None = None,
              accumulate: Mapping[str, str] | None = None, memory_budget: int | None = None,

@@ -41,6 +41,17 @@ class Backend:
         """Whether this kind runs here as a CPU rasteriser standing in for a GPU (lavapipe)."""
         return False
 
+    def is_hardware_gpu(self) -> bool:
+        """Whether this kind runs on a GPU here.  Where ``auto`` may pick more
+        than one such kind (CUDA and Vulkan on one card), it times a probe on
+        each instead of trusting ``auto_rank`` (``backends.choice``)."""
+        return False
+
+    def identity(self) -> str:
+        """What a measured choice between kinds is keyed by: the kind, and for a
+        device its adapters and driver, so a new card or driver measures again."""
+        return self.name
+
     def target(self) -> Target:
         """What code generation may use on this machine (lavapipe's own numbers
         on a software Vulkan)."""

@@ -1,6 +1,8 @@
-"""``device="cuda"``: slangpy's CUDA device (Slang compiled by nvrtc); ``auto``
-picks it first wherever a CUDA driver lists an adapter.  Its buffers are
-device memory: results and DLPack exports are host copies."""
+"""``device="cuda"``: slangpy's CUDA device (Slang compiled by nvrtc).  ``auto``
+ranks it first wherever a CUDA driver lists an adapter; where Vulkan reaches
+a hardware GPU too, ``auto`` takes whichever of the two ran a probe faster on
+this machine (``choice``).  Its buffers are device memory: results and DLPack
+exports are host copies."""
 from __future__ import annotations
 
 from ..targets import Target
@@ -19,6 +21,9 @@ class CudaBackend(SlangpyBackend):
 
     def auto_rank(self) -> int:
         return 0
+
+    def is_hardware_gpu(self) -> bool:
+        return True
 
 
 BACKEND = register(CudaBackend())

@@ -2,6 +2,7 @@
 
 Each backend module registers one instance at import (``register``); the
 order of registration is the order ``available_devices`` lists them in.
+``auto`` ranks them, and measures between several GPU kinds (``choice``).
 """
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from typing import Callable, Iterator
 from .. import targets
 from ..devices import DeviceUnavailable, requested
 from ..targets import Target
+from . import choice
 from .base import Backend
 
 _BACKENDS: dict[str, Backend] = {}
+_probe: choice.Probe | None = None  # how auto times GPU kinds (set_probe)
 
 
 def register(backend: Backend) -> Backend:
@@ -55,14 +58,29 @@ def available_devices() -> list[str]:
     return [name for name, backend in _BACKENDS.items() if backend.available()]
 
 
+def set_probe(probe: choice.Probe | None) -> choice.Probe | None:
+    """Time GPU kinds with ``probe`` when ``auto`` has several to choose from
+    (None: never measure, rank them); returns the probe it replaces.  The
+    probe runs programs through ``lowering.runtime``, which imports this
+    module, so ``lowering.backend_probe`` hands it in when it is imported."""
+    global _probe
+    previous, _probe = _probe, probe
+    return previous
+
+
 def auto(accepts: Callable[[Backend], bool] = lambda backend: True) -> str:
     """The device ``"auto"`` means here: of the available backends that
-    ``accepts`` and that ``auto`` may pick, the lowest ``auto_rank``."""
-    ranked = [(rank, name) for name, backend in _BACKENDS.items()
-              if accepts(backend) and (rank := backend.auto_rank()) is not None and backend.available()]
+    ``accepts`` and that ``auto`` may pick, the lowest ``auto_rank``, except
+    that several hardware-GPU kinds (CUDA and Vulkan on one card) are chosen
+    between by timing a probe on each, once per machine (``choice.fastest``)."""
+    ranked = sorted((rank, name) for name, backend in _BACKENDS.items()
+                    if accepts(backend) and (rank := backend.auto_rank()) is not None and backend.available())
     if not ranked:
         raise DeviceUnavailable("no device here that device='auto' may pick")
-    return min(ranked)[1]
+    gpus = [_BACKENDS[name] for _, name in ranked if _BACKENDS[name].is_hardware_gpu()]
+    if len(gpus) > 1 and _probe is not None and (measured := choice.fastest(gpus, _probe)) is not None:
+        return measured
+    return ranked[0][1]
 
 
 def resolve(device: str | None) -> str:

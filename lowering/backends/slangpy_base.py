@@ -46,13 +46,31 @@ def _native_stdout_silenced():
 
 
 @functools.lru_cache(maxsize=None)
-def adapters(kind: str) -> tuple[str, ...]:
-    """Names of the adapters slangpy lists for device type ``kind`` (none where its driver is missing)."""
+def adapter_descriptions(kind: str) -> tuple[str, ...]:
+    """The adapters slangpy lists for device type ``kind`` (none where its driver
+    is missing), each as its name, PCI vendor:device ids and LUID (Mesa writes
+    its version there)."""
     try:
         with _probe_lock, _native_stdout_silenced():
-            return tuple(a.name for a in spy.Device.enumerate_adapters(getattr(spy.DeviceType, kind)))
+            found = spy.Device.enumerate_adapters(getattr(spy.DeviceType, kind))
+            return tuple(f"{a.name} [{a.vendor_id:04x}:{a.device_id:04x} {bytes(a.luid).hex()}]" for a in found)
     except Exception:  # a missing driver library raises rather than listing nothing
         return ()
+
+
+def adapters(kind: str) -> tuple[str, ...]:
+    """Names of the adapters slangpy lists for device type ``kind``."""
+    return tuple(d.rsplit(" [", 1)[0] for d in adapter_descriptions(kind))
+
+
+def driver_version() -> str:
+    """The GPU kernel driver's version where Linux states it (NVIDIA's, whose
+    CUDA and Vulkan drivers come with it), else ""."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            return f.readline().strip()
+    except OSError:
+        return ""
 
 
 def buffer_usage() -> "spy.BufferUsage":
@@ -74,7 +92,12 @@ class SlangpyBackend(Backend):
         self._host_memory: bool | None = None
 
     def available(self) -> bool:
-        return bool(adapters(self.name))
+        return bool(adapter_descriptions(self.name))
+
+    def identity(self) -> str:
+        parts = [f"{self.name}: {'; '.join(adapter_descriptions(self.name))}", driver_version(),
+                 f"slangpy {spy.__version__}"]
+        return ", ".join(part for part in parts if part)
 
     def device(self) -> spy.Device:
         """The shared slangpy device of this kind, created on first use (with

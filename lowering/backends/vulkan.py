@@ -48,8 +48,12 @@ class VulkanBackend(SlangpyBackend):
         return all(_software(a) for a in slangpy_base.adapters(self.name))
 
     def auto_rank(self) -> int:
-        # a hardware GPU right after CUDA; lavapipe after the CPU device (measured there: cpu.py)
+        # a hardware GPU right after CUDA (where both are there, auto measures: choice.py);
+        # lavapipe after the CPU device (measured there: cpu.py)
         return 3 if self.is_software() else 1
+
+    def is_hardware_gpu(self) -> bool:
+        return not self.is_software()
 
     def target(self) -> Target:
         return LAVAPIPE if self.is_software() else TARGET

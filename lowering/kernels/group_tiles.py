@@ -27,11 +27,13 @@ Applies on targets whose workgroups run together (``workgroup_reductions``:
 CUDA and GPU Vulkan; lavapipe runs it when a test asks, barriers and all) to
 a kernel whose first qualifying step is a product of two float buffers
 (``product``), with at least ``Tuning.min_tiled_outputs`` outputs.  The
-tile's shape is ``tile_shapes.workgroup_tile``'s.  Operands
-are loaded one element a thread: the kernels' buffers are structured buffers
-of scalars, so 16-byte loads would need another buffer type."""
+tile's shape is ``tile_shapes.workgroup_tile``'s.  A float32 operand whose
+rows start at multiples of 4 elements is staged 16 bytes a load (``quad_loads``:
+CUDA's ``ld.global.v4.f32``), through a second parameter bound to its buffer
+as 4-vectors (``KernelWriter.quad_buffer``); others one element a load."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import sympy
@@ -102,6 +104,38 @@ def product(graph: DataflowGraph, step: Step) -> MatmulShape | None:
     if not only_a or not only_b:
         return None
     return MatmulShape(only_a[-1], only_b[-1], k, ra.connector, rb.connector, coeff)
+
+
+def quad_loads(graph: DataflowGraph, gt: GroupTiling, axis: sympy.Symbol, read, k_fastest: bool) -> bool:
+    """Whether ``read``'s tiles (along ``axis`` and ``k``) can be staged four
+    elements a load, 16-byte aligned: a float32 operand whose flat index is
+    ``f + 4 * (anything)`` over the positions of the step's symbols, ``f``
+    the staged tile's contiguous symbol (``k`` where ``k_fastest``, else
+    ``axis``), whose extent in the box and in a tile are multiples of 4 (a
+    quad then lies wholly in or out of the box, and a tile's quads start at
+    multiples of 4).  Not so (an odd leading dimension, an offset view): one
+    element a load."""
+    if graph.containers[read.memlet.container].dtype != "float32":
+        return False
+    fast = gt.shape.k if k_fastest else axis
+    extents = ((extent(gt.step.loop[0]), gt.k_tile) if k_fastest
+               else (gt.box[gt.axis(axis)], gt.tile[gt.axis(axis)]))
+    if any(e % 4 for e in extents):
+        return False
+    shape = graph.containers[read.memlet.container].shape
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    flat = sum((sympy.sympify(e) * st for e, st in zip(read.memlet.index, strides)), sympy.Integer(0))
+    symbols = [s for s, _, _ in gt.step.parallel] + [gt.step.loop[0][0]]
+    positions = flat.subs({s: s + b for s, b, _ in (*gt.step.parallel, *gt.step.loop)}, simultaneous=True)
+    try:
+        poly = sympy.Poly(sympy.expand(positions), *symbols)
+    except sympy.PolynomialError:
+        return False
+    if poly.total_degree() > 1 or not all(c.is_Integer for c in poly.coeffs()):
+        return False
+    rest = sympy.expand(positions - fast)
+    return (poly.coeff_monomial(fast) == 1 and sympy.Poly(rest, *symbols).total_degree() <= 1
+            and all(int(c) % 4 == 0 for c in sympy.Poly(rest, *symbols).coeffs()))
 
 
 def group_tiling(shape: KernelShape) -> GroupTiling | None:
@@ -228,43 +262,58 @@ class GroupTiles(RegisterTiles):
         """The workgroup's threads copy one operand's ``k_tile`` x (tile along
         ``axis``) elements into ``tile``: neighbouring threads take neighbouring
         elements along the operand's memory (its index's last component: ``k``
-        or ``axis``), out-of-box positions clamped, ``k``'s past the end zeros."""
+        or ``axis``), out-of-box positions clamped, ``k``'s past the end zeros.
+        Where ``quad_loads`` allows, each thread takes four neighbours in one
+        16-byte load."""
         step = gt.step
         a = gt.axis(axis)
         n = gt.tile[a]
         length = extent(step.loop[0])
-        elements = n * gt.k_tile
         k_fastest = gt.shape.k in sympy.sympify(read.memlet.index[-1]).free_symbols
-        w.emit(f"// {read.connector}: its {n}x{gt.k_tile} tile into groupshared memory", 2)
+        width = 4 if quad_loads(w.g, gt, axis, read, k_fastest) else 1
+        loads = n * gt.k_tile // width
+        w.emit(f"// {read.connector}: its {n}x{gt.k_tile} tile into groupshared memory"
+               + (", 16 bytes a load" if width > 1 else ""), 2)
         group = w.layout.size
-        w.emit(f"{self.unrolled(w)}for (int mm_l = 0; mm_l < {-(-elements // group)}; mm_l++)", 2)
+        w.emit(f"{self.unrolled(w)}for (int mm_l = 0; mm_l < {-(-loads // group)}; mm_l++)", 2)
         w.emit("{", 2)
-        w.emit(f"int mm_e = min(group_thread + mm_l * {group}, {elements - 1});  // a last partial "
+        w.emit(f"int mm_e = min(group_thread + mm_l * {group}, {loads - 1});  // a last partial "
                "round copies its last element again", 3)
-        if k_fastest:
-            w.emit(f"int mm_kk = mm_e % {gt.k_tile}, mm_at = mm_e / {gt.k_tile};", 3)
-        else:
-            w.emit(f"int mm_kk = mm_e / {n}, mm_at = mm_e % {n};", 3)
+        along_k, along_axis = (gt.k_tile // width, n) if k_fastest else (gt.k_tile, n // width)
+        kk, at = (f"mm_e % {along_k}", f"mm_e / {along_k}") if k_fastest else (f"mm_e / {along_axis}",
+                                                                               f"mm_e % {along_axis}")
+        if width > 1:
+            kk, at = (f"({kk}) * {width}", at) if k_fastest else (kk, f"({at}) * {width}")
+        w.emit(f"int mm_kk = {kk}, mm_at = {at};", 3)
+        last_k = length - (width if k_fastest else 1)
         names = self.stage_names(gt, axis, "mm_at", "mm_k + mm_kk" if length % gt.k_tile == 0
-                                 else f"min(mm_k + mm_kk, {length - 1})")
-        value = f"{w.buffer(read.access)}[{w.flat_index(read.memlet, names)}]"
+                                 else f"min(mm_k + mm_kk, {last_k})", 1 if k_fastest else width)
+        index = w.flat_index(read.memlet, names)
+        kind = w.operand_type(read) + ("4" if width > 1 else "")
+        value = f"{w.buffer(read.access)}[{index}]" if width == 1 else f"{w.quad_buffer(read.access)}[({index}) / 4]"
         if length % gt.k_tile:
-            value = f"mm_k + mm_kk < {length} ? {value} : {w.operand_type(read)}(0)"
-        w.emit(f"{tile}[mm_kk][mm_at] = {value};", 3)
+            value = f"mm_k + mm_kk < {length} ? {value} : {kind}(0)"
+        if width == 1:
+            w.emit(f"{tile}[mm_kk][mm_at] = {value};", 3)
+        else:
+            w.emit(f"{kind} mm_q = {value};", 3)
+            for c, part in enumerate("xyzw"):
+                place = f"[mm_kk + {c}][mm_at]" if k_fastest else f"[mm_kk][mm_at + {c}]"
+                w.emit(f"{tile}{place} = mm_q.{part};", 3)
         w.emit("}", 2)
 
     @staticmethod
-    def stage_names(gt: GroupTiling, axis: sympy.Symbol, at: str, k: str) -> dict[sympy.Symbol, str]:
+    def stage_names(gt: GroupTiling, axis: sympy.Symbol, at: str, k: str, width: int = 1) -> dict[sympy.Symbol, str]:
         """Slang names of the step's symbols at position ``at`` of the tile along
-        ``axis`` (clamped to the box) and contraction index ``k``; batch axes
-        at the workgroup's own coordinate."""
+        ``axis`` (clamped to the box's last ``width`` positions) and contraction
+        index ``k``; batch axes at the workgroup's own coordinate."""
         names: dict[sympy.Symbol, str] = {}
         for a, (s, b, _) in enumerate(gt.step.parallel):
             pos = f"g{a}"
             if s == axis:
                 pos = f"g{a} * {gt.tile[a]} + {at}"
                 if gt.ragged(s):
-                    pos = f"min({pos}, {gt.box[a] - 1})"
+                    pos = f"min({pos}, {gt.box[a] - width})"
             names[s] = f"({pos} + {int(b)})" if int(b) else f"({pos})"
         s, b, _ = gt.step.loop[0]
         names[s] = f"({k} + {int(b)})" if int(b) else f"({k})"

@@ -78,6 +78,21 @@ def buffer_name(access: str) -> str:
     return f"{identifier(container)}_v{version}"
 
 
+# A second parameter over the same buffer, read four elements (16 bytes of float32) at a
+# time (``KernelWriter.quad_buffer``); buffer names end in ``_v<version>``, never in this.
+QUADS = "_x4"
+
+
+def element_type(name: str, storage: str) -> str:
+    """The elements of parameter ``name`` over a buffer of ``storage`` (a ``QUADS`` view: 4-vectors of them)."""
+    return f"{storage}4" if name.endswith(QUADS) else storage
+
+
+def buffer_parameter(name: str, storage: str) -> str:
+    """A kernel's parameter declaration for buffer ``name`` of ``storage`` elements."""
+    return f"RWStructuredBuffer<{element_type(name, storage)}> {name}"
+
+
 def precision_of(graph: DataflowGraph, tasklet: Tasklet) -> str:
     """double when the tasklet touches any float64 container, else float."""
     touched = [m.container for _, m in graph.reads(tasklet.name) + graph.writes(tasklet.name)]
@@ -287,6 +302,14 @@ class KernelWriter(KernelShape):
         held = self.plan.buffer_of(access)  # an in-place version: its older version's buffer
         name = buffer_name(held)
         self.buffers[name] = held
+        return name
+
+    def quad_buffer(self, access: str) -> str:
+        """A parameter bound to ``access``'s buffer whose element ``q`` is the
+        4-vector of its elements ``4q .. 4q+3``: one 16-byte load where the
+        caller knows ``4q`` is the start of four elements it wants."""
+        name = self.buffer(access) + QUADS
+        self.buffers[name] = self.plan.buffer_of(access)
         return name
 
     def flat_index(self, memlet: Memlet, names: dict) -> str:

@@ -1,5 +1,6 @@
 """bench.gpu_session's own logic without a GPU: its arguments, a stage's budget
-ending a child process, a failing stage not losing the others, junit totals.
+ending a child process, a failing stage not losing the others, junit totals,
+the auto and interop stages' verdicts.
 (The whole script is rehearsed by hand: ``--device vulkan --quick``.)"""
 import json
 import shutil
@@ -110,3 +111,35 @@ def test_every_sweep_variant_is_a_tuning_that_makes_workgroups():
         assert set(variant) <= names, variant
         tile_shapes.check(replace(backends.cuda.TARGET.tuning, **{k: tuple(v) if isinstance(v, list) else v
                                                                   for k, v in variant.items()}))
+
+
+def test_interop_is_skipped_without_cuda_and_judged_by_its_rows(tmp_path):
+    assert gs.interop_stage(_session(tmp_path), gs.Deadline(30.0))["status"] == "skipped (no CUDA)"
+    shared = {"path": "export->torch", "zero_copy": True, "values_ok": True, "detail": "same memory"}
+    copied = {"path": "import<-torch", "zero_copy": False, "values_ok": True, "detail": "a copy: consumer on cpu"}
+    assert gs.interop_verdict({"rows": [shared]})["status"] == "ok"
+    verdict = gs.interop_verdict({"rows": [shared, copied]})
+    assert verdict["status"] == "copies" and verdict["detail"] == "zero-copy: export->torch; copies: import<-torch"
+    errored = {"path": "to_jax", "zero_copy": None, "values_ok": False, "detail": "error: RuntimeError: x"}
+    assert gs.interop_verdict({"rows": [shared, errored]})["status"] == "failures"
+    text = gs.table({"stages": {"interop": {**verdict, "seconds": 3, "budget_s": 30}}})
+    assert "import<-torch  copy" in text and "export->torch  zero-copy" in text
+
+
+def test_the_auto_stage_reports_the_measured_choice(tmp_path, monkeypatch):
+    measured = {"available": ["cuda", "vulkan", "cpu", "numpy"], "gpu_kinds": ["cuda", "vulkan"], "auto": "vulkan",
+                "how": "measured (lowering.backend_probe)",
+                "measured": {"chosen": "vulkan", "failed": {},
+                             "seconds": {"cuda": {"product": 2e-3, "memory": 1e-4},
+                                         "vulkan": {"product": 1e-3, "memory": 1e-4}}}}
+    asked = []
+    monkeypatch.setattr(gs, "json_run", lambda cmd, *rest: asked.append(cmd) or measured)
+    result = gs.auto_stage(_session(tmp_path), gs.Deadline(40.0))
+    assert asked[0][-3:] == ["bench.auto_choice", "--cache-dir", str(tmp_path / "cache")]
+    assert result["status"] == "ok" and result["detail"] == (
+        "auto picks vulkan: measured (lowering.backend_probe); cuda product 2 ms, memory 0.1 ms; "
+        "vulkan product 1 ms, memory 0.1 ms")
+    measured["measured"]["failed"] = {"cuda": "RuntimeError: nvrtc"}
+    assert gs.auto_stage(_session(tmp_path), gs.Deadline(40.0))["status"] == "failures"
+    monkeypatch.setattr(gs, "json_run", lambda *args: None)  # no time left to start it
+    assert gs.auto_stage(_session(tmp_path), gs.Deadline(40.0))["status"] == "out of time"

@@ -21,10 +21,11 @@ COUNTS = ("1", "2", "3", "7")  # more workers than this machine's cores too
 
 @pytest.fixture
 def split_everything(monkeypatch):
-    """Split every independent kernel, however small (the tests' sizes are)."""
+    """Split every independent kernel, however small (the tests' sizes are); products
+    stay Slang kernels (not the host's BLAS), so that theirs are split too."""
     monkeypatch.setenv("SYMDIFF_DISK_CACHE", "0")  # keyed by source text: a patched module must not be stored
     with backends.targets_changed(lambda target: dataclasses.replace(
-            target, tuning=dataclasses.replace(target.tuning, min_work_per_worker=1))):
+            target, host_blas=False, tuning=dataclasses.replace(target.tuning, min_work_per_worker=1))):
         yield
 
 

@@ -18,7 +18,7 @@ import sympy
 
 import symdiff as sd
 from symdiff import lowering
-from symdiff.lowering import backends, runtime
+from symdiff.lowering import backends, host_blas, runtime
 from symdiff.lowering.export import export
 from symdiff.lowering.plan import plan
 from symdiff.lowering.plan_types import HostKernel
@@ -111,9 +111,9 @@ def test_mlp_gradients_match_the_interpreter_in_float64():
 
 
 def test_only_the_cpu_target_and_only_from_min_work():
-    small, _ = matmul_graph(64, 32, 64, "nn")  # 131k multiply-adds
-    large, _ = matmul_graph(128, 128, 128, "nn")
-    assert 64 * 32 * 64 < backends.cpu.TARGET.tuning.host_blas_min_work <= 128 ** 3
+    small, _ = matmul_graph(8, 8, 8, "nn")  # 512 multiply-adds
+    large, _ = matmul_graph(16, 64, 64, "nn")  # a small RNN's step
+    assert 8 * 8 * 8 < backends.cpu.TARGET.tuning.host_blas_min_work <= 16 ** 3
     assert on_host(small) == 0 and on_host(large) == 1
     for target in (backends.vulkan.TARGET, backends.cuda.TARGET, backends.vulkan.LAVAPIPE):
         assert not any(isinstance(kern, HostKernel) for kern in plan(large, {}, target).kernels)
@@ -279,3 +279,38 @@ def test_every_launch_keeps_its_binding_between_calls(any_size, monkeypatch):
     assert len(kept) == len(exe._launches(inst)) == 2  # the product on the host, then its epilogue kernel
     np.testing.assert_array_equal(exe(inputs)["h"], first)
     assert all(inst.bound[key] is entry for key, entry in kept.items())
+
+
+@cpu_only
+def test_an_unrolled_rnn_adds_every_steps_weight_gradient_in_place(monkeypatch):
+    """Each step's ``h^T g`` adds into the weight's gradient as one GEMM with
+    ``beta = 1`` (``host_blas``: no temporary, no pass adding it), and the mean's
+    scale is GEMM's ``alpha``; value and gradients against JAX in float64."""
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    betas = []
+    real = host_blas.gemm
+
+    def counted(a, b, c):
+        run = real(a, b, c)
+        return None if run is None else lambda alpha, beta: (betas.append(beta), run(alpha, beta))
+    monkeypatch.setattr(host_blas, "gemm", counted)
+
+    def rnn(xp, xs, h, wx, wh):
+        for t in range(4):
+            h = xp.tanh(xs[t] @ wx + h @ wh)
+        return xp.mean(h * h)
+
+    def program(xs: sd.f32[4, 8, 24], h: sd.f32[8, 32], wx: sd.f32[24, 32], wh: sd.f32[32, 32]):
+        return rnn(np, xs, h, wx, wh)
+    r = rng(7)
+    args = [(r.standard_normal(s) / 4).astype(np.float32) for s in [(4, 8, 24), (8, 32), (24, 32), (32, 32)]]
+    value, got = sd.differentiable_program(program).value_and_grad(*args, wrt=["wx", "wh"], device="cpu")
+    assert betas.count(1.0) >= 6  # 3 of the 4 steps add into each weight's gradient
+    want_value, want = jax.value_and_grad(lambda *a: rnn(jnp, *a), argnums=(2, 3))(
+        *[jnp.asarray(a, jnp.float64) for a in args])
+    assert abs(value - float(want_value)) <= 64 * 32 * U * abs(float(want_value))
+    for name, g in zip(["wx", "wh"], want):
+        g = np.asarray(g)
+        assert np.max(np.abs(got[name] - g)) <= 64 * 32 * U * np.max(np.abs(g)), name

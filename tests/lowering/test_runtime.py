@@ -85,6 +85,25 @@ def test_device_arrays_stay_on_the_device(device):
         exe({"x": lowering.asarray(inputs["x"].astype(np.float64), device=device)})
 
 
+def test_each_call_uploads_its_own_values(device):
+    """Host arguments are written through views of their buffers kept
+    between calls (``Executable._upload``): each call computes on its own
+    values, also after a call that bound a device array instead.  Results vs
+    the interpreter."""
+    g, inputs = chain(100, ops=2)
+    exe = lowering.compile(g, device=device)
+    for k in range(4):
+        x = inputs["x"] + np.float32(k)
+        value = lowering.asarray(x, device=device) if k == 2 else x
+        np.testing.assert_allclose(exe({"x": value})["y"], ir.run(g, {"x": x})["y"], rtol=1e-6)
+
+
+def test_a_0d_array_stays_0d_on_the_device(device):
+    """``np.ascontiguousarray`` makes a 0-d array 1-d: uploads keep the shape."""
+    x = lowering.asarray(np.float32(2.5), device=device)
+    assert x.shape == () and float(np.asarray(x)) == 2.5
+
+
 def test_a_callers_device_array_is_let_go_when_dropped(device):
     """Launches are bound through kept root shader objects, one per set of
     buffers; one binding a caller's device array goes when the caller drops

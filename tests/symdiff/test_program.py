@@ -199,6 +199,32 @@ def test_index_arguments_are_never_converted_silently(device, idx, text):
     np.testing.assert_allclose(f(e, np.array([1, 2, 3], np.uint8)), 14.0)
 
 
+def _take_any(e, idx):
+    return np.sum(e[idx] ** 2)
+
+
+def test_later_calls_still_check_arguments_and_follow_settings(monkeypatch):
+    """A call finds its graphs and executable once per argument kinds, shapes
+    and options (``_Prepared``); later calls must still check index values,
+    take new shapes of unannotated arguments and follow ``$SYMDIFF_DEVICE``.
+    Gradients: d/de sum(e[idx]**2) is 2 e at idx."""
+    f = sd.differentiable_program(_take_any)
+    idx = np.array([1, 2, 3], np.int64)
+    monkeypatch.setenv("SYMDIFF_DEVICE", "numpy")
+    for n in (10, 10, 12):
+        e = np.arange(n, dtype=np.float32) + 1
+        value, grads = f.value_and_grad(e, idx)
+        expected = np.zeros(n, np.float32)
+        expected[idx] = 2 * e[idx]
+        assert value == pytest.approx(np.sum(e[idx] ** 2)) and grads["e"].shape == (n,)
+        np.testing.assert_array_equal(grads["e"], expected)
+    with pytest.raises(sd.ArgumentError, match="outside int32's range"):  # same kinds and shapes as before
+        f.value_and_grad(e, np.array([1, 2**32 + 2, 3], np.int64))
+    monkeypatch.setenv("SYMDIFF_DEVICE", "cpu")
+    assert f(e, idx) == pytest.approx(np.sum(e[idx] ** 2))
+    assert {s["device"] for s in f.stats().values()} == {"numpy", "cpu"}
+
+
 def test_spec_annotations_are_read_under_postponed_evaluation(tmp_path):
     """``from __future__ import annotations`` makes every annotation a string:
     the specs must still fix the argument's shape before any call."""
