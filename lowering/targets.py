@@ -93,6 +93,17 @@ class Tuning:
     # points inner (lowering.kernels.columns): fewer than a vector's worth of
     # neighbouring loads gains g++ nothing to vectorise across.
     cpu_column_points: int = 8
+    # Rows at least this long make a CPU thread's points that cross rows two loops,
+    # its rows outer and their points inner (lowering.kernels.writer's ``frame``): an
+    # inner loop over a shorter row holds less than a vector of float32 and pays its
+    # bounds per row.
+    cpu_row_loop_min: int = 16
+    # Run-time alias checks g++ may add to vectorise one loop (its
+    # ``vect-max-version-for-alias-checks``, default 10; ``compiler_args``): a kernel's
+    # buffers are separate pointers it cannot prove apart, and a fused forward and
+    # backward elementwise loop storing 3 buffers and loading 3 needs 12 checks.  Past
+    # the limit g++ leaves the loop scalar (tanh(x + b): 20 ms against 2).
+    cpu_alias_checks: int = 100
     # Least work (points times their loop lengths) per worker thread for a kernel
     # to be split: below it the pool's wake-up and join cost more than they save
     # (measured crossover: docs/design.md "The CPU device's cores").
@@ -399,10 +410,13 @@ def compiler_args(target: Target) -> list[str]:
     ``-march``, ``-m`` and ``--param`` flags): the same library on another CPU
     then has other arguments, so a compiled-library cache keyed by them
     (``lowering.compiler_cache``) never hands one machine's code to another.
-    ``$SYMDIFF_CPU_NATIVE=0`` (or no g++ found) leaves g++'s defaults."""
+    ``$SYMDIFF_CPU_NATIVE=0`` (or no g++ found) leaves g++'s default
+    instructions.  A sequential target's compiler may also add more run-time
+    alias checks to vectorise a loop (``Tuning.cpu_alias_checks``)."""
+    checks = [f"--param=vect-max-version-for-alias-checks={target.tuning.cpu_alias_checks}"] if target.sequential else []
     if not target.native_instructions or os.environ.get(NATIVE_ENV, "1").strip().lower() in ("0", "off", "false", "no"):
-        return []
-    return list(_native_flags())
+        return checks
+    return list(_native_flags()) + checks
 
 
 @functools.lru_cache(maxsize=None)

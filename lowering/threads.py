@@ -72,21 +72,49 @@ class Threads:
             return [self.count, 1, 1]
         return [self.row, -(-self.count // self.row), 1]
 
+    def _thread(self, operand: bool = False) -> str:
+        """The dispatched thread's number (parenthesised as an ``operand`` of a product)."""
+        if self.count > self.tuning.row_threads:
+            many = f"int(tid.x) + int(tid.y) * {self.row}"
+            return f"({many})" if operand else many
+        return "int(tid.x)"
+
     def open(self, var: str) -> list[str]:
         """Lines giving each of this thread's points in ``var``, in a loop
         (closed by ``close``) when a thread has several."""
-        many_rows = self.count > self.tuning.row_threads
-        thread = f"int(tid.x) + int(tid.y) * {self.row}" if many_rows else "int(tid.x)"
         if self.per_thread == 1:
-            return [f"int {var} = {thread};", f"if ({var} >= {self.points}) return;"]
-        if many_rows:
-            thread = f"({thread})"
-        return [f"int first = {thread} * {self.per_thread};",
+            return [f"int {var} = {self._thread()};", f"if ({var} >= {self.points}) return;"]
+        return [f"int first = {self._thread(True)} * {self.per_thread};",
                 f"for (int {var} = first; {var} < min(first + {self.per_thread}, {self.points}); {var}++)",
                 "{"]
 
     def close(self) -> list[str]:
         return ["}"] if self.per_thread > 1 else []
+
+    def open_rows(self, length: int, row: str, column: str, per_row: list[str]) -> list[str]:
+        """Lines giving this thread's points (several: ``per_thread > 1``) as
+        rows of ``length`` points, ``row`` a point's row and ``column`` its
+        place in it, in two loops closed by ``close_rows``; ``per_row`` (lines
+        of the row's own values) runs once a row, before its points.
+
+        The inner loop is a plain counted loop over ``column``, so an index
+        affine in the point's coordinates is affine in the loop: with the
+        point's ``lin / length`` and ``lin % length`` per point (``open``) g++
+        found no affine evolution and did not vectorise a broadcasting
+        ``tanh(x + b)`` (20 ms against numpy's 0.8)."""
+        per = self.per_thread
+        return ([f"int first = {self._thread(True)} * {per};",
+                 f"int last = min(first + {per}, {self.points});",
+                 f"for (int {row} = first / {length}; {row} * {length} < last; {row}++)",
+                 "{"]
+                + ["    " + line for line in per_row]
+                + [f"    int {column}_end = min(last - {row} * {length}, {length});",
+                   f"    for (int {column} = max(first - {row} * {length}, 0); {column} < {column}_end; {column}++)",
+                   "    {"])
+
+    @staticmethod
+    def close_rows() -> list[str]:
+        return ["    }", "}"]
 
 
 # Environment variable overriding the CPU device's worker threads (default: the

@@ -327,17 +327,32 @@ class KernelWriter(KernelShape):
     def frame(self, grid: tuple, coord: str, body: Callable[[], None]) -> None:
         """The thread's points (``lowering.threads``), each one's coordinates
         ``<coord>0``, ``<coord>1``... over ``grid``, and ``body`` for each."""
+        strides = [math.prod(grid[a + 1:]) for a in range(len(grid))]
+        per = self.mapping.per_thread
+        several = not self.layout and len(grid) > 1 and per > 1  # a CPU thread's points: g++ vectorises their loop
+        if several and grid[-1] % per and grid[-1] >= self.target.tuning.cpu_row_loop_min:
+            # points crossing rows: every coordinate but the last once a row, the last the counter of
+            # a plain inner loop (Threads.open_rows), so that indices are affine in the loop
+            leading = [f"int {coord}{a} = {digit('row', stride // grid[-1], n, a == 0)};"
+                       for a, (n, stride) in enumerate(zip(grid[:-1], strides))]
+            for line in self.mapping.open_rows(grid[-1], "row", f"{coord}{len(grid) - 1}", leading):
+                self.emit(line, 1)
+            self.indent += 2
+            body()
+            self.indent -= 2
+            for line in self.mapping.close_rows():
+                self.emit(line, 1)
+            return
         for line in self.mapping.open(self.forms.loop.thread):
             self.emit(line, 1)
         self.forms.loop.enter(self)  # whole workgroups return together above: barriers stay uniform
         self.indent += len(self.mapping.close())
-        strides = [math.prod(grid[a + 1:]) for a in range(len(grid))]
         # A thread's points within one row of the box (its point count divides the row): every
         # coordinate but the last is the thread's own, the last runs with the point, so g++ sees
         # contiguous accesses and vectorises (lin / n and lin % n per point it did not: an outer
-        # product's 2048x2048 elementwise kernel, mvt's gradient of A, 3-5 -> 0.8 ms CPU time)
-        per = self.mapping.per_thread
-        in_row = not self.layout and len(grid) > 1 and per > 1 and grid[-1] % per == 0
+        # product's 2048x2048 elementwise kernel, mvt's gradient of A, 3-5 -> 0.8 ms CPU time);
+        # g++ compiled the elman RNN's kernels so in 0.7 s, as rows in 1.1
+        in_row = several and grid[-1] % per == 0
         for a, (n, stride) in enumerate(zip(grid, strides)):
             if in_row:
                 place = digit("first", stride, n, a == 0) if stride > 1 else f"first % {n} + (lin - first)"

@@ -119,9 +119,11 @@ def test_small_kernels_run_on_the_calling_thread():
 
 def test_native_compiler_args(monkeypatch):
     assert targets.compiler_args(backends.vulkan.TARGET) == []
+    checks = f"--param=vect-max-version-for-alias-checks={backends.cpu.TARGET.tuning.cpu_alias_checks}"
     monkeypatch.setenv(targets.NATIVE_ENV, "0")
-    assert targets.compiler_args(backends.cpu.TARGET) == []
+    assert targets.compiler_args(backends.cpu.TARGET) == [checks]  # g++'s default instructions
     monkeypatch.delenv(targets.NATIVE_ENV)
-    args = targets.compiler_args(backends.cpu.TARGET)
-    if args:  # g++ found: this machine's -march spelled out (never the word "native", which a cache could share)
-        assert args[0].startswith("-march=") and "native" not in " ".join(args)
+    *native, last = targets.compiler_args(backends.cpu.TARGET)
+    assert last == checks
+    if native:  # g++ found: this machine's -march spelled out (never the word "native", which a cache could share)
+        assert native[0].startswith("-march=") and "native" not in " ".join(native)
