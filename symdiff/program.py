@@ -301,14 +301,18 @@ class DifferentiableProgram:
         return shapes
 
     # -- public: running ----------------------------------------------------------
+    def _arg_dtypes(self, graph: ir.DataflowGraph) -> tuple[str, ...]:
+        """Each argument's dtype in ``graph``: what its value is converted to."""
+        return tuple(graph.containers[n].dtype for n in self.arg_names)
+
     def _inputs(self, graph: ir.DataflowGraph, values: Mapping[str, Any]) -> dict[str, Any]:
-        inputs = {}
-        for n in self.arg_names:
-            v = values[n]
-            if not isinstance(v, lowering.DeviceArray):
-                v = host_argument(n, v, graph.containers[n].dtype)
-            inputs[n] = v
-        return inputs
+        return self._convert(self._arg_dtypes(graph), values)
+
+    def _convert(self, dtypes: Sequence[str], values: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments as a graph takes them: device arrays as they are,
+        others converted (and checked) to ``dtypes`` by ``host_argument``."""
+        return {n: v if isinstance(v, lowering.DeviceArray) else host_argument(n, v, dtype)
+                for n, v, dtype in zip(self.arg_names, (values[n] for n in self.arg_names), dtypes)}
 
     def _run(self, graph: ir.DataflowGraph, inputs: Mapping[str, Any], device: str | None,
              device_arrays: bool) -> dict[str, Any]:
@@ -322,8 +326,8 @@ class DifferentiableProgram:
             return value[()]
         return value
 
-    def _outputs(self, graph: ir.DataflowGraph, results: Mapping[str, Any]) -> Any:
-        names = ir.GraphNotes(graph).result_names
+    def _outputs(self, names: Sequence[str], results: Mapping[str, Any]) -> Any:
+        """The results named ``names`` (a graph's result containers, in output order) as a call returns them."""
         outs = [self._present(results[r]) for r in names]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -353,27 +357,17 @@ class DifferentiableProgram:
         self._last_specs = prepared.specs
         return prepared
 
-    def _convert(self, prepared: _Prepared, values: Mapping[str, Any]) -> dict[str, Any]:
-        """``_inputs`` with the dtypes found once: device arrays as they are,
-        others converted (and checked) by ``host_argument``."""
-        return {n: v if isinstance(v, lowering.DeviceArray) else host_argument(n, v, dtype)
-                for (n, v), dtype in zip(((n, values[n]) for n in self.arg_names), prepared.dtypes)}
-
-    def _present_outputs(self, prepared: _Prepared, results: Mapping[str, Any]) -> Any:
-        outs = [self._present(results[r]) for r in prepared.results]
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
     def __call__(self, *args, device: str | None = None, device_arrays: bool = False, **kwargs) -> Any:
         values = self._bind(args, kwargs)
 
         def find() -> _Prepared:
             specs = self._specs_for(values)
             graph = self._forward_graph(specs)
-            return _Prepared(specs, tuple(graph.containers[n].dtype for n in self.arg_names),
+            return _Prepared(specs, self._arg_dtypes(graph),
                              self._executable(graph, device), tuple(ir.GraphNotes(graph).result_names))
         prepared = self._prepare(values, ("call", requested_device(device or self.device)), find)
         exe = prepared.exe
-        return self._present_outputs(prepared, exe(self._convert(prepared, values),
+        return self._outputs(prepared.results, exe(self._convert(prepared.dtypes, values),
                                                    return_device_arrays=device_arrays,
                                                    check_bounds=self.check_bounds))
 
@@ -394,7 +388,7 @@ class DifferentiableProgram:
         if len(cts) != len(prepared.seeds):
             raise ProgramError(f"{self.name} has {len(prepared.seeds)} outputs; pass a tuple of "
                                f"{len(prepared.seeds)} cotangents")
-        inputs = self._convert(prepared, values)
+        inputs = self._convert(prepared.dtypes, values)
         for out, (seed, expected, dtype), ct in zip(prepared.results, prepared.seeds, cts):
             if isinstance(ct, lowering.DeviceArray):
                 inputs[seed] = ct
@@ -468,7 +462,7 @@ class DifferentiableProgram:
             seeds = [notes.seeds[o] for o in outputs]
             seeds = tuple((seed, tuple(shape), graph.containers[seed].dtype)
                           for seed, shape in zip(seeds, self._concrete_shapes(forward, inputs, graph, seeds)))
-            return _Prepared(specs, tuple(forward.containers[n].dtype for n in self.arg_names),
+            return _Prepared(specs, self._arg_dtypes(forward),
                              self._executable(graph, device), tuple(outputs), seeds,
                              tuple((w, notes.gradients[w]) for w in names),
                              tuple(np.ones(shape, ir.DTYPES[dtype]) for _, shape, dtype in seeds) if scalar else ())
@@ -479,7 +473,7 @@ class DifferentiableProgram:
     def _gradients(self, prepared: _Prepared, inputs: dict[str, Any], device_arrays: bool) -> tuple[Any, dict[str, Any]]:
         """Run a prepared backward graph: ``(value, {input: gradient})``."""
         results = prepared.exe(inputs, return_device_arrays=device_arrays, check_bounds=self.check_bounds)
-        return self._present_outputs(prepared, results), {w: self._present(results[g]) for w, g in prepared.gradients}
+        return self._outputs(prepared.results, results), {w: self._present(results[g]) for w, g in prepared.gradients}
 
     def value_and_grad(self, *args, wrt: Sequence[str] | str | None = None, device: str | None = None,
                        device_arrays: bool = False, accumulate: Mapping[str, str] | None = None,
@@ -491,7 +485,7 @@ class DifferentiableProgram:
         the default gradient), without materialising the broadcast."""
         values = self._bind(args, kwargs)
         prepared = self._prepare_gradient(values, wrt, device, accumulate, memory_budget, scalar=True)
-        inputs = self._convert(prepared, values)
+        inputs = self._convert(prepared.dtypes, values)
         for (seed, _, _), ones in zip(prepared.seeds, prepared.ones):
             inputs[seed] = ones.copy()  # a fresh array per call, as a cotangent passed to vjp is
         return self._gradients(prepared, inputs, device_arrays)
@@ -580,7 +574,7 @@ class DifferentiableProgram:
         outputs = ir.GraphNotes(forward).result_names
         made = ir.GraphNotes(graph).tangents
         outs = [self._present(results[made[o]]) if o in made else None for o in outputs]
-        return self._outputs(forward, results), (outs[0] if len(outs) == 1 else tuple(outs))
+        return self._outputs(outputs, results), (outs[0] if len(outs) == 1 else tuple(outs))
 
     def jvp_program(self, tangent_of: Sequence[str] | str | None = None) -> "DifferentiableProgram":
         """A new program whose arguments are this one's followed by a tangent per
