@@ -18,8 +18,8 @@ from symdiff.ir.graph import DataflowGraph
 from symdiff.ir.index_analysis import extent
 
 from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
-from . import targets
-from .host_products import HostProduct
+from . import blas_calls, host_blas, targets
+from .host_products import Gemms, HostProduct
 from .kernels import registry
 from .kernels.writer import (FUNCTION, GROUPSHARED, STORAGE_TYPES, Declarations, buffer_name, buffer_parameter,
                              element_type, identifier)
@@ -52,6 +52,8 @@ class KernelEntry:
     function: str = ""
     constants: dict[str, int] = field(default_factory=dict)  # the function's lifted literals: this kernel's values
     host: HostProduct | None = None  # computed by the host between launches instead (lowering.host_products)
+    # or by the program entry, through numpy's OpenBLAS (lowering.blas_calls): the product and its GEMMs
+    gemm: tuple[HostProduct, Gemms] | None = None
 
     def __post_init__(self) -> None:
         self.function = self.function or self.name
@@ -91,25 +93,33 @@ def _storage(g: DataflowGraph, access: str) -> str:
 
 
 
-def _host_entry(plan: Plan, kernel: HostKernel) -> KernelEntry:
-    """The launch of a product the host computes: no Slang, its operands' buffers
-    bound at its place in the call (so their lifetimes span it), and whether it
-    adds into its output (another writer shares the version) or overwrites it."""
+def _host_entry(plan: Plan, kernel: HostKernel, target: targets.Target) -> KernelEntry:
+    """The launch of a product the host computes, its operands' buffers bound at
+    its place in the call (so their lifetimes span it), and whether it adds
+    into its output (another writer shares the version) or overwrites it: on a
+    sequential target where numpy's OpenBLAS is found and its views are
+    matrices BLAS reads as they are, GEMM calls in the program entry
+    (``lowering.blas_calls``), else no Slang but a launch of its own."""
     (write,) = kernel.steps[0].writes
     product = kernel.product.placed(plan.buffer_of, write.mode != "store")
-    accesses = product.accesses
-    return KernelEntry(identifier(kernel.name), 0, 0, {buffer_name(a): a for a in accesses}, host=product)
+    buffers = {buffer_name(a): a for a in product.accesses}
+    gemms = product.gemms() if target.sequential and host_blas.library() is not None else None
+    if gemms is not None:
+        return KernelEntry(identifier(kernel.name), 0, 1, buffers, gemm=(product, gemms))
+    return KernelEntry(identifier(kernel.name), 0, 0, buffers, host=product)
 
 
-def _host_comment(kernel: HostKernel, product: HostProduct) -> str:
-    """What stands in the module for a product the host computes."""
+def _host_comment(kernel: HostKernel, product: HostProduct, in_program: bool) -> str:
+    """What stands in the module for a product the host computes (``in_program``:
+    by GEMM calls in the program entry)."""
     (step,) = kernel.steps
     t = step.tasklet
     def element(o) -> str:
         return f"{buffer_name(o.access)}[{o.index}]"
     extents = ", ".join(f"{s} < {e - b}" for s, b, e in product.ranges)
-    return (f"// kernel {identifier(kernel.name)}: computed on the host, numpy.matmul (BLAS) between launches "
-            f"(lowering.host_products)\n//   {t.name}" + (f" ({t.source})" if t.source else "")
+    how = ("by OpenBLAS GEMM in the program entry (lowering.blas_calls)" if in_program else
+           "numpy.matmul (BLAS) between launches (lowering.host_products)")
+    return (f"// kernel {identifier(kernel.name)}: computed on the host, {how}\n//   {t.name}" + (f" ({t.source})" if t.source else "")
             + f": {element(product.out)} {'+' if product.accumulate else ''}= sum over {product.k} of "
             f"{element(product.a)} * {element(product.b)}" + (f" * {product.coeff:g}" if product.coeff != 1 else "")
             + f", {extents}")
@@ -167,6 +177,10 @@ def _program(entries: list[KernelEntry], g: DataflowGraph, target: targets.Targe
     runners: dict[str, str] = {}  # function -> its runner over a dispatch's threads
     for e in entries:
         if e.threads == 0:
+            continue
+        if e.gemm is not None:
+            statement = blas_calls.statement(*e.gemm).replace("\n", "\n        ")
+            calls.append(f"    if (dispatched({e.index}, first, last))  // a product, OpenBLAS GEMM\n        {statement}")
             continue
         x, y, _ = e.thread_count
         cap = worker_cap(e.work, x * y, target.tuning) if e.independent and target.worker_threads else 1
@@ -229,8 +243,8 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
     names, codes = [], []
     for kernel in plan.kernels:
         if isinstance(kernel, HostKernel):
-            entry = _host_entry(plan, kernel)
-            parts.append(_host_comment(kernel, entry.host))
+            entry = _host_entry(plan, kernel, target)
+            parts.append(_host_comment(kernel, entry.host or entry.gemm[0], entry.gemm is not None))
             entries.append(entry)
             continue
         if kernel.finish is not None:  # a function the last workgroup of ``kernel`` calls
@@ -283,4 +297,7 @@ def generate(plan: Plan, device: "str | targets.Target" = "vulkan") -> Module:
     header = [f"// symdiff: program {g.name!r}, {len(plan.kernels)} kernel(s)", prelude(target)]
     header += registry.declarations(declared, FUNCTION, target) + ([helper(target)] if guards.checks else [])
     header += registry.declarations(declared, GROUPSHARED, target)
+    gemm_dtypes = {e.gemm[0].dtype for e in entries if e.gemm is not None}
+    if gemm_dtypes:
+        header += blas_calls.declarations(host_blas.library(), gemm_dtypes)
     return Module("\n\n".join(header + parts) + "\n", entries, buffers, guards.checks)

@@ -18,6 +18,7 @@ import ctypes
 import functools
 import glob
 import os
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -25,10 +26,19 @@ import numpy as np
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112  # CBLAS enums
 
 
+@dataclass(frozen=True)
+class Library:
+    """numpy's bundled OpenBLAS as ``lowering.blas_calls`` names it in C++: its
+    file, each dtype's GEMM symbol, and whether its integers are 64-bit."""
+
+    path: str
+    symbols: dict  # "float32" / "float64" -> the CBLAS GEMM's exported name
+    wide: bool  # int64_t (the ``64_`` ABI) rather than int
+
+
 @functools.cache
-def _routines() -> dict[str, tuple[Callable, type, type]] | None:
-    """``{"float32": (sgemm, its integer and real types), "float64": ...}`` from numpy's
-    bundled OpenBLAS, or None where numpy has none with a known ABI."""
+def library() -> Library | None:
+    """numpy's bundled OpenBLAS with both GEMMs and a known ABI, or None."""
     root = os.path.dirname(np.__file__)
     for path in sorted(glob.glob(os.path.join(root, os.pardir, "numpy.libs", "*openblas*"))
                        + glob.glob(os.path.join(root, ".dylibs", "*openblas*"))):
@@ -36,17 +46,28 @@ def _routines() -> dict[str, tuple[Callable, type, type]] | None:
             lib = ctypes.CDLL(path)  # already loaded by numpy: the same library and thread pool
         except OSError:
             continue
-        for suffix, integer in (("64_", ctypes.c_int64), ("", ctypes.c_int)):
-            found = {}
-            for dtype, letter, real in (("float32", "s", ctypes.c_float), ("float64", "d", ctypes.c_double)):
-                fn = getattr(lib, f"scipy_cblas_{letter}gemm{suffix}", None)
-                if fn is None:
-                    break
-                fn.restype = None  # arguments are passed as ctypes values, made once (``_Gemm``)
-                found[dtype] = (fn, integer, real)
-            if len(found) == 2:
-                return found
+        for suffix in ("64_", ""):
+            symbols = {dtype: f"scipy_cblas_{letter}gemm{suffix}" for dtype, letter in (("float32", "s"),
+                                                                                        ("float64", "d"))}
+            if all(hasattr(lib, name) for name in symbols.values()):
+                return Library(os.path.realpath(path), symbols, suffix == "64_")
     return None
+
+
+@functools.cache
+def _routines() -> dict[str, tuple[Callable, type, type]] | None:
+    """``{"float32": (sgemm, its integer and real types), "float64": ...}`` of ``library()``."""
+    found = library()
+    if found is None:
+        return None
+    lib = ctypes.CDLL(found.path)
+    integer = ctypes.c_int64 if found.wide else ctypes.c_int
+    routines = {}
+    for dtype, real in (("float32", ctypes.c_float), ("float64", ctypes.c_double)):
+        fn = getattr(lib, found.symbols[dtype])
+        fn.restype = None  # arguments are passed as ctypes values, made once (``_Gemm``)
+        routines[dtype] = (fn, integer, real)
+    return routines
 
 
 def available() -> bool:
@@ -71,30 +92,63 @@ def _matrix(m: np.ndarray) -> tuple[bool, int] | None:
     return None
 
 
-def gemm(a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray) -> Callable[[float, float], None] | None:
-    """``run(alpha, beta)`` computing ``c = alpha a @ b + beta c`` in place on
-    2-D views (``c`` writeable, none of them copied), or None where numpy's
-    BLAS is not found, an operand is missing (None: no such view), the dtypes
-    differ or are not float32/float64, a view's strides are not a matrix BLAS
-    reads as it is, or ``c`` may overlap an operand (BLAS, unlike
-    ``numpy.matmul``, would read what it has overwritten)."""
-    routines = _routines()
-    if routines is None or a is None or b is None or not (a.ndim == b.ndim == c.ndim == 2) \
-            or len({a.dtype, b.dtype, c.dtype}) != 1 or np.may_share_memory(c, a) or np.may_share_memory(c, b):
+@dataclass(frozen=True)
+class Layout:
+    """A row-major CBLAS GEMM over three 2-D views ``c = alpha a @ b + beta c``:
+    its transposes, sizes and leading dimensions (in elements).  ``swapped``:
+    ``c`` is column-major, so BLAS computes its transpose, row-major, as
+    ``b^T a^T``: its first operand is ``b``."""
+
+    trans_a: bool
+    trans_b: bool
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    swapped: bool
+
+
+def layout(a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray) -> Layout | None:
+    """How one GEMM computes ``c = alpha a @ b + beta c`` on 2-D views as they
+    are (no copy), or None where an operand is missing (None: no such view),
+    the dtypes differ or are not float32/float64, a view's strides are not a
+    matrix BLAS reads as it is, or a matrix is empty.  It reads only shapes and
+    strides: ``gemm`` runs it on memory, ``lowering.blas_calls`` emits it into
+    the CPU device's program."""
+    if a is None or b is None or not (a.ndim == b.ndim == c.ndim == 2) or len({a.dtype, b.dtype, c.dtype}) != 1 \
+            or str(c.dtype) not in ("float32", "float64") or 0 in a.shape + b.shape:
         return None
-    fn, integer, real = routines.get(str(c.dtype), (None, None, None))
     forms = [_matrix(x) for x in (a, b, c)]
-    if fn is None or None in forms or 0 in a.shape + b.shape:
+    if None in forms:
         return None
     (ta, lda), (tb, ldb), (tc, ldc) = forms
     m, n = c.shape
     k = a.shape[1]
     if tc:  # a column-major output: its transpose, row-major, is b^T a^T
-        a, b, (ta, lda), (tb, ldb), m, n = b, a, (not tb, ldb), (not ta, lda), n, m
+        return Layout(not tb, not ta, n, m, k, ldb, lda, ldc, True)
+    return Layout(ta, tb, m, n, k, lda, ldb, ldc, False)
+
+
+def gemm(a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray) -> Callable[[float, float], None] | None:
+    """``run(alpha, beta)`` computing ``c = alpha a @ b + beta c`` in place on
+    2-D views (``c`` writeable, none of them copied), or None where numpy's
+    BLAS is not found, ``layout`` has none, or ``c`` may overlap an operand
+    (BLAS, unlike ``numpy.matmul``, would read what it has overwritten)."""
+    routines = _routines()
+    form = layout(a, b, c)
+    if routines is None or form is None or np.may_share_memory(c, a) or np.may_share_memory(c, b):
+        return None
+    fn, integer, real = routines[str(c.dtype)]
+    if form.swapped:
+        a, b = b, a
     flag = lambda t: ctypes.c_int(_TRANS if t else _NO_TRANS)  # noqa: E731
     pointer = lambda x: ctypes.c_void_p(x.ctypes.data)  # noqa: E731
-    return _Gemm(fn, real, (ctypes.c_int(_ROW_MAJOR), flag(ta), flag(tb), integer(m), integer(n), integer(k)),
-                 (pointer(a), integer(lda), pointer(b), integer(ldb)), (pointer(c), integer(ldc)), (a, b, c))
+    return _Gemm(fn, real, (ctypes.c_int(_ROW_MAJOR), flag(form.trans_a), flag(form.trans_b), integer(form.m),
+                            integer(form.n), integer(form.k)),
+                 (pointer(a), integer(form.lda), pointer(b), integer(form.ldb)), (pointer(c), integer(form.ldc)),
+                 (a, b, c))
 
 
 class _Gemm:

@@ -118,15 +118,7 @@ class HostProduct:
         (a batch, a copied operand, no BLAS found) an output BLAS can write
         (``_layout``) is written by ``matmul`` itself, through its transpose
         where it is column-major, unless the product adds into it."""
-        extent = {s: e - b for s, b, e in self.ranges}
-        size = lambda axes: math.prod(extent[s] for s in axes)  # noqa: E731
-        batch = self.batch
-        lead = tuple(extent[s] for s in batch)
-        a_view = self._arranged(view(self.a), self.a, (*batch, *self.rows, *self.ks))
-        b_view = self._arranged(view(self.b), self.b, (*batch, *self.ks, *self.columns))
-        a_shape, b_shape = (*lead, size(self.rows), size(self.ks)), (*lead, size(self.ks), size(self.columns))
-        out = self._arranged(view(self.out), self.out, (*batch, *self.rows, *self.columns), writeable=True)
-        merged = _merged(out, (*lead, size(self.rows), size(self.columns)))
+        a_view, b_view, a_shape, b_shape, out, merged, lead = self._views(view)
         scalars = [view(s)[s.offset:s.offset + 1] for s in self.scalars]
         coeff, accumulate = self.coeff, self.accumulate
         gemm = None if merged is None or lead else \
@@ -159,6 +151,50 @@ class HostProduct:
                 np.multiply(merged, merged.dtype.type(c), out=merged)
         return run
 
+    def _views(self, view: Callable[[Operand], np.ndarray]) -> tuple:
+        """The operands as ``bound`` hands them to numpy: ``a`` and ``b`` as
+        strided views with their shapes once merged, the output's view, it
+        merged (None where its strides do not allow it), and the batch's
+        extents."""
+        extent = {s: e - b for s, b, e in self.ranges}
+        size = lambda axes: math.prod(extent[s] for s in axes)  # noqa: E731
+        batch = self.batch
+        lead = tuple(extent[s] for s in batch)
+        a_view = self._arranged(view(self.a), self.a, (*batch, *self.rows, *self.ks))
+        b_view = self._arranged(view(self.b), self.b, (*batch, *self.ks, *self.columns))
+        a_shape, b_shape = (*lead, size(self.rows), size(self.ks)), (*lead, size(self.ks), size(self.columns))
+        out = self._arranged(view(self.out), self.out, (*batch, *self.rows, *self.columns), writeable=True)
+        return a_view, b_view, a_shape, b_shape, out, _merged(out, (*lead, size(self.rows), size(self.columns))), lead
+
+    def gemms(self) -> "Gemms | None":
+        """This product as GEMMs on its containers' elements, one per point of
+        its batch axes (``lowering.blas_calls`` emits them into the CPU
+        device's program), or None where a view needs a copy first (an operand
+        ``bound`` copies on every run) or BLAS cannot read one as it is
+        (``host_blas.layout``).  The views are those ``bound`` makes, over no
+        memory: only their strides and offsets are read."""
+        dtype = np.dtype(self.dtype)
+        bases = {}
+
+        def unbacked(o: Operand) -> np.ndarray:
+            bases[o.access] = base = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), (o.size,), (dtype.itemsize,))
+            return base
+
+        a_view, b_view, a_shape, b_shape, _, out, lead = self._views(unbacked)
+        a, b = _merged(a_view, a_shape), _merged(b_view, b_shape)
+        if a is None or b is None or out is None or 0 in lead:
+            return None
+        first = (0,) * len(lead)
+        form = host_blas.layout(a[first], b[first], out[first])
+        if form is None:
+            return None
+        operands = [(self.b, b), (self.a, a)] if form.swapped else [(self.a, a), (self.b, b)]
+        operands.append((self.out, out))
+        offset = lambda o, m: (m.ctypes.data - bases[o.access].ctypes.data) // dtype.itemsize  # noqa: E731
+        return Gemms(form, tuple(o.access for o, _ in operands), tuple(offset(o, m) for o, m in operands),
+                     tuple((n, *(m.strides[axis] // dtype.itemsize for _, m in operands))
+                           for axis, n in enumerate(lead)))
+
     def _arranged(self, flat: np.ndarray, operand: Operand, order: tuple[str, ...],
                   writeable: bool = False) -> np.ndarray:
         """``operand``'s elements over the domain with its axes in ``order``: a
@@ -168,6 +204,19 @@ class HostProduct:
         return np.lib.stride_tricks.as_strided(
             flat[operand.offset:], shape=tuple(extent[s] for s in order),
             strides=tuple(steps.get(s, 0) * flat.itemsize for s in order), writeable=writeable)
+
+
+@dataclass(frozen=True)
+class Gemms:
+    """A product as GEMMs (``HostProduct.gemms``): ``layout`` over the buffers
+    of ``accesses`` (BLAS's first operand, its second, the output), from
+    element ``offsets`` of each, and one GEMM per point of the ``batch`` axes:
+    (extent, element stride in each of the three) an axis."""
+
+    layout: host_blas.Layout
+    accesses: tuple[str, str, str]
+    offsets: tuple[int, int, int]
+    batch: tuple[tuple[int, int, int, int], ...]
 
 
 def _merged(m: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:

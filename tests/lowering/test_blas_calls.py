@@ -1,0 +1,80 @@
+"""Products as GEMM calls in the CPU device's program entry (lowering.blas_calls):
+a call is one dispatch, and the products it runs (overwriting, adding into a
+gradient with ``beta = 1``, scaled, through transposed operands, batched over
+heads, float64) agree with the numpy interpreter and JAX in float64 within
+float32's rounding (``test_host_products``'s bound: ``(K + 2) u sum_k |a b|``);
+without numpy's OpenBLAS the products are launches of their own again.
+"""
+import re
+
+import numpy as np
+import pytest
+
+import symdiff as sd
+from symdiff import ir, lowering
+from symdiff.lowering import host_blas
+from lowering_graphs import rng
+from test_host_products import EINSUM, U, product_bound
+from test_matmul import matmul_graph
+
+pytestmark = [pytest.mark.skipif("cpu" not in lowering.available_devices(), reason="no CPU device"),
+              pytest.mark.skipif(not host_blas.available(), reason="numpy's BLAS is not one host_blas finds")]
+
+GEMM = re.compile(r"\b([sd])gemm\((\d), (\d), (\d+), (\d+), (\d+), ([^,]+), \w+, [^,]+, \d+, \w+, [^,]+, \d+, "
+                  r"([^,]+), \w+, [^,]+, \d+\);")
+
+
+def launches(exe) -> int:
+    """Dispatches and host launches a call of ``exe`` makes."""
+    (inst,) = exe._instances.values()
+    return len(exe._launches(inst))
+
+
+@pytest.mark.parametrize("layout, coeff, dtype", [("nn", 1, "float32"), ("tn", 3, "float32"),
+                                                  ("nt", 1, "float64"), ("out_transposed", -0.5, "float32")])
+def test_a_product_overwrites_its_output_in_one_dispatch(layout, coeff, dtype):
+    """Each form the reverse pass writes: transposed operands, a column-major
+    output (BLAS writes its transpose), a coefficient as ``alpha``, ``beta = 0``."""
+    graph, inputs = matmul_graph(70, 65, 80, layout, coeff=coeff, dtype=dtype, epilogue=True)
+    exe = lowering.compile(graph, "cpu")
+    got = exe(inputs)
+    ((letter, *_, alpha, beta),) = GEMM.findall(exe.source)
+    assert letter == ("s" if dtype == "float32" else "d") and float(beta.rstrip("fl")) == 0
+    assert float(alpha.rstrip("fl")) == coeff
+    assert launches(exe) == 1  # the product and its epilogue in one program dispatch
+    u = float(np.finfo(dtype).eps) / 2
+    # tanh(c) + 1 moves by at most |dc|, plus its own rounding
+    bound = product_bound(inputs["a"], inputs["b"], EINSUM[layout], coeff) * (u / U) + 4 * u
+    exact = np.tanh(coeff * np.einsum(EINSUM[layout], *(inputs[n].astype(np.float64) for n in "ab"))) + 1
+    assert np.all(np.abs(got["h"] - exact) <= bound)
+    assert np.all(np.abs(got["h"] - ir.run(graph, inputs)["h"]) <= 2 * bound)  # the interpreter rounds alike
+
+def test_an_unrolled_rnn_adds_every_steps_gradient_in_one_dispatch():
+    """Each step's ``h^T g`` adds into the weight's gradient as a GEMM with
+    ``beta = 1``, the mean's scale times the seed is its ``alpha``, and the whole
+    ``value_and_grad`` is one dispatch; value and gradients against JAX in float64."""
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+
+    def rnn(xp, xs, h, wx, wh):
+        for t in range(4):
+            h = xp.tanh(xs[t] @ wx + h @ wh)
+        return xp.mean(h * h)
+
+    def program(xs: sd.f32[4, 8, 24], h: sd.f32[8, 32], wx: sd.f32[24, 32], wh: sd.f32[32, 32]):
+        return rnn(np, xs, h, wx, wh)
+    r = rng(7)
+    args = [(r.standard_normal(s) / 4).astype(np.float32) for s in [(4, 8, 24), (8, 32), (24, 32), (32, 32)]]
+    prog = sd.differentiable_program(program)
+    value, got = prog.value_and_grad(*args, wrt=["wx", "wh"], device="cpu")
+    (exe,) = prog._executables.values()
+    gemms = GEMM.findall(exe.source)
+    assert sum(float(beta.rstrip("fl")) == 1 for *_, beta in gemms) >= 6  # 3 of 4 steps add into each weight's
+    assert launches(exe) == 1
+    want_value, want = jax.value_and_grad(lambda *a: rnn(jnp, *a), argnums=(2, 3))(
+        *[jnp.asarray(a, jnp.float64) for a in args])
+    assert abs(value - float(want_value)) <= 64 * 32 * U * abs(float(want_value))
+    for name, g in zip(["wx", "wh"], want):
+        g = np.asarray(g)
+        assert np.max(np.abs(got[name] - g)) <= 64 * 32 * U * np.max(np.abs(g)), name
