@@ -78,3 +78,50 @@ def test_an_unrolled_rnn_adds_every_steps_gradient_in_one_dispatch():
     for name, g in zip(["wx", "wh"], want):
         g = np.asarray(g)
         assert np.max(np.abs(got[name] - g)) <= 64 * 32 * U * np.max(np.abs(g)), name
+
+
+def test_batched_heads_are_a_loop_of_gemms():
+    """Attention's ``q @ k^T`` and ``p @ v`` over head-split views, and their
+    gradients: one GEMM a (batch, head), in loops over them; against JAX in float64."""
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+
+    def attention(xp, x, wq, wk, wv):
+        def split(t):
+            return xp.swapaxes(xp.reshape(t, (2, 16, 4, 8)), 1, 2)
+        q, k, v = split(x @ wq), split(x @ wk), split(x @ wv)
+        s = q @ xp.swapaxes(k, 2, 3) * (1.0 / 8 ** 0.5)
+        p = xp.exp(s - xp.max(s, axis=-1, keepdims=True))
+        p = p / xp.sum(p, axis=-1, keepdims=True)
+        return xp.mean((p @ v) ** 2)
+
+    def program(x: sd.f32[2, 16, 32], wq: sd.f32[32, 32], wk: sd.f32[32, 32], wv: sd.f32[32, 32]):
+        return attention(np, x, wq, wk, wv)
+    r = rng(8)
+    args = [r.standard_normal((2, 16, 32)).astype(np.float32)] + \
+        [(r.standard_normal((32, 32)) / 6).astype(np.float32) for _ in range(3)]
+    prog = sd.differentiable_program(program)
+    value, got = prog.value_and_grad(*args, wrt=["x", "wq", "wk", "wv"], device="cpu")
+    (exe,) = prog._executables.values()
+    assert "for (int b1 = 0; b1 < 4; b1++)" in exe.source  # batch and head loops around a GEMM
+    assert launches(exe) == 1
+    want_value, want = jax.value_and_grad(lambda *a: attention(jnp, *a), argnums=(0, 1, 2, 3))(
+        *[jnp.asarray(a, jnp.float64) for a in args])
+    assert abs(value - float(want_value)) <= 1e-4 * abs(float(want_value))
+    for name, g in zip(["x", "wq", "wk", "wv"], want):
+        g = np.asarray(g)
+        assert np.max(np.abs(got[name] - g)) <= 1e-4 * np.max(np.abs(g)), name
+
+
+def test_without_numpy_openblas_a_product_is_a_launch_of_its_own(monkeypatch):
+    """Where ``host_blas`` finds no library the module calls none, and the
+    runtime runs the product between launches as before."""
+    monkeypatch.setattr(host_blas, "library", lambda: None)
+    graph, inputs = matmul_graph(70, 65, 80, "nn", epilogue=True)
+    exe = lowering.compile(graph, "cpu")
+    assert not GEMM.findall(exe.source) and "numpy.matmul (BLAS) between launches" in exe.source
+    got = exe(inputs)["h"]
+    assert launches(exe) == 2  # the product on the host, then its epilogue's dispatch
+    exact = np.tanh(np.einsum(EINSUM["nn"], *(inputs[n].astype(np.float64) for n in "ab"))) + 1
+    assert np.all(np.abs(got - exact) <= product_bound(inputs["a"], inputs["b"], EINSUM["nn"]) + 4 * U)
