@@ -11,7 +11,7 @@ after it: a call is one dispatch.  The routine is looked up once per module
 with ``dlopen``/``dlsym`` on the library numpy has loaded (the same library and
 thread pool as ``host_blas``'s calls, so OpenBLAS's threads, not the module's
 worker pool, run it).  Everything but the pointers is known when the module is
-generated: sizes, transposes, leading dimensions, offsets, the batch's strides;
+generated: sizes, transposes, leading dimensions, offsets, the loops' strides;
 ``alpha`` is the product's coefficient times its one-element factors (the
 reverse pass's seed), read from their buffers, and ``beta`` is 1 where it adds
 into its output, else 0 (the output is not read).
@@ -65,17 +65,20 @@ def declarations(library: Library, dtypes: set[str]) -> list[str]:
 
 def statement(product: HostProduct, gemms: Gemms) -> str:
     """The program entry's lines running ``product`` as ``gemms``: one GEMM, or
-    one a point of the batch axes in loops over them."""
+    one a point of its loops (``Gemms.loops``) in loops over them."""
     form = gemms.layout
     printer = SlangPrinter(SLANG_TYPES[product.dtype])
     alpha = " * ".join([printer.literal(product.coeff)] + [f"{buffer_name(s.access)}[{s.offset}]"
                                                            for s in product.scalars])
     beta = printer.literal(1.0 if product.accumulate else 0.0)
     offsets = list(map(str, gemms.offsets))
-    loops = []
-    for axis, (extent, *strides) in enumerate(gemms.batch):
+    loops, reduced = [], []
+    for axis, (extent, *strides, over_k) in enumerate(gemms.loops):
         loops.append(f"for (int b{axis} = 0; b{axis} < {extent}; b{axis}++)")
         offsets = [o + (f" + b{axis} * {s}" if s else "") for o, s in zip(offsets, strides)]
+        reduced += [f"b{axis}"] if over_k else []
+    if reduced and not product.accumulate:  # the first GEMM over the reduced loops overwrites, the others add
+        beta = f"({' + '.join(reduced)} == 0 ? {beta} : {printer.literal(1.0)})"
     first, second, out = (buffer_name(a) for a in gemms.accesses)
     letter = "s" if product.dtype == "float32" else "d"
     call = (f"{letter}gemm({int(form.trans_a)}, {int(form.trans_b)}, {form.m}, {form.n}, {form.k}, {alpha}, "

@@ -21,6 +21,7 @@ when it places the tasklet (``plan_types.HostKernel.product``).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -167,12 +168,18 @@ class HostProduct:
         return a_view, b_view, a_shape, b_shape, out, _merged(out, (*lead, size(self.rows), size(self.columns))), lead
 
     def gemms(self) -> "Gemms | None":
-        """This product as GEMMs on its containers' elements, one per point of
-        its batch axes (``lowering.blas_calls`` emits them into the CPU
-        device's program), or None where a view needs a copy first (an operand
-        ``bound`` copies on every run) or BLAS cannot read one as it is
-        (``host_blas.layout``).  The views are those ``bound`` makes, over no
-        memory: only their strides and offsets are read."""
+        """This product as GEMMs on its containers' elements (``lowering.blas_calls``
+        emits them into the CPU device's program), or None where BLAS cannot
+        read a view as it is (``host_blas.layout``) however the axes are split.
+        One GEMM a point of the batch axes, and of the outer row, column and
+        reduced axes that do not merge with the inner ones into one matrix
+        axis (attention's ``o @ wo`` over a head merge: rows ``(batch, token)``
+        and reduced ``(head, d)`` of the heads' layout), those over reduced
+        axes adding into the output after the first; as few loops as the
+        strides allow.  The views are those ``bound`` makes, over no memory:
+        only their strides and offsets are read."""
+        if any(e <= b for _, b, e in self.ranges):
+            return None
         dtype = np.dtype(self.dtype)
         bases = {}
 
@@ -180,20 +187,40 @@ class HostProduct:
             bases[o.access] = base = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), (o.size,), (dtype.itemsize,))
             return base
 
-        a_view, b_view, a_shape, b_shape, _, out, lead = self._views(unbacked)
-        a, b = _merged(a_view, a_shape), _merged(b_view, b_shape)
-        if a is None or b is None or out is None or 0 in lead:
-            return None
-        first = (0,) * len(lead)
-        form = host_blas.layout(a[first], b[first], out[first])
-        if form is None:
-            return None
-        operands = [(self.b, b), (self.a, a)] if form.swapped else [(self.a, a), (self.b, b)]
-        operands.append((self.out, out))
-        offset = lambda o, m: (m.ctypes.data - bases[o.access].ctypes.data) // dtype.itemsize  # noqa: E731
-        return Gemms(form, tuple(o.access for o, _ in operands), tuple(offset(o, m) for o, m in operands),
-                     tuple((n, *(m.strides[axis] // dtype.itemsize for _, m in operands))
-                           for axis, n in enumerate(lead)))
+        a_view, b_view, _, _, out_view, _, lead = self._views(unbacked)
+        extent = {s: e - b for s, b, e in self.ranges}
+        nb, nr, nk = len(lead), len(self.rows), len(self.ks)
+        splits = sorted(itertools.product(range(nr), range(len(self.columns)), range(nk)), key=sum)
+        for p, q, r in splits:  # rows[:p], columns[:q] and ks[:r] are loops
+            def matrix(view: np.ndarray, groups: list[tuple[tuple[str, ...], int]]) -> np.ndarray | None:
+                """``view`` at the loops' first point, each group's inner axes merged."""
+                index = (0,) * nb + tuple(x for axes, loops in groups for x in (0,) * loops + (slice(None),) *
+                                          (len(axes) - loops))
+                return _merged(view[index], tuple(math.prod(extent[x] for x in axes[loops:]) for axes, loops in groups))
+            a = matrix(a_view, [(self.rows, p), (self.ks, r)])
+            b = matrix(b_view, [(self.ks, r), (self.columns, q)])
+            out = matrix(out_view, [(self.rows, p), (self.columns, q)])
+            form = None if a is None or b is None or out is None else host_blas.layout(a, b, out)
+            if form is None:
+                continue
+            item = dtype.itemsize
+            loops = [(n, a_view.strides[x] // item, b_view.strides[x] // item, out_view.strides[x] // item, False)
+                     for x, n in enumerate(lead)]
+            loops += [(extent[x], a_view.strides[nb + n] // item, 0, out_view.strides[nb + n] // item, False)
+                      for n, x in enumerate(self.rows[:p])]
+            loops += [(extent[x], 0, b_view.strides[nb + nk + n] // item, out_view.strides[nb + nr + n] // item, False)
+                      for n, x in enumerate(self.columns[:q])]
+            loops += [(extent[x], a_view.strides[nb + nr + n] // item, b_view.strides[nb + n] // item, 0, True)
+                      for n, x in enumerate(self.ks[:r])]
+            operands = [(self.a, a), (self.b, b)]
+            if form.swapped:
+                operands.reverse()
+                loops = [(n, sb, sa, so, reduced) for n, sa, sb, so, reduced in loops]
+            operands.append((self.out, out))
+            return Gemms(form, tuple(o.access for o, _ in operands),
+                         tuple((m.ctypes.data - bases[o.access].ctypes.data) // item for o, m in operands),
+                         tuple(loops))
+        return None
 
     def _arranged(self, flat: np.ndarray, operand: Operand, order: tuple[str, ...],
                   writeable: bool = False) -> np.ndarray:
@@ -210,13 +237,15 @@ class HostProduct:
 class Gemms:
     """A product as GEMMs (``HostProduct.gemms``): ``layout`` over the buffers
     of ``accesses`` (BLAS's first operand, its second, the output), from
-    element ``offsets`` of each, and one GEMM per point of the ``batch`` axes:
-    (extent, element stride in each of the three) an axis."""
+    element ``offsets`` of each, and one GEMM a point of the ``loops``:
+    (extent, element stride in each of the three, whether it is a reduced
+    axis: the GEMMs after its first add into the output) a loop, outermost
+    first."""
 
     layout: host_blas.Layout
     accesses: tuple[str, str, str]
     offsets: tuple[int, int, int]
-    batch: tuple[tuple[int, int, int, int], ...]
+    loops: tuple[tuple[int, int, int, int, bool], ...]
 
 
 def _merged(m: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:

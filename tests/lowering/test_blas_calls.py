@@ -13,6 +13,7 @@ import pytest
 import symdiff as sd
 from symdiff import ir, lowering
 from symdiff.lowering import host_blas
+from symdiff.lowering.host_products import HostProduct
 from lowering_graphs import rng
 from test_host_products import EINSUM, U, product_bound
 from test_matmul import matmul_graph
@@ -82,34 +83,39 @@ def test_an_unrolled_rnn_adds_every_steps_gradient_in_one_dispatch():
 
 def test_batched_heads_are_a_loop_of_gemms():
     """Attention's ``q @ k^T`` and ``p @ v`` over head-split views, and their
-    gradients: one GEMM a (batch, head), in loops over them; against JAX in float64."""
+    gradients: one GEMM a (batch, head), in loops over them; ``o @ wo`` over the
+    heads merged back, whose rows (batch, token) and reduced axes (head, d) do
+    not merge: one GEMM a batch and head, the heads after the first adding into
+    the output; against JAX in float64."""
     import jax
     import jax.numpy as jnp
     jax.config.update("jax_enable_x64", True)
 
-    def attention(xp, x, wq, wk, wv):
+    def attention(xp, x, wq, wk, wv, wo):
         def split(t):
             return xp.swapaxes(xp.reshape(t, (2, 16, 4, 8)), 1, 2)
         q, k, v = split(x @ wq), split(x @ wk), split(x @ wv)
         s = q @ xp.swapaxes(k, 2, 3) * (1.0 / 8 ** 0.5)
         p = xp.exp(s - xp.max(s, axis=-1, keepdims=True))
         p = p / xp.sum(p, axis=-1, keepdims=True)
-        return xp.mean((p @ v) ** 2)
+        o = xp.reshape(xp.swapaxes(p @ v, 1, 2), (2, 16, 32))
+        return xp.mean((o @ wo) ** 2)
 
-    def program(x: sd.f32[2, 16, 32], wq: sd.f32[32, 32], wk: sd.f32[32, 32], wv: sd.f32[32, 32]):
-        return attention(np, x, wq, wk, wv)
+    def program(x: sd.f32[2, 16, 32], wq: sd.f32[32, 32], wk: sd.f32[32, 32], wv: sd.f32[32, 32], wo: sd.f32[32, 32]):
+        return attention(np, x, wq, wk, wv, wo)
     r = rng(8)
     args = [r.standard_normal((2, 16, 32)).astype(np.float32)] + \
-        [(r.standard_normal((32, 32)) / 6).astype(np.float32) for _ in range(3)]
+        [(r.standard_normal((32, 32)) / 6).astype(np.float32) for _ in range(4)]
     prog = sd.differentiable_program(program)
-    value, got = prog.value_and_grad(*args, wrt=["x", "wq", "wk", "wv"], device="cpu")
+    value, got = prog.value_and_grad(*args, wrt=["x", "wq", "wk", "wv", "wo"], device="cpu")
     (exe,) = prog._executables.values()
     assert "for (int b1 = 0; b1 < 4; b1++)" in exe.source  # batch and head loops around a GEMM
+    assert "(b1 == 0 ? 0.0f : 1.0f)" in exe.source  # o @ wo: the second head on adds
     assert launches(exe) == 1
-    want_value, want = jax.value_and_grad(lambda *a: attention(jnp, *a), argnums=(0, 1, 2, 3))(
+    want_value, want = jax.value_and_grad(lambda *a: attention(jnp, *a), argnums=(0, 1, 2, 3, 4))(
         *[jnp.asarray(a, jnp.float64) for a in args])
     assert abs(value - float(want_value)) <= 1e-4 * abs(float(want_value))
-    for name, g in zip(["x", "wq", "wk", "wv"], want):
+    for name, g in zip(["x", "wq", "wk", "wv", "wo"], want):
         g = np.asarray(g)
         assert np.max(np.abs(got[name] - g)) <= 1e-4 * np.max(np.abs(g)), name
 
@@ -125,3 +131,23 @@ def test_without_numpy_openblas_a_product_is_a_launch_of_its_own(monkeypatch):
     assert launches(exe) == 2  # the product on the host, then its epilogue's dispatch
     exact = np.tanh(np.einsum(EINSUM["nn"], *(inputs[n].astype(np.float64) for n in "ab"))) + 1
     assert np.all(np.abs(got - exact) <= product_bound(inputs["a"], inputs["b"], EINSUM["nn"]) + 4 * U)
+
+
+def test_a_view_blas_cannot_read_stays_a_launch_of_its_own():
+    """A diagonal ``a[i, k, k]`` has no unit stride: no GEMM reads it, and the
+    product is computed between launches by ``numpy.matmul`` over a copy."""
+    from lowering_graphs import G, i, j, k
+    n, m = 20, 19
+    g = G("diagonal").c("a", (n, m, m), "argument").c("b", (m, n), "argument").c("c", (n, n), "result")
+    g.t("d", [(i, 0, n), (j, 0, n), (k, 0, m)], g.s("x", "a") * g.s("y", "b"),
+        {"x": ("a", (i, k, k)), "y": ("b", (k, j))}, ("c", (i, j)), acc="sum")
+    r = rng(4)
+    inputs = {"a": r.standard_normal((n, m, m)).astype(np.float32), "b": r.standard_normal((m, n)).astype(np.float32)}
+    exe = lowering.compile(g.g, "cpu")
+    got = exe(inputs)["c"]
+    (inst,) = exe._instances.values()
+    ((product, *_),) = exe._launches(inst)  # one launch: the product on the host
+    assert not GEMM.findall(exe.source) and isinstance(product, HostProduct)
+    diag = np.einsum("ikk->ik", inputs["a"])
+    want = diag.astype(np.float64) @ inputs["b"].astype(np.float64)
+    assert np.all(np.abs(got - want) <= product_bound(diag, inputs["b"], "ik,kj->ij"))
