@@ -17,7 +17,10 @@ each operand's index is affine in the domain symbols, so its elements are a
 strided view of its container arranged as ``(batch..., rows, k)`` or
 ``(batch..., k, columns)`` (stride 0 along a batch axis it lacks: broadcast),
 and the output's view is arranged alike.  The plan finds the product once,
-when it places the tasklet (``plan_types.HostKernel.product``).
+when it places the tasklet (``plan_types.HostKernel.product``).  Where numpy's
+OpenBLAS is found, the CPU device's program entry calls its GEMMs on those
+views itself (``HostProduct.gemms``, ``lowering.blas_calls``) and no launch
+runs on the host; ``bound`` runs the products it cannot express.
 """
 from __future__ import annotations
 
