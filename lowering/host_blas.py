@@ -32,7 +32,7 @@ class Library:
     file, each dtype's GEMM symbol, and whether its integers are 64-bit."""
 
     path: str
-    symbols: dict  # "float32" / "float64" -> the CBLAS GEMM's exported name
+    symbols: dict[str, str]  # "float32" / "float64" -> the CBLAS GEMM's exported name
     wide: bool  # int64_t (the ``64_`` ABI) rather than int
 
 

@@ -295,9 +295,6 @@ def test_an_unrolled_rnn_adds_every_steps_weight_gradient_in_place(monkeypatch, 
     """Each step's ``h^T g`` adds into the weight's gradient as one GEMM with
     ``beta = 1`` (``host_blas``: no temporary, no pass adding it), and the mean's
     scale is GEMM's ``alpha``; value and gradients against JAX in float64."""
-    import jax
-    import jax.numpy as jnp
-    jax.config.update("jax_enable_x64", True)
     betas = []
     real = host_blas.gemm
 
@@ -305,6 +302,16 @@ def test_an_unrolled_rnn_adds_every_steps_weight_gradient_in_place(monkeypatch, 
         run = real(a, b, c)
         return None if run is None else lambda alpha, beta: (betas.append(beta), run(alpha, beta))
     monkeypatch.setattr(host_blas, "gemm", counted)
+    rnn_gradients_agree_with_jax()
+    assert betas.count(1.0) >= 6  # 3 of the 4 steps add into each weight's gradient
+
+
+def rnn_gradients_agree_with_jax() -> sd.DifferentiableProgram:
+    """A 4-step RNN's ``value_and_grad`` on the CPU device against JAX in float64
+    (its weights' gradients add a product a step); the program, for its executable."""
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
 
     def rnn(xp, xs, h, wx, wh):
         for t in range(4):
@@ -315,11 +322,12 @@ def test_an_unrolled_rnn_adds_every_steps_weight_gradient_in_place(monkeypatch, 
         return rnn(np, xs, h, wx, wh)
     r = rng(7)
     args = [(r.standard_normal(s) / 4).astype(np.float32) for s in [(4, 8, 24), (8, 32), (24, 32), (32, 32)]]
-    value, got = sd.differentiable_program(program).value_and_grad(*args, wrt=["wx", "wh"], device="cpu")
-    assert betas.count(1.0) >= 6  # 3 of the 4 steps add into each weight's gradient
+    prog = sd.differentiable_program(program)
+    value, got = prog.value_and_grad(*args, wrt=["wx", "wh"], device="cpu")
     want_value, want = jax.value_and_grad(lambda *a: rnn(jnp, *a), argnums=(2, 3))(
         *[jnp.asarray(a, jnp.float64) for a in args])
     assert abs(value - float(want_value)) <= 64 * 32 * U * abs(float(want_value))
     for name, g in zip(["wx", "wh"], want):
         g = np.asarray(g)
         assert np.max(np.abs(got[name] - g)) <= 64 * 32 * U * np.max(np.abs(g)), name
+    return prog
