@@ -339,7 +339,7 @@ class Executable:
             target = self.backend.target()  # lavapipe: its own maths helpers
             def lower() -> tuple[Plan, Module]:
                 p = plan(self.graph, sizes, target)
-                if self.deterministic:
+                if self.deterministic and not self.backend.orders_colliding_writes():
                     check_atomic_free(p)
                 return p, generate(p, target)
             # another process may have planned this graph already (lowering.disk_cache)
@@ -895,9 +895,11 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     graph that breaks the IR's rules is refused with the node named instead of
     running with undefined results.
 
-    ``deterministic=True``: no float atomics (``lowering.deterministic``), so
-    repeated runs give bitwise identical results; a LoweringError names a
-    tasklet that cannot be made atomic-free.
+    ``deterministic=True``: repeated runs give bitwise identical results.  On a
+    device whose colliding updates sum in a fixed order anyway (the CPU device,
+    the interpreter: ``Backend.orders_colliding_writes``) nothing changes;
+    elsewhere no float atomics remain (``lowering.deterministic``), and a
+    LoweringError names a tasklet that cannot be made atomic-free.
 
     ``repeated=True``: the program runs many times per use (a loop body,
     ``symdiff.loop_runtime``), so its modules compile at full optimisation
@@ -915,6 +917,6 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
                 f"the {kind} device{software} computes double-precision exp/sin/log/pow/tanh wrongly; "
                 f"tasklets {', '.join(bad)} use them on float64 data. Use device={exact!r}, or float32.")
         kind = exact
-    if deterministic and not backends.of(kind).interprets:  # the interpreter's scatters are deterministic already
+    if deterministic and not backends.of(kind).orders_colliding_writes():
         return Executable(owner_computes(graph), kind, sizes, deterministic, source=graph, repeated=repeated)
     return Executable(graph, kind, sizes, deterministic, repeated=repeated)

@@ -63,6 +63,16 @@ class Backend:
         """Whether double-precision exp/sin/log/pow/tanh come out right here (not on lavapipe)."""
         return self.interprets or self.target().float64_transcendentals
 
+    def orders_colliding_writes(self) -> bool:
+        """Whether colliding float updates already sum in one fixed order on every run, so that
+        ``deterministic=True`` needs no owner-computes rewrite (``lowering.deterministic``): the
+        interpreter's (numpy, in iteration order) and a sequential target's (its threads run one
+        after another, and a kernel with colliding writes is never split over worker threads,
+        ``KernelEntry.independent``).  The rewrite costs target elements x writer iterations: an
+        embedding bag's reverse over a 1k-row table ran 24 ms a call on the CPU device with it and
+        0.1 ms without."""
+        return self.interprets or self.target().sequential
+
     def host_memory(self) -> bool:
         """Whether this kind's arrays are host memory this process can address,
         so that results and DLPack exports are views (``lowering.dlpack``)."""
