@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import targets
+from . import compiler_cache, targets
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def worker_cap(work: int, dispatched: int, tuning: targets.Tuning | None = None)
 # and that took 0.26 of the 0.33 CPU s an empty module cost (measured here,
 # g++ 12 -O3).  The pool is an ``inline`` variable, so a library linked from
 # several objects still has one.
-POOL_PRELUDE = r"""
+POOL_PRELUDE = compiler_cache.OWN_PRELUDE.lstrip("\n") + r""" (lowering.threads: the worker pool)
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>

@@ -332,3 +332,32 @@ def test_shared_prelude_is_precompiled_once_and_used(tmp_path, monkeypatch):
     monkeypatch.setattr(compiler_cache.subprocess, "call", call)
     assert compile_('extern "C" int g(int x) { return twice(x) - 1; }').g(20) == 39
     assert included == [f'#include "{header}"']
+
+
+@pytest.mark.skipif(os.name != "posix" or shutil.which("g++") is None, reason="needs g++ and the POSIX wrapper")
+def test_prelude_is_precompiled_for_both_levels(tmp_path, monkeypatch):
+    """The first -O0 compile of a prelude also has its -O3 header built (a header
+    precompiled at one level is refused at the other), so the first -O3 module
+    compiles through its own, also when it asks for C++ of its own after Slang's prelude."""
+    monkeypatch.delenv(compiler_cache.EXTRA_ENV, raising=False)
+    store, bin_dir = tmp_path / "binaries", str(tmp_path / "bin")
+    src, out = tmp_path / "unknown-a.cpp", tmp_path / "liba.so"
+    src.write_text(PRELUDE + '#line 1 "core"\nextern "C" int f(int x) { return twice(x) + 1; }\n')
+    assert compiler_cache.main([str(store), bin_dir, "g++", "-O0", "-fPIC", "-shared", "-o", str(out), str(src)]) == 0
+    deadline = time.monotonic() + 60
+    while len(list(store.glob("pch/*/*/prelude.h.gch"))) < 2:  # built one after the other by a detached process
+        assert time.monotonic() < deadline, "no precompiled headers for both levels after 60 s"
+        time.sleep(0.1)
+    included = []
+    real_call = subprocess.call
+
+    def call(args, **kwargs):
+        included.extend(Path(a).read_text().splitlines()[0] for a in args if str(a).endswith(".cpp"))
+        return real_call(args, **kwargs)
+    monkeypatch.setattr(compiler_cache.subprocess, "call", call)
+    own = compiler_cache.OWN_PRELUDE + "\nstatic int thrice(int x) { return 3 * x; }\n"  # C++ only this module asks for
+    src.write_text(PRELUDE + own + '#line 1 "core"\nextern "C" int g(int x) { return thrice(x) - twice(x); }\n')
+    assert compiler_cache.main([str(store), bin_dir, "g++", "-O3", "-fPIC", "-shared", "-o", str(out), str(src)]) == 0
+    assert ctypes.CDLL(str(out)).g(20) == 20
+    (header,) = [h for h in store.glob("pch/*/*/prelude.h") if f'#include "{h}"' in included]
+    assert header.read_text() == PRELUDE
