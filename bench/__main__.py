@@ -64,7 +64,8 @@ def measure_runner(run: Runner, settings: Settings) -> tuple[dict[str, Any], Any
     entry: dict[str, Any] = {}
     out = None
     if run.value_and_grad is not None:
-        t, out = measure(run.value_and_grad, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
+        t, out = measure(run.value_and_grad, budget=settings.budget, k_max=settings.k_max, limit=settings.limit,
+                         settle=lambda: symdiff_runner.settle(run.value_and_grad, settings.limit))
         entry["value_and_grad"] = t.as_dict()
     t, _ = measure(run.forward, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
     entry["forward"] = t.as_dict()

@@ -69,6 +69,15 @@ def runner(workload: Workload, program: Any, inputs: dict[str, np.ndarray], devi
     return Runner(forward, value_and_grad, to_numpy)
 
 
+def settle(call: Callable[[], Any], limit: float) -> None:
+    """Wait for the -O3 code of modules the first call compiled at -O0 (the CPU
+    device compiles it in the background: ``lowering.cache.wait_for_later``)
+    and make the call that switches to it, so that steady calls time the code a
+    program runs once it is warm, as JAX's exclude its compile."""
+    if lowering.cache.wait_for_later(limit):
+        call()
+
+
 def compile_seconds(workload: Workload, size: Size, device: str, fn: Callable | None = None) -> float:
     """Trace + differentiate + generate + compile of a new program object, in seconds.
 

@@ -59,7 +59,11 @@ PRELUDE_END = "\n#line "  # where Slang's generated code starts, after the prelu
 # Slang's prelude, and only in some modules, so a shared precompiled header ends before it.
 OWN_PRELUDE = "\n// symdiff: module prelude"
 BUILD_HEADER = "--build-header"  # the argument that makes this script build precompiled headers
-LEVELS = ("-O0", "-O3")  # the g++ levels the CPU device compiles at (``CpuBackend.optimization``)
+UNOPTIMISED, OPTIMISED = "-O0", "-O3"  # the g++ levels the CPU device compiles at (``CpuBackend.optimization``)
+LEVELS = (UNOPTIMISED, OPTIMISED)
+BUILD_LATER = "--build-later"  # the argument that makes this script build a library at -O3 in the background
+LATER_ENV = "SYMDIFF_CXX_LATER"  # set around a -O0 compile: the file to create once its -O3 library is stored
+FAILED = "failed"  # what that file holds when the -O3 compile failed
 BUILD_TIMEOUT = 600.0  # seconds after which an unfinished header build is taken to have died
 EXTRA_ENV = "SYMDIFF_CXX_EXTRA"  # the wrapper's extra flags, space-separated
 
@@ -187,12 +191,15 @@ def _store(entry: Path, output: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv and argv[0] == BUILD_HEADER:  # compiler_cache.py --build-header COMPILER JOBS (JSON)
-        return _build_headers(argv[1], json.loads(argv[2]))
     """``compiler_cache.py DIRECTORY BIN NAME ARGS...``: run compiler ``NAME``
     (the one on ``PATH`` after the wrappers' own ``BIN``) on ``ARGS``, a library
     compile with ``$SYMDIFF_CXX_EXTRA`` added and through the library cache in
-    ``DIRECTORY`` (``-``: none)."""
+    ``DIRECTORY`` (``-``: none); a -O0 one with ``$SYMDIFF_CXX_LATER`` set also
+    has its -O3 library stored (``_optimise_later``)."""
+    if argv and argv[0] == BUILD_HEADER:  # compiler_cache.py --build-header COMPILER JOBS (JSON)
+        return _build_headers(argv[1], json.loads(argv[2]))
+    if argv and argv[0] == BUILD_LATER:  # compiler_cache.py --build-later COMPILER JOB (JSON)
+        return _build_later(argv[1], json.loads(argv[2]))
     directory, bin_dir, name, args = argv[0], argv[1], argv[2], argv[3:]
     compiler = real_compiler(name, bin_dir)
     if compiler is None:
@@ -207,13 +214,60 @@ def main(argv: list[str]) -> int:
     key, output = found
     entry = Path(directory) / key[:2] / f"{key}.so"
     if _hit(entry, output):
-        return 0
-    status = _compile_with_prelude(compiler, flagged, Path(directory))
-    if status != 0:  # compiled again as given, so that its errors quote the file Slang wrote
-        status = subprocess.call([compiler, *flagged])
-    if status == 0:
-        _store(entry, output)
+        status = 0
+    else:
+        status = _compile_with_prelude(compiler, flagged, Path(directory))
+        if status != 0:  # compiled again as given, so that its errors quote the file Slang wrote
+            status = subprocess.call([compiler, *flagged])
+        if status == 0:
+            _store(entry, output)
+    if status == 0 and os.environ.get(LATER_ENV) and UNOPTIMISED in flagged:
+        _optimise_later(compiler, flagged, Path(directory), Path(os.environ[LATER_ENV]))
     return status
+
+
+def _optimise_later(compiler: str, args: list[str], directory: Path, marker: Path) -> None:
+    """Store the library of this -O0 compile's source at -O3 too, in a detached
+    process on the other core, and create ``marker`` once that compile ends (at
+    once if the library is already stored): the runtime then compiles the module at ``maximal``, a
+    library-cache hit, and runs the faster code (``runtime``'s tiered compile)."""
+    optimised = [OPTIMISED if a == UNOPTIMISED else a for a in args]
+    key, _ = cache_key(compiler, optimised)
+    entry = directory / key[:2] / f"{key}.so"
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        if entry.is_file():
+            marker.touch()
+            return
+        work = Path(tempfile.mkdtemp(prefix=".later-", dir=directory))
+        source = _source_index(optimised)
+        copy = work / Path(optimised[source]).name  # Slang deletes its file once this compile returns
+        shutil.copyfile(optimised[source], copy)
+        optimised[source] = str(copy)
+        optimised[optimised.index("-o") + 1] = str(work / "library.so")
+        job = {"args": optimised, "entry": str(entry), "marker": str(marker), "work": str(work)}
+        subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).resolve()), BUILD_LATER, compiler,
+                          json.dumps(job)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        pass  # a read-only or full disk: the runtime's ski rental recompiles when the calls have paid for it
+
+
+def _build_later(compiler: str, job: dict) -> int:
+    """``_optimise_later``'s detached half: compile, store, mark (``FAILED`` in the
+    mark if the compile failed, so that nobody waits for it and the module stays at -O0)."""
+    args, entry, status = job["args"], Path(job["entry"]), 1
+    try:
+        status = _compile_with_prelude(compiler, args, entry.parent.parent)
+        if status == 0:
+            _store(entry, args[args.index("-o") + 1])
+        return status
+    finally:
+        shutil.rmtree(job["work"], ignore_errors=True)
+        try:
+            _atomic_write(Path(job["marker"]), b"" if status == 0 else FAILED.encode())
+        except OSError:
+            pass
 
 
 def _source_index(args: list[str]) -> int:

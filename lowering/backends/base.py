@@ -13,6 +13,8 @@ device names, so a new kind (Metal, D3D12) is one module that subclasses
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..targets import Target
 
 
@@ -72,6 +74,10 @@ class Backend:
         embedding bag's reverse over a 1k-row table ran 24 ms a call on the CPU device with it and
         0.1 ms without."""
         return self.interprets or self.target().sequential
+
+    def libraries_folder(self) -> "Path | None":
+        """Where compiled libraries are kept on disk by symdiff itself (the CPU device's g++ wrapper), or None."""
+        return None
 
     def host_memory(self) -> bool:
         """Whether this kind's arrays are host memory this process can address,

@@ -91,7 +91,8 @@ class CpuBackend(SlangpyBackend):
         return compiler_cache.active(self.libraries_folder(), targets.compiler_args(TARGET))
 
     def libraries_folder(self) -> Path | None:
-        """Where the g++ wrapper keeps libraries and precompiled preludes (None: the disk cache is off)."""
+        """Where the g++ wrapper keeps libraries, precompiled preludes and the marks of
+        libraries compiled later at -O3 (None: the disk cache is off)."""
         return devices.cache_dir() / "cpu-binaries" if devices.disk_cache_enabled() else None
 
 
