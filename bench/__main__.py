@@ -64,7 +64,8 @@ def measure_runner(run: Runner, settings: Settings) -> tuple[dict[str, Any], Any
     entry: dict[str, Any] = {}
     out = None
     if run.value_and_grad is not None:
-        t, out = measure(run.value_and_grad, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
+        t, out = measure(run.value_and_grad, budget=settings.budget, k_max=settings.k_max, limit=settings.limit,
+                         settle=lambda: symdiff_runner.settle(run.value_and_grad, settings.limit))
         entry["value_and_grad"] = t.as_dict()
     t, _ = measure(run.forward, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
     entry["forward"] = t.as_dict()
@@ -114,11 +115,12 @@ def run_symdiff(workload: Workload, size_name: str, inputs: dict[str, np.ndarray
 
 
 def measure_cold_compiles(rows: list[dict], workloads: list[Workload], devices: list[str], sizes: list[str],
-                          settings: Settings) -> dict[str, dict[str, Any]]:
+                          settings: Settings) -> dict[str, dict[str, dict[str, Any]]]:
     """Fill in ``compile_cold`` for every configuration that ran correctly; one
     child process per Slang device and size, after all in-process timings so it
-    competes with none.  Returns each child's start-up cost."""
-    startup: dict[str, dict[str, Any]] = {}
+    competes with none.  Returns each child's start-up cost (``startup``) and the
+    seconds it then waited for the precompiled preludes (``prelude``), per device and size."""
+    setup: dict[str, dict[str, Any]] = {"startup": {}, "prelude": {}}
     for device in (d for d in devices if d != "numpy"):
         for size_name in sizes:
             entries = {r["workload"]: r["symdiff"][device] for r in rows if r["size"] == size_name}
@@ -129,11 +131,12 @@ def measure_cold_compiles(rows: list[dict], workloads: list[Workload], devices: 
                 cold = symdiff_runner.cold_compile_seconds(todo, size_name, device, settings.limit)
             except Exception as exc:  # the child failing costs the column, not the run
                 cold = {"startup": describe(exc), "workloads": {w.name: describe(exc) for w in todo}}
-            startup.setdefault(device, {})[size_name] = cold["startup"]
+            for part in ("startup", "prelude"):
+                setup[part].setdefault(device, {})[size_name] = cold.get(part, 0.0)
             for name, seconds in cold["workloads"].items():
                 entries[name]["compile_cold"] = seconds
             log(f"  cold compiles {device} {size_name}: {cold}")
-    return startup
+    return setup
 
 
 TRAINING_WARMUP = 20.0  # seconds of training steps per runner before timing (bench.training's default)
@@ -201,7 +204,8 @@ def main(argv: list[str]) -> None:
                 row["symdiff"][device] = run_symdiff(workload, size_name, inputs, device, settings, reference)
                 log(f"  {workload.name} {size.label} symdiff/{device}: {row['symdiff'][device]['status']}")
             rows.append(row)
-    startup = measure_cold_compiles(rows, workloads, devices, sizes, settings) if settings.cold else {}
+    cold_setup = measure_cold_compiles(rows, workloads, devices, sizes, settings) if settings.cold else {
+        "startup": {}, "prelude": {}}
     training = [] if args.quick or args.workload else measure_training(devices, settings)
 
     results = {
@@ -213,7 +217,8 @@ def main(argv: list[str]) -> None:
         "devices": devices,
         "peers": [f"{p.name} {p.version()}" for p in peers],
         "settings": dataclasses.asdict(settings),
-        "cold_startup_s": startup,
+        "cold_startup_s": cold_setup["startup"],
+        "cold_prelude_s": cold_setup["prelude"],
         "rows": rows,
         "training": training,
         "training_warmup_s": TRAINING_WARMUP,

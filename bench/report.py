@@ -190,8 +190,8 @@ def render(results: dict) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
     env = ", ".join(f"{k}={v}" for k, v in m["env"].items())
     start_load, end_load = results["load_average"]
-    startup = ", ".join(f"{d} {size} {_fmt(t)} s" for d, sizes in results["cold_startup_s"].items()
-                        for size, t in sizes.items())
+    startup, prelude = (", ".join(f"{d} {size} {_fmt(t)} s" for d, sizes in results.get(key, {}).items()
+                                  for size, t in sizes.items()) for key in ("cold_startup_s", "cold_prelude_s"))
     return "\n\n".join([
         f"## Results\n\n`{results['command']}` on {results['date']}, {results['elapsed_s']:.0f} s.\n\n"
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}\n"
@@ -200,7 +200,8 @@ def render(results: dict) -> str:
         f"peers: {', '.join(results['peers']) or 'none'}\n"
         f"- threads: JAX and PyTorch use all cores, lavapipe both, slangpy's CPU device one; environment: {env}\n"
         f"- cold-compile child start-up (device creation, Slang session, first compile of a one-line program; "
-        f"not in the cold column): {startup or 'not measured'}\n"
+        f"not in the cold column): {startup or 'not measured'}; then waited for the CPU device's precompiled "
+        f"preludes, which a machine builds once (not in the cold column): {prelude or 'not measured'}\n"
         f"- 1-minute load average at start / end: {start_load:.2f} / {end_load:.2f} (anything else running "
         "on the machine inflates the times)",
         "### symdiff\n\n" + symdiff_table(results),

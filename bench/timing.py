@@ -67,12 +67,16 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
-def measure(fn: Callable[[], Any], *, budget: float, k_max: int, limit: float) -> tuple[Timing, Any]:
+def measure(fn: Callable[[], Any], *, budget: float, k_max: int, limit: float,
+            settle: Callable[[], Any] | None = None) -> tuple[Timing, Any]:
     """Time ``fn`` (which must block until its result is ready) and return the
     timing and the last call's result, for a correctness check that costs no
-    extra call."""
+    extra call.  ``settle`` runs untimed between the first call and the others
+    (symdiff: its -O3 code compiled in the background comes in)."""
     with time_limit(limit):
         first, out = timed(fn)
+        if settle is not None:
+            settle()
     times: list[float] = []
     with time_limit(limit + budget):
         while not times or (len(times) < k_max and sum(times) < budget):

@@ -11,6 +11,7 @@ CPU device g++'s libraries and Slang's checked modules (its compile policy:
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -19,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import backends, disk_cache
+from . import backends, compiler_cache, disk_cache
 from .slang import spy
 
 _lock = threading.Lock()
@@ -117,6 +118,46 @@ def _hot_key(device_kind: str, source: str) -> str:
     return disk_cache.key("hot", [device_kind, hashlib.sha256(source.encode()).hexdigest()])
 
 
+def later_marker(device_kind: str, source: str) -> Path | None:
+    """The file the CPU device's g++ wrapper creates once the -O3 library of
+    ``source``'s -O0 module is on disk (``compiler_cache._optimise_later``), or
+    None where nothing is compiled later (no disk cache, another device)."""
+    folder = backends.of(device_kind).libraries_folder()
+    return None if folder is None else folder / "later" / hashlib.sha256(source.encode()).hexdigest()[:20]
+
+
+_later: set[Path] = set()  # markers of the -O3 libraries this process asked for
+
+
+def wait_for_later(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds until the background -O3 compile of every
+    module this process compiled at -O0 has ended (each executable switches to
+    its library at its next call); whether all have.  For timing steady calls
+    (``bench``)."""
+    deadline = time.perf_counter() + timeout
+    while True:
+        _later.difference_update([marker for marker in list(_later) if marker.exists()])
+        if not _later:
+            return True
+        if time.perf_counter() > deadline:
+            return False
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def _optimised_later(marker: Path | None):
+    """Around a compile: ask the g++ wrapper to store the -O3 library too and create ``marker`` then."""
+    if marker is None:
+        yield
+        return
+    _later.add(marker)
+    os.environ[compiler_cache.LATER_ENV] = str(marker)
+    try:
+        yield
+    finally:
+        os.environ.pop(compiler_cache.LATER_ENV, None)
+
+
 def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str],
             work: int | None = None, at: str | None = None) -> dict[str, spy.ComputeKernel]:
     """Compiled compute kernels for ``entries`` of ``source`` (cached per
@@ -131,7 +172,7 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
         backend = backends.of(device_kind)
         start = time.perf_counter()
         try:
-            with backend.compiling():
+            with backend.compiling(), _optimised_later(later_marker(device_kind, source) if level == "none" else None):
                 modules = backend.modules_folder()
                 session = _session(device_kind, device, level, modules)
                 module = _load(session, f"symdiff_{digest}", source, modules)

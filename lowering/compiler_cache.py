@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -54,7 +55,15 @@ SOURCES = (".cpp", ".cc", ".cxx", ".c++")
 
 NO_STORE = "-"  # the directory argument of a wrapper that stores nothing
 PRELUDE_END = "\n#line "  # where Slang's generated code starts, after the prelude every module shares
-BUILD_HEADER = "--build-header"  # the argument that makes this script build a precompiled header
+# The first line of C++ a module asks for itself (``__requirePrelude``: lowering.threads' worker pool): after
+# Slang's prelude, and only in some modules, so a shared precompiled header ends before it.
+OWN_PRELUDE = "\n// symdiff: module prelude"
+BUILD_HEADER = "--build-header"  # the argument that makes this script build precompiled headers
+UNOPTIMISED, OPTIMISED = "-O0", "-O3"  # the g++ levels the CPU device compiles at (``CpuBackend.optimization``)
+LEVELS = (UNOPTIMISED, OPTIMISED)
+BUILD_LATER = "--build-later"  # the argument that makes this script build a library at -O3 in the background
+LATER_ENV = "SYMDIFF_CXX_LATER"  # set around a -O0 compile: the file to create once its -O3 library is stored
+FAILED = "failed"  # what that file holds when the -O3 compile failed
 BUILD_TIMEOUT = 600.0  # seconds after which an unfinished header build is taken to have died
 EXTRA_ENV = "SYMDIFF_CXX_EXTRA"  # the wrapper's extra flags, space-separated
 
@@ -182,12 +191,15 @@ def _store(entry: Path, output: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv and argv[0] == BUILD_HEADER:  # compiler_cache.py --build-header COMPILER HEADER FLAGS...
-        return _build_header(argv[1], Path(argv[2]), argv[3:])
     """``compiler_cache.py DIRECTORY BIN NAME ARGS...``: run compiler ``NAME``
     (the one on ``PATH`` after the wrappers' own ``BIN``) on ``ARGS``, a library
     compile with ``$SYMDIFF_CXX_EXTRA`` added and through the library cache in
-    ``DIRECTORY`` (``-``: none)."""
+    ``DIRECTORY`` (``-``: none); a -O0 one with ``$SYMDIFF_CXX_LATER`` set also
+    has its -O3 library stored (``_optimise_later``)."""
+    if argv and argv[0] == BUILD_HEADER:  # compiler_cache.py --build-header COMPILER JOBS (JSON)
+        return _build_headers(argv[1], json.loads(argv[2]))
+    if argv and argv[0] == BUILD_LATER:  # compiler_cache.py --build-later COMPILER JOB (JSON)
+        return _build_later(argv[1], json.loads(argv[2]))
     directory, bin_dir, name, args = argv[0], argv[1], argv[2], argv[3:]
     compiler = real_compiler(name, bin_dir)
     if compiler is None:
@@ -202,13 +214,60 @@ def main(argv: list[str]) -> int:
     key, output = found
     entry = Path(directory) / key[:2] / f"{key}.so"
     if _hit(entry, output):
-        return 0
-    status = _compile_with_prelude(compiler, flagged, Path(directory))
-    if status != 0:  # compiled again as given, so that its errors quote the file Slang wrote
-        status = subprocess.call([compiler, *flagged])
-    if status == 0:
-        _store(entry, output)
+        status = 0
+    else:
+        status = _compile_with_prelude(compiler, flagged, Path(directory))
+        if status != 0:  # compiled again as given, so that its errors quote the file Slang wrote
+            status = subprocess.call([compiler, *flagged])
+        if status == 0:
+            _store(entry, output)
+    if status == 0 and os.environ.get(LATER_ENV) and UNOPTIMISED in flagged:
+        _optimise_later(compiler, flagged, Path(directory), Path(os.environ[LATER_ENV]))
     return status
+
+
+def _optimise_later(compiler: str, args: list[str], directory: Path, marker: Path) -> None:
+    """Store the library of this -O0 compile's source at -O3 too, in a detached
+    process on the other core, and create ``marker`` once that compile ends (at
+    once if the library is already stored): the runtime then compiles the module at ``maximal``, a
+    library-cache hit, and runs the faster code (``runtime``'s tiered compile)."""
+    optimised = [OPTIMISED if a == UNOPTIMISED else a for a in args]
+    key, _ = cache_key(compiler, optimised)
+    entry = directory / key[:2] / f"{key}.so"
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        if entry.is_file():
+            marker.touch()
+            return
+        work = Path(tempfile.mkdtemp(prefix=".later-", dir=directory))
+        source = _source_index(optimised)
+        copy = work / Path(optimised[source]).name  # Slang deletes its file once this compile returns
+        shutil.copyfile(optimised[source], copy)
+        optimised[source] = str(copy)
+        optimised[optimised.index("-o") + 1] = str(work / "library.so")
+        job = {"args": optimised, "entry": str(entry), "marker": str(marker), "work": str(work)}
+        subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).resolve()), BUILD_LATER, compiler,
+                          json.dumps(job)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        pass  # a read-only or full disk: the runtime's ski rental recompiles when the calls have paid for it
+
+
+def _build_later(compiler: str, job: dict) -> int:
+    """``_optimise_later``'s detached half: compile, store, mark (``FAILED`` in the
+    mark if the compile failed, so that nobody waits for it and the module stays at -O0)."""
+    args, entry, status = job["args"], Path(job["entry"]), 1
+    try:
+        status = _compile_with_prelude(compiler, args, entry.parent.parent)
+        if status == 0:
+            _store(entry, args[args.index("-o") + 1])
+        return status
+    finally:
+        shutil.rmtree(job["work"], ignore_errors=True)
+        try:
+            _atomic_write(Path(job["marker"]), b"" if status == 0 else FAILED.encode())
+        except OSError:
+            pass
 
 
 def _source_index(args: list[str]) -> int:
@@ -227,24 +286,25 @@ def _compile_with_prelude(compiler: str, args: list[str], directory: Path) -> in
     """Compile through a precompiled header of the source's prelude where one is built.
 
     Slang pastes the same ~120k characters before every module's own code (its
-    C++ prelude and our worker threads' standard headers, up to the first
-    ``#line`` of generated code); parsing them was about half of g++'s time on
-    a small module (0.35 of 0.8 CPU s).  Their precompiled header (one per
-    prelude text and flags, ``directory/pch``) is built once, in a background
-    process on the other core while this compile goes on without it; later
-    compiles ``#include`` it.  g++ reads the header's text where the ``.gch``
-    does not fit, so the library is the same either way."""
+    C++ prelude, up to the first ``#line`` of generated code or the C++ the
+    module asks for itself, ``OWN_PRELUDE``, which only some modules have);
+    parsing them was about half of g++'s time on a small module (0.35 of 0.8
+    CPU s).  Their precompiled header (one per prelude text
+    and flags, ``directory/pch``) is built once, in a background process on the
+    other core while this compile goes on without it; later compiles
+    ``#include`` it.  g++ reads the header's text where the ``.gch`` does not
+    fit, so the library is the same either way."""
     source = Path(args[_source_index(args)])
     text = source.read_text()
-    cut = text.find(PRELUDE_END)
+    cut = min((i for i in (text.find(PRELUDE_END), text.find(OWN_PRELUDE)) if i >= 0), default=-1)
     if cut < 0:
         return subprocess.call([compiler, *args])
-    prelude, own = text[:cut + 1], text[cut + 1:]
+    prelude, own = text[:cut].rstrip() + "\n", text[cut + 1:]  # one text whatever follows it
     flags = _header_flags(args)
-    key = hashlib.sha256("\0".join([_identity(compiler), *flags, prelude]).encode()).hexdigest()
-    header = directory / "pch" / key[:2] / key / "prelude.h"
+    header = _header_path(compiler, flags, prelude, directory)
     if not Path(f"{header}.gch").is_file():
-        _start_header_build(compiler, flags, header, prelude)
+        _start_header_builds(compiler, [(header, flags)] + [
+            (_header_path(compiler, other, prelude, directory), other) for other in _other_levels(flags)], prelude)
         return subprocess.call([compiler, *args])
     fd, tmp = tempfile.mkstemp(suffix=source.suffix, dir=source.parent, prefix="symdiff-")
     try:
@@ -255,38 +315,73 @@ def _compile_with_prelude(compiler: str, args: list[str], directory: Path) -> in
         os.unlink(tmp)
 
 
-def _start_header_build(compiler: str, flags: list[str], header: Path, prelude: str) -> None:
-    """Write ``header`` and start building its ``.gch`` in a detached process, unless
-    another process is at it (a ``.building`` mark younger than ``BUILD_TIMEOUT``)."""
-    mark = header.parent / ".building"
+def _header_path(compiler: str, flags: list[str], prelude: str, directory: Path) -> Path:
+    key = hashlib.sha256("\0".join([_identity(compiler), *flags, prelude]).encode()).hexdigest()
+    return directory / "pch" / key[:2] / key / "prelude.h"
+
+
+def _other_levels(flags: list[str]) -> list[list[str]]:
+    """``flags`` at each other g++ level of ``LEVELS``: a header precompiled at one
+    optimisation level is refused at another (its ``__OPTIMIZE__`` differs), and a
+    process's first module at the other level would otherwise compile without one."""
+    levels = [a for a in flags if a in LEVELS]
+    if len(levels) != 1:
+        return []
+    return [[level if a == levels[0] else a for a in flags] for level in LEVELS if level != levels[0]]
+
+
+def _start_header_builds(compiler: str, jobs: list[tuple[Path, list[str]]], prelude: str) -> None:
+    """Write each job's header and build the ``.gch`` of those that lack one, in
+    order, in one detached process, leaving out any another process is building (a
+    ``.building`` mark younger than ``BUILD_TIMEOUT``)."""
+    todo = []
+    for header, flags in jobs:
+        mark = header.parent / ".building"
+        try:
+            if Path(f"{header}.gch").is_file() or (mark.exists() and time.time() - mark.stat().st_mtime < BUILD_TIMEOUT):
+                continue
+            header.parent.mkdir(parents=True, exist_ok=True)
+            mark.touch()
+            if not header.is_file():
+                _atomic_write(header, prelude.encode())
+            todo.append({"header": str(header), "flags": flags})
+        except OSError:
+            pass  # a read-only or full disk: every compile parses the prelude
+    if not todo:
+        return
     try:
-        header.parent.mkdir(parents=True, exist_ok=True)
-        if mark.exists() and time.time() - mark.stat().st_mtime < BUILD_TIMEOUT:
-            return
-        mark.touch()
-        if not header.is_file():
-            _atomic_write(header, prelude.encode())
         subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).resolve()), BUILD_HEADER, compiler,
-                          str(header), *flags], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          json.dumps(todo)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
-        pass  # a read-only or full disk: every compile parses the prelude
+        for job in todo:
+            (Path(job["header"]).parent / ".building").unlink(missing_ok=True)
 
 
-def _build_header(compiler: str, header: Path, flags: list[str]) -> int:
-    """``header``'s ``.gch``, written under a temporary name and renamed into place."""
-    fd, tmp = tempfile.mkstemp(suffix=".gch", dir=header.parent, prefix=".tmp-")
-    os.close(fd)
-    try:
-        status = subprocess.call([compiler, *flags, "-x", "c++-header", str(header), "-o", tmp],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if status == 0:
-            os.replace(tmp, f"{header}.gch")
-        return status
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        (header.parent / ".building").unlink(missing_ok=True)
+def headers_building(directory: Path) -> bool:
+    """Whether a precompiled header of the wrapper storing in ``directory`` is being built."""
+    now = time.time()
+    return any(now - mark.stat().st_mtime < BUILD_TIMEOUT for mark in directory.glob("pch/*/*/.building"))
+
+
+def _build_headers(compiler: str, jobs: list[dict]) -> int:
+    """Each job's ``.gch``, written under a temporary name and renamed into place."""
+    status = 0
+    for job in jobs:
+        header = Path(job["header"])
+        fd, tmp = tempfile.mkstemp(suffix=".gch", dir=header.parent, prefix=".tmp-")
+        os.close(fd)
+        try:
+            built = subprocess.call([compiler, *job["flags"], "-x", "c++-header", str(header), "-o", tmp],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if built == 0:
+                os.replace(tmp, f"{header}.gch")
+            status = status or built
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            (header.parent / ".building").unlink(missing_ok=True)
+    return status
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

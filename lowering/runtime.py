@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
@@ -32,7 +33,7 @@ from symdiff import ir
 from symdiff.ir.graph import DTYPES, DataflowGraph
 from symdiff.ir import tasklet_notes as notes
 
-from . import backends, cache, devices, disk_cache, dlpack, memory
+from . import backends, cache, compiler_cache, devices, disk_cache, dlpack, memory
 from .backends.slangpy_base import SlangpyBackend
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation
 from .buffer_plan import STORAGE, BufferPlan, buffer_bytes, plan_buffers
@@ -101,6 +102,7 @@ def _host_array(raw: np.ndarray, dtype: str, shape: tuple[int, ...]) -> np.ndarr
 READ_ALIGNMENT = 256  # bytes between results packed into one read-back buffer
 READ_PACKED_BYTES = 1 << 20  # larger results are read from their own buffers (no second copy kept)
 HOT_RECOMPILE = 2.0  # calls' seconds at g++ -O0 over their module's compile seconds before it is compiled at -O3
+LATER_POLL = 0.01  # seconds between two looks for a module's -O3 library compiled in the background
 RECORDED_BINDINGS = 64  # buffer sets an instance keeps bound launches for (_record): a loop's few alternating sets
 
 
@@ -232,6 +234,8 @@ class _Instance:
     level: str = "maximal"  # the kernels' optimisation level (lowering.cache)
     compile_seconds: float = 0.0  # what compiling them took (lowering.cache)
     run_seconds: float = 0.0  # calls' wall seconds at a level below maximal (Executable._recompile_if_hot)
+    later: Path | None = None  # created once the module's -O3 library is on disk (cache.later_marker)
+    later_checked: float = 0.0  # when a call last looked for it (perf_counter)
     # _record(): launch and buffers -> (its root shader object or host product run, the buffers, kept alive so
     # that their ids stay theirs)
     bound: dict[tuple, tuple] = field(default_factory=dict)
@@ -339,7 +343,7 @@ class Executable:
             target = self.backend.target()  # lavapipe: its own maths helpers
             def lower() -> tuple[Plan, Module]:
                 p = plan(self.graph, sizes, target)
-                if self.deterministic:
+                if self.deterministic and not self.backend.orders_colliding_writes():
                     check_atomic_free(p)
                 return p, generate(p, target)
             # another process may have planned this graph already (lowering.disk_cache)
@@ -375,7 +379,9 @@ class Executable:
             inst = self._instances[key] = _Instance(p, module, kernels, buffers, shapes, latest,
                                                     self._dispatches(module, kernels, buffers, per_call), bplan,
                                                     launches, key=key, level=level,
-                                                    compile_seconds=cache.compile_seconds(self.device, module.source, level))
+                                                    compile_seconds=cache.compile_seconds(self.device, module.source, level),
+                                                    later=(cache.later_marker(self.device, module.source)
+                                                           if level != "maximal" else None))
             memory.hold(self, key, inst.held_bytes, self.device)  # may release older bindings past the limit
         self._last = inst
         self._stats["kernels"] = len(inst.plan.kernels)
@@ -417,16 +423,23 @@ class Executable:
             return results
 
     def _recompile_if_hot(self, inst: _Instance, seconds: float) -> None:
-        """Compile ``inst``'s module again at full optimisation once its calls
-        have run for ``HOT_RECOMPILE`` times what compiling it took.  A module
-        of many kernels over few points compiles at g++ -O0 (``cache.optimization``):
+        """Compile ``inst``'s module again at full optimisation once its -O3
+        library is on disk, or without one once its calls have run for
+        ``HOT_RECOMPILE`` times what compiling it took.  A module of many
+        kernels over few points compiles at g++ -O0 (``cache.optimization``):
         its first call comes sooner, and each call runs slower (trisolv 64, 195
         kernels: 1.9 s compile and 3.1 ms a call at -O0, 3.7 s and 0.58 ms at -O3).
-        A program called long enough pays for the slower compile: switching
-        once the calls at -O0 have cost twice that compile spends at most about
-        twice the better of never and at once (the ski-rental rule)."""
+
+        With the disk cache on, the g++ wrapper compiles the same C++ at -O3 in
+        a detached process on the other core as soon as the -O0 library is
+        built (``cache.later_marker``; Slang's C++ does not depend on its own
+        level), and the switch costs a library-cache hit: Slang's C++ generation
+        again, about 0.1 s.  Without it, a program called long enough pays for
+        the slower compile: switching once the calls at -O0 have cost twice that
+        compile spends at most about twice the better of never and at once (the
+        ski-rental rule)."""
         inst.run_seconds += seconds
-        if inst.run_seconds < HOT_RECOMPILE * inst.compile_seconds:
+        if inst.run_seconds < HOT_RECOMPILE * inst.compile_seconds and not self._compiled_later(inst):
             return
         start = time.perf_counter()
         before = cache.stats["compiles"]
@@ -440,6 +453,24 @@ class Executable:
         cache.mark_hot(self.device, inst.module.source)
         self._stats["compiles"] += cache.stats["compiles"] - before
         self._stats["compile_time"] += time.perf_counter() - start
+
+    @staticmethod
+    def _compiled_later(inst: _Instance) -> bool:
+        """Whether ``inst``'s -O3 library is on disk, looked for at most every ``LATER_POLL`` seconds
+        (its compile failing, the module stays where it is)."""
+        now = time.perf_counter()
+        if inst.later is None or now - inst.later_checked < LATER_POLL:
+            return False
+        inst.later_checked = now
+        if not inst.later.exists():
+            return False
+        try:
+            failed = inst.later.read_text() == compiler_cache.FAILED
+        except OSError:
+            failed = True
+        if failed:
+            inst.later = None
+        return not failed
 
     def _call(self, inputs: Mapping[str, np.ndarray | DeviceArray], sizes: Mapping[str, int] | None,
               return_device_arrays: bool, check_bounds: bool) -> dict[str, np.ndarray | DeviceArray]:
@@ -895,9 +926,11 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     graph that breaks the IR's rules is refused with the node named instead of
     running with undefined results.
 
-    ``deterministic=True``: no float atomics (``lowering.deterministic``), so
-    repeated runs give bitwise identical results; a LoweringError names a
-    tasklet that cannot be made atomic-free.
+    ``deterministic=True``: repeated runs give bitwise identical results.  On a
+    device whose colliding updates sum in a fixed order anyway (the CPU device,
+    the interpreter: ``Backend.orders_colliding_writes``) nothing changes;
+    elsewhere no float atomics remain (``lowering.deterministic``), and a
+    LoweringError names a tasklet that cannot be made atomic-free.
 
     ``repeated=True``: the program runs many times per use (a loop body,
     ``symdiff.loop_runtime``), so its modules compile at full optimisation
@@ -915,6 +948,6 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
                 f"the {kind} device{software} computes double-precision exp/sin/log/pow/tanh wrongly; "
                 f"tasklets {', '.join(bad)} use them on float64 data. Use device={exact!r}, or float32.")
         kind = exact
-    if deterministic and not backends.of(kind).interprets:  # the interpreter's scatters are deterministic already
+    if deterministic and not backends.of(kind).orders_colliding_writes():
         return Executable(owner_computes(graph), kind, sizes, deterministic, source=graph, repeated=repeated)
     return Executable(graph, kind, sizes, deterministic, repeated=repeated)

@@ -88,8 +88,12 @@ class CpuBackend(SlangpyBackend):
         """g++ goes through ``compiler_cache``'s wrapper: it adds the target's
         flags (``targets.compiler_args``) and, unless the disk cache is off,
         keeps the libraries on disk."""
-        store = devices.cache_dir() / "cpu-binaries" if devices.disk_cache_enabled() else None
-        return compiler_cache.active(store, targets.compiler_args(TARGET))
+        return compiler_cache.active(self.libraries_folder(), targets.compiler_args(TARGET))
+
+    def libraries_folder(self) -> Path | None:
+        """Where the g++ wrapper keeps libraries, precompiled preludes and the marks of
+        libraries compiled later at -O3 (None: the disk cache is off)."""
+        return devices.cache_dir() / "cpu-binaries" if devices.disk_cache_enabled() else None
 
 
 BACKEND = register(CpuBackend())

@@ -127,3 +127,43 @@ def test_native_compiler_args(monkeypatch):
     assert last == checks
     if native:  # g++ found: this machine's -march spelled out (never the word "native", which a cache could share)
         assert native[0].startswith("-march=") and "native" not in " ".join(native)
+
+
+POOL_DRIVER = r"""
+#include <stdio.h>
+#include <unistd.h>
+static int hits[10][10];  // [n][slice]: how often slice s of an n-slice region ran
+
+int main()
+{
+    for (int round = 0; round < 3; round++)  // after each pause every worker has ended idle: they start again
+    {
+        for (int n = 1; n <= 9; n++)
+            for (int repeat = 0; repeat < 20; repeat++)
+            {
+                bool ran = symdiff_parallel(n, [&](int s) { __atomic_add_fetch(&hits[n][s], 1, __ATOMIC_RELAXED); });
+                if (ran != (n > 1)) { printf("ran %d for n=%d\n", ran, n); return 1; }
+            }
+        if (round < 2) usleep(1200 * 1000);
+    }
+    for (int n = 1; n <= 9; n++)
+        for (int s = 0; s < 10; s++)
+            if (hits[n][s] != (n > 1 && s < n ? 60 : 0)) { printf("slice %d of %d ran %d times\n", s, n, hits[n][s]); return 1; }
+    printf("ok\n");
+    return 0;
+}
+"""
+
+
+def test_worker_pool_runs_every_slice_and_restarts_after_idling(tmp_path):
+    """The C++ pool alone (its text as modules get it): every slice of every parallel region runs, for
+    more slices than workers ever started, and again after the idle workers have ended and been joined."""
+    import shutil
+    import subprocess
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ here")
+    source = tmp_path / "pool.cpp"
+    source.write_text(threads.POOL_PRELUDE + POOL_DRIVER)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(tmp_path / "pool"), str(source)], check=True)
+    done = subprocess.run([str(tmp_path / "pool")], capture_output=True, text=True, timeout=20)
+    assert (done.returncode, done.stdout.strip()) == (0, "ok")

@@ -160,16 +160,21 @@ def test_second_process_hits_and_agrees(device, cache_dir, tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     env = dict(os.environ, SYMDIFF_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
-    runs = []
+    runs, libraries = [], []
     for _ in range(2):
         proc = subprocess.run([sys.executable, str(script), device], env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        deadline = time.monotonic() + 120
+        while list((cache_dir / "cpu-binaries").glob(".later-*")):  # the -O3 library compiled in the background
+            assert time.monotonic() < deadline, "background compile still running after 120 s"
+            time.sleep(0.05)
+        libraries.append(sorted((cache_dir / "cpu-binaries").rglob("*.so")))
     assert runs[0]["stats"]["stores"] == 2 and runs[0]["stats"]["hits"] == 0
     assert runs[1]["stats"]["hits"] == 2 and runs[1]["stats"]["misses"] == 0
-    if device == "cpu":
-        assert len(list((cache_dir / "cpu-binaries").rglob("*.so"))) == 1
+    if device == "cpu":  # the module at -O0 and at -O3, and nothing new in the second process
+        assert len(libraries[0]) == 2 and libraries[1] == libraries[0]
     x, w = np.linspace(-1, 1, 32).astype(np.float32), np.linspace(0.5, 2, 32).astype(np.float32)
     ref_value, ref = sd.differentiable_program(lambda x, w: np.sum(np.tanh(x * w) ** 2)).value_and_grad(
         x, w, device="numpy")
@@ -332,3 +337,63 @@ def test_shared_prelude_is_precompiled_once_and_used(tmp_path, monkeypatch):
     monkeypatch.setattr(compiler_cache.subprocess, "call", call)
     assert compile_('extern "C" int g(int x) { return twice(x) - 1; }').g(20) == 39
     assert included == [f'#include "{header}"']
+
+
+@pytest.mark.skipif(os.name != "posix" or shutil.which("g++") is None, reason="needs g++ and the POSIX wrapper")
+def test_prelude_is_precompiled_for_both_levels(tmp_path, monkeypatch):
+    """The first -O0 compile of a prelude also has its -O3 header built (a header
+    precompiled at one level is refused at the other), so the first -O3 module
+    compiles through its own, also when it asks for C++ of its own after Slang's prelude."""
+    monkeypatch.delenv(compiler_cache.EXTRA_ENV, raising=False)
+    store, bin_dir = tmp_path / "binaries", str(tmp_path / "bin")
+    src, out = tmp_path / "unknown-a.cpp", tmp_path / "liba.so"
+    src.write_text(PRELUDE + '#line 1 "core"\nextern "C" int f(int x) { return twice(x) + 1; }\n')
+    assert compiler_cache.main([str(store), bin_dir, "g++", "-O0", "-fPIC", "-shared", "-o", str(out), str(src)]) == 0
+    deadline = time.monotonic() + 60
+    while len(list(store.glob("pch/*/*/prelude.h.gch"))) < 2:  # built one after the other by a detached process
+        assert time.monotonic() < deadline, "no precompiled headers for both levels after 60 s"
+        time.sleep(0.1)
+    included = []
+    real_call = subprocess.call
+
+    def call(args, **kwargs):
+        included.extend(Path(a).read_text().splitlines()[0] for a in args if str(a).endswith(".cpp"))
+        return real_call(args, **kwargs)
+    monkeypatch.setattr(compiler_cache.subprocess, "call", call)
+    own = compiler_cache.OWN_PRELUDE + "\nstatic int thrice(int x) { return 3 * x; }\n"  # C++ only this module asks for
+    src.write_text(PRELUDE + own + '#line 1 "core"\nextern "C" int g(int x) { return thrice(x) - twice(x); }\n')
+    assert compiler_cache.main([str(store), bin_dir, "g++", "-O3", "-fPIC", "-shared", "-o", str(out), str(src)]) == 0
+    assert ctypes.CDLL(str(out)).g(20) == 20
+    (header,) = [h for h in store.glob("pch/*/*/prelude.h") if f'#include "{h}"' in included]
+    assert header.read_text() == PRELUDE
+
+
+@pytest.mark.skipif(os.name != "posix" or shutil.which("g++") is None, reason="needs g++ and the POSIX wrapper")
+def test_a_library_compiled_at_O0_is_compiled_at_O3_later(tmp_path, monkeypatch):
+    """With ``LATER_ENV`` set, a -O0 library compile also has its source compiled
+    at -O3 in a detached process, stored under the key a -O3 compile of the same
+    text looks up, and the mark written: empty, or ``FAILED`` when that compile fails."""
+    monkeypatch.delenv(compiler_cache.EXTRA_ENV, raising=False)
+    store, bin_dir = tmp_path / "binaries", str(tmp_path / "bin")
+    sources = {"works": 'extern "C" int f(int x) { return 2 * x; }\n',
+               "fails": '#ifdef __OPTIMIZE__\n#error only at -O0\n#endif\nextern "C" int f(int x) { return x; }\n'}
+    for name, text in sources.items():
+        src, out, mark = tmp_path / f"unknown-{name}.cpp", tmp_path / f"lib{name}.so", tmp_path / "marks" / name
+        src.write_text(text)
+        monkeypatch.setenv(compiler_cache.LATER_ENV, str(mark))
+        assert compiler_cache.main([str(store), bin_dir, "g++", "-O0", "-fPIC", "-shared", "-o", str(out),
+                                    str(src)]) == 0
+        src.unlink()  # as Slang does once the compile returns: the later compile has its own copy
+        deadline = time.monotonic() + 60
+        while not mark.exists():
+            assert time.monotonic() < deadline, "no mark after 60 s"
+            time.sleep(0.05)
+        assert mark.read_text() == ("" if name == "works" else compiler_cache.FAILED)
+    src = tmp_path / "unknown-again.cpp"
+    src.write_text(sources["works"])
+    monkeypatch.delenv(compiler_cache.LATER_ENV)
+    calls = []
+    monkeypatch.setattr(compiler_cache.subprocess, "call", lambda *a, **k: calls.append(a) or 1)
+    out = tmp_path / "libagain.so"
+    assert compiler_cache.main([str(store), bin_dir, "g++", "-O3", "-fPIC", "-shared", "-o", str(out), str(src)]) == 0
+    assert calls == [] and ctypes.CDLL(str(out)).f(21) == 42  # the stored -O3 library: no compiler run

@@ -1,0 +1,47 @@
+"""The in-process compile cache and its tiers (lowering.cache): a CPU module
+compiled at g++ -O0 for a quick first call has its -O3 library compiled in the
+background by the g++ wrapper, and the executable switches to it.  Oracle: the
+numpy interpreter device."""
+import numpy as np
+import pytest
+
+import symdiff as sd
+from symdiff import lowering
+from symdiff.lowering import cache
+
+pytestmark = pytest.mark.skipif("cpu" not in lowering.available_devices(), reason="no CPU device")
+
+
+def _program():
+    def small(x: sd.f32[8], w: sd.f32[8]):
+        return np.sum(np.tanh(x * w) * x)
+    return sd.differentiable_program(small)
+
+
+def test_a_module_started_at_O0_switches_to_its_O3_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYMDIFF_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SYMDIFF_DISK_CACHE", raising=False)
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    p = _program()
+    first = p.value_and_grad(x, w, device="cpu")
+    exe = p._executable(p.backward_graph(), "cpu")
+    assert exe._last.level == "none" and exe._last.later is not None  # too little work for -O3 at once
+    assert cache.wait_for_later(120), "no -O3 library after 120 s"
+    maximal = cache.stats.get("compiles_maximal", 0)
+    exe._last.later_checked = 0.0  # look at once, not after the poll interval
+    second = p.value_and_grad(x, w, device="cpu")
+    assert exe._last.level == "maximal" and cache.stats.get("compiles_maximal", 0) == maximal + 1
+    expected = p.value_and_grad(x, w, device="numpy")
+    for got in (first, second):
+        np.testing.assert_allclose(got[0], expected[0], rtol=1e-5)
+        for name in ("x", "w"):
+            np.testing.assert_allclose(got[1][name], expected[1][name], rtol=1e-5, atol=1e-6)
+
+
+def test_no_background_compile_without_the_disk_cache(monkeypatch):
+    monkeypatch.setenv("SYMDIFF_DISK_CACHE", "0")
+    p = _program()
+    p.value_and_grad(np.ones(8, np.float32), np.ones(8, np.float32), device="cpu")
+    exe = p._executable(p.backward_graph(), "cpu")
+    assert exe._last.level == "none" and exe._last.later is None
