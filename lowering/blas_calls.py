@@ -18,6 +18,7 @@ into its output, else 0 (the output is not read).
 """
 from __future__ import annotations
 
+from . import compiler_cache
 from .host_blas import Library
 from .host_products import Gemms, HostProduct
 from .kernels.writer import STORAGE_TYPES, buffer_name
@@ -37,7 +38,8 @@ def _prelude(library: Library) -> str:
             f"const {real}* b, int ldb, {real} beta, {real}* c, int ldc)\n{{\n"
             f"    static {letter}gemm_t f = ({letter}gemm_t)routine(\"{library.symbols[dtype]}\");\n"
             f"    f(101, ta ? 112 : 111, tb ? 112 : 111, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);\n}}\n")
-    return (f"\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include <dlfcn.h>\n\n"
+    return (compiler_cache.OWN_PRELUDE + " (lowering.blas_calls: the GEMM routines)"  # after the shared header
+            + f"\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include <dlfcn.h>\n\n"
             f"namespace symdiff_blas {{\n"
             f"static void* routine(const char* name)\n{{\n"
             f"    void* lib = dlopen(\"{library.path}\", RTLD_NOW | RTLD_LOCAL);  // numpy's, loaded: its handle\n"
