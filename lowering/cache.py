@@ -97,13 +97,23 @@ def _load(session, name: str, source: str, modules: Path | None):
 def level_for(device_kind: str, source: str, work: int | None) -> str:
     """The optimisation level ``kernels`` compiles at for ``work`` points per
     call (``optimization``; None: maximal); maximal for a module an earlier
-    process compiled again once hot (``mark_hot``)."""
+    process compiled again once hot (``mark_hot``) or whose -O3 library is on
+    disk already (``later_marker``): then both are a library-cache hit."""
     if work is None:
         return "maximal"
     level = optimization(device_kind, source, work)
-    if level != "maximal" and disk_cache.enabled() and disk_cache.load("hot", _hot_key(device_kind, source))[0]:
+    if level != "maximal" and disk_cache.enabled() and (
+            disk_cache.load("hot", _hot_key(device_kind, source))[0] or later_ready(later_marker(device_kind, source))):
         return "maximal"
     return level
+
+
+def later_ready(marker: Path | None) -> bool:
+    """Whether the background -O3 compile marked by ``marker`` is done and stored its library."""
+    try:
+        return marker is not None and marker.read_text() != compiler_cache.FAILED
+    except OSError:  # not there (yet)
+        return False
 
 
 def mark_hot(device_kind: str, source: str) -> None:

@@ -33,7 +33,7 @@ from symdiff import ir
 from symdiff.ir.graph import DTYPES, DataflowGraph
 from symdiff.ir import tasklet_notes as notes
 
-from . import backends, cache, compiler_cache, devices, disk_cache, dlpack, memory
+from . import backends, cache, devices, disk_cache, dlpack, memory
 from .backends.slangpy_base import SlangpyBackend
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation
 from .buffer_plan import STORAGE, BufferPlan, buffer_bytes, plan_buffers
@@ -351,7 +351,9 @@ class Executable:
                                                       repr(target), repr(self.deterministic)), lower)
             dev = self.backend.device()
             entries = module.entry_points(target.sequential)
-            work = None if self.repeated else sum(max(k.work, k.threads) for k in module.kernels)
+            # a loop body runs many times; a deterministic program must not switch code (-O0 and -O3
+            # results differ in the last bits): both compile at -O3 at once
+            work = None if self.repeated or self.deterministic else sum(max(k.work, k.threads) for k in module.kernels)
             level = cache.level_for(self.device, module.source, work)
             kernels = cache.kernels(self.device, dev, module.source, entries, at=level)
             g = p.graph
@@ -464,13 +466,10 @@ class Executable:
         inst.later_checked = now
         if not inst.later.exists():
             return False
-        try:
-            failed = inst.later.read_text() == compiler_cache.FAILED
-        except OSError:
-            failed = True
-        if failed:
-            inst.later = None
-        return not failed
+        if cache.later_ready(inst.later):
+            return True
+        inst.later = None  # its compile failed
+        return False
 
     def _call(self, inputs: Mapping[str, np.ndarray | DeviceArray], sizes: Mapping[str, int] | None,
               return_device_arrays: bool, check_bounds: bool) -> dict[str, np.ndarray | DeviceArray]:

@@ -12,15 +12,24 @@ from symdiff.lowering import cache
 pytestmark = pytest.mark.skipif("cpu" not in lowering.available_devices(), reason="no CPU device")
 
 
+@pytest.fixture
+def on_disk(tmp_path, monkeypatch):
+    """The disk cache on, in a directory of the test's own, and no module compiled in this process yet
+    (a module compiled by another test would be reused without reaching g++)."""
+    monkeypatch.setenv("SYMDIFF_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SYMDIFF_DISK_CACHE", raising=False)
+    cache.clear()
+    yield tmp_path
+    cache.clear()
+
+
 def _program():
     def small(x: sd.f32[8], w: sd.f32[8]):
         return np.sum(np.tanh(x * w) * x)
     return sd.differentiable_program(small)
 
 
-def test_a_module_started_at_O0_switches_to_its_O3_library(tmp_path, monkeypatch):
-    monkeypatch.setenv("SYMDIFF_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("SYMDIFF_DISK_CACHE", raising=False)
+def test_a_module_started_at_O0_switches_to_its_O3_library(on_disk):
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
     p = _program()
@@ -45,3 +54,26 @@ def test_no_background_compile_without_the_disk_cache(monkeypatch):
     p.value_and_grad(np.ones(8, np.float32), np.ones(8, np.float32), device="cpu")
     exe = p._executable(p.backward_graph(), "cpu")
     assert exe._last.level == "none" and exe._last.later is None
+
+
+def test_a_later_process_starts_at_the_stored_O3_library(on_disk):
+    """Once the -O3 library of a module is on disk, a new executable of the same
+    program (as in another process) compiles at maximal at once: a library hit."""
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    first = _program()
+    first.value_and_grad(x, x, device="cpu")
+    assert cache.wait_for_later(120), "no -O3 library after 120 s"
+    cache.clear()  # no in-process module: as a new process
+    again = _program()
+    again.value_and_grad(x, x, device="cpu")
+    assert again._executable(again.backward_graph(), "cpu")._last.level == "maximal"
+
+
+def test_a_deterministic_program_never_switches_code(on_disk):
+    """-O0 and -O3 results may differ in the last bits: deterministic=True compiles at -O3 at once."""
+    def small(x: sd.f32[8], w: sd.f32[8]):
+        return np.sum(np.tanh(x * w) * x)
+    p = sd.differentiable_program(small, deterministic=True)
+    p.value_and_grad(np.ones(8, np.float32), np.ones(8, np.float32), device="cpu")
+    exe = p._executable(p.backward_graph(), "cpu")
+    assert exe._last.level == "maximal" and exe._last.later is None

@@ -182,7 +182,10 @@ def test_second_process_hits_and_agrees(device, cache_dir, tmp_path):
         assert run["value"] == pytest.approx(float(ref_value), rel=1e-5)
         for k in ref:
             np.testing.assert_allclose(run["grads"][k], ref[k], rtol=1e-5, atol=1e-6)
-    assert runs[0] == {**runs[1], "stats": runs[0]["stats"]}
+    # the first process ran the module at g++ -O0, the second starts at its -O3 library: the last bits may differ
+    assert runs[0]["value"] == pytest.approx(runs[1]["value"], rel=1e-6)
+    for k in runs[0]["grads"]:
+        np.testing.assert_allclose(runs[0]["grads"][k], runs[1]["grads"][k], rtol=1e-6, atol=1e-7)
 
 
 FAKE_CXX = """#!/bin/sh
