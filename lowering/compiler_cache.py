@@ -41,7 +41,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -59,7 +58,6 @@ PRELUDE_END = "\n#line "  # where Slang's generated code starts, after the prelu
 # The first line of C++ a module asks for itself (``__requirePrelude``: lowering.threads' worker pool): after
 # Slang's prelude, and only in some modules, so a shared precompiled header ends before it.
 OWN_PRELUDE = "\n// symdiff: module prelude"
-ENTRY = "_run_program"  # Slang's C++ function holding the CPU program entry's body (lowering.codegen.PROGRAM)
 BUILD_HEADER = "--build-header"  # the argument that makes this script build precompiled headers
 UNOPTIMISED, OPTIMISED = "-O0", "-O3"  # the g++ levels the CPU device compiles at (``CpuBackend.optimization``)
 LEVELS = (UNOPTIMISED, OPTIMISED)
@@ -212,8 +210,7 @@ def main(argv: list[str]) -> int:
     if found is None:  # not a library compile: passed on as it is
         return subprocess.call([compiler, *args])
     if directory == NO_STORE:
-        source = Path(flagged[_source_index(flagged)])
-        return _compile_text(compiler, flagged, source, _optimised_text(source.read_text(), flagged))
+        return subprocess.call([compiler, *flagged])
     key, output = found
     entry = Path(directory) / key[:2] / f"{key}.so"
     if _hit(entry, output):
@@ -298,59 +295,24 @@ def _compile_with_prelude(compiler: str, args: list[str], directory: Path) -> in
     ``#include`` it.  g++ reads the header's text where the ``.gch`` does not
     fit, so the library is the same either way."""
     source = Path(args[_source_index(args)])
-    text = _optimised_text(source.read_text(), args)
+    text = source.read_text()
     cut = min((i for i in (text.find(PRELUDE_END), text.find(OWN_PRELUDE)) if i >= 0), default=-1)
     if cut < 0:
-        return _compile_text(compiler, args, source, text)
+        return subprocess.call([compiler, *args])
     prelude, own = text[:cut].rstrip() + "\n", text[cut + 1:]  # one text whatever follows it
     flags = _header_flags(args)
     header = _header_path(compiler, flags, prelude, directory)
     if not Path(f"{header}.gch").is_file():
         _start_header_builds(compiler, [(header, flags)] + [
             (_header_path(compiler, other, prelude, directory), other) for other in _other_levels(flags)], prelude)
-        return _compile_text(compiler, args, source, text)
-    return _compile_text(compiler, args, source, f'#include "{header}"\n{own}')
-
-
-def _compile_text(compiler: str, args: list[str], source: Path, text: str) -> int:
-    """Compile ``text`` in place of ``source`` (a file beside it)."""
+        return subprocess.call([compiler, *args])
     fd, tmp = tempfile.mkstemp(suffix=source.suffix, dir=source.parent, prefix="symdiff-")
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(text)
+            f.write(f'#include "{header}"\n{own}')
         return subprocess.call([compiler, *(tmp if a == str(source) else a for a in args)])
     finally:
         os.unlink(tmp)
-
-
-def _optimised_text(text: str, args: list[str]) -> str:
-    """What g++ compiles of ``text`` with ``args``: at -O3 the program entry at -O1 (``_program_entry_at_o1``)."""
-    return _program_entry_at_o1(text) if OPTIMISED in args else text
-
-
-def _program_entry_at_o1(text: str) -> str:
-    """``text`` with the CPU program entry's body (Slang's ``_run_program``: a
-    statement per kernel and per GEMM, thousands of lines for an unrolled RNN)
-    compiled at -O1 and every function it calls kept out of it (``noinline``),
-    so that the kernels stay at -O3 in their own functions.  g++ -O3 spent 0.45
-    of 1.0 s on elman_rnn's entry (a function of 2,300 lines) for code that only
-    sequences calls.  ``text`` unchanged where it has no such entry."""
-    lines = text.split("\n")
-    defined = {}  # function name -> the line of its definition (a top-level line whose next opens a body)
-    for n, line in enumerate(lines[:-1]):
-        if line[:1].strip() and not line.startswith("#") and "(" in line and lines[n + 1] == "{":
-            found = re.search(r"(\w+)\($", line[:line.index("(") + 1])
-            if found:
-                defined[found.group(1)] = n
-    if ENTRY not in defined:
-        return text
-    start = defined[ENTRY]
-    end = lines.index("}", start)
-    called = {name for line in lines[start + 2:end] for name in re.findall(r"\b(\w+)\(", line)} & set(defined)
-    for name in called - {ENTRY}:
-        lines[defined[name]] = "__attribute__((noinline)) " + lines[defined[name]]
-    lines[start] = '__attribute__((optimize("O1"))) ' + lines[start]
-    return "\n".join(lines)
 
 
 def _header_path(compiler: str, flags: list[str], prelude: str, directory: Path) -> Path:

@@ -400,34 +400,3 @@ def test_a_library_compiled_at_O0_is_compiled_at_O3_later(tmp_path, monkeypatch)
     out = tmp_path / "libagain.so"
     assert compiler_cache.main([str(store), bin_dir, "g++", "-O3", "-fPIC", "-shared", "-o", str(out), str(src)]) == 0
     assert calls == [] and ctypes.CDLL(str(out)).f(21) == 42  # the stored -O3 library: no compiler run
-
-
-ENTRY_TEXT = """static int twice_0(int x)
-{
-    return 2 * x;
-}
-
-static void k0_add_threads_0(int n, int* out)
-{
-    for (int i = 0; i < n; i++) out[i] += twice_0(i);
-}
-
-void _run_program(void* a, void* params, void* b)
-{
-    k0_add_threads_0(4, (int*)params);
-    return;
-}
-"""
-
-
-def test_program_entry_compiles_at_O1_and_what_it_calls_stays_apart():
-    """At -O3 the program entry's body (a sequence of calls) is compiled at -O1 and
-    each function it calls directly is kept out of it, so those keep -O3; what
-    they call (the kernel's maths) is left to g++; text without an entry is kept."""
-    marked = compiler_cache._optimised_text(ENTRY_TEXT, ["-O3"]).splitlines()
-    assert '__attribute__((optimize("O1"))) void _run_program(void* a, void* params, void* b)' in marked
-    assert "__attribute__((noinline)) static void k0_add_threads_0(int n, int* out)" in marked
-    assert "static int twice_0(int x)" in marked  # called by the runner, not by the entry
-    assert compiler_cache._optimised_text(ENTRY_TEXT, ["-O0"]) == ENTRY_TEXT
-    assert compiler_cache._optimised_text(ENTRY_TEXT.replace("_run_program", "other"), ["-O3"]) == \
-        ENTRY_TEXT.replace("_run_program", "other")
