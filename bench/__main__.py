@@ -64,8 +64,7 @@ def measure_runner(run: Runner, settings: Settings) -> tuple[dict[str, Any], Any
     entry: dict[str, Any] = {}
     out = None
     if run.value_and_grad is not None:
-        t, out = measure(run.value_and_grad, budget=settings.budget, k_max=settings.k_max, limit=settings.limit,
-                         settle=lambda: symdiff_runner.settle(run.value_and_grad, settings.limit))
+        t, out = measure(run.value_and_grad, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
         entry["value_and_grad"] = t.as_dict()
     t, _ = measure(run.forward, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
     entry["forward"] = t.as_dict()
@@ -95,14 +94,16 @@ def run_symdiff(workload: Workload, size_name: str, inputs: dict[str, np.ndarray
         fn = symdiff_runner.program_function(workload, size)
         program = sd.differentiable_program(fn, **workload.options)
         run = symdiff_runner.runner(workload, program, inputs, device)
-        t, out = measure(run.value_and_grad, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
+        t, out = measure(run.value_and_grad, budget=settings.budget, k_max=settings.k_max, limit=settings.limit,
+                         settle=lambda: symdiff_runner.settle(run.value_and_grad, settings.limit))
         entry["value_and_grad"] = t.as_dict()
         if reference is not None:
             entry["grad_error"] = relative_error(run.to_numpy(out), reference)
             if not entry["grad_error"] <= workload.tol:  # NaN is wrong too
                 entry["status"] = "WRONG"
                 return entry
-        t, _ = measure(run.forward, budget=settings.budget, k_max=settings.k_max, limit=settings.limit)
+        t, _ = measure(run.forward, budget=settings.budget, k_max=settings.k_max, limit=settings.limit,
+                       settle=lambda: symdiff_runner.settle(run.forward, settings.limit))
         entry["forward"] = t.as_dict()
         entry["stats"] = program.stats()
         with time_limit(settings.limit):
