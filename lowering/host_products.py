@@ -173,7 +173,9 @@ class HostProduct:
     def gemms(self) -> "Gemms | None":
         """This product as GEMMs on its containers' elements (``lowering.blas_calls``
         emits them into the CPU device's program), or None where BLAS cannot
-        read a view as it is (``host_blas.layout``) however the axes are split.
+        read a view as it is (``host_blas.layout``) however the axes are split,
+        or where the output shares a buffer with an operand (``bound``'s numpy
+        fallback copies then).
         One GEMM a point of the batch axes, and of the outer row, column and
         reduced axes that do not merge with the inner ones into one matrix
         axis (attention's ``o @ wo`` over a head merge: rows ``(batch, token)``
@@ -181,8 +183,8 @@ class HostProduct:
         axes adding into the output after the first; as few loops as the
         strides allow.  The views are those ``bound`` makes, over no memory:
         only their strides and offsets are read."""
-        if any(e <= b for _, b, e in self.ranges):
-            return None
+        if any(e <= b for _, b, e in self.ranges) or self.out.access in (self.a.access, self.b.access):
+            return None  # an empty product, or one writing the buffer it reads (BLAS would read what it wrote)
         dtype = np.dtype(self.dtype)
         bases = {}
 

@@ -130,3 +130,18 @@ def test_a_view_blas_cannot_read_stays_a_launch_of_its_own():
     diag = np.einsum("ikk->ik", inputs["a"])
     want = diag.astype(np.float64) @ inputs["b"].astype(np.float64)
     assert np.all(np.abs(got - want) <= product_bound(diag, inputs["b"], "ik,kj->ij"))
+
+
+def test_a_product_writing_the_buffer_it_reads_is_no_gemm():
+    """BLAS would read elements it has already written: such a product (its output
+    placed in an operand's buffer) stays a launch, whose numpy fallback copies."""
+    from symdiff.lowering.host_products import Operand
+    a = Operand("a", 16, (("i", 4), ("k", 1)), 0, "i, k")
+    b = Operand("b", 16, (("k", 4), ("j", 1)), 0, "k, j")
+    ranges = (("i", 0, 4), ("j", 0, 4), ("k", 0, 4))
+    separate = HostProduct(Operand("c", 16, (("i", 4), ("j", 1)), 0, "i, j"), a, b, ranges, ("i",), ("j",), ("k",),
+                           1.0, False, "float32")
+    assert separate.gemms() is not None
+    over_a = HostProduct(Operand("a", 16, (("i", 4), ("j", 1)), 0, "i, j"), a, b, ranges, ("i",), ("j",), ("k",),
+                         1.0, False, "float32")
+    assert over_a.gemms() is None
