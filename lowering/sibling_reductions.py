@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import functools
+from dataclasses import dataclass
 from typing import Callable
 
 import networkx
@@ -52,10 +53,11 @@ def merge_sibling_reductions(graph: DataflowGraph, target: "targets.Target | Non
             key = _key(graph, t)
             if key is not None:
                 groups[key].append(t)
+    terms: dict[str, _Terms] = {}  # a candidate's, found once: it is asked of each member before it
     for members in groups.values():
         while len(members) > 1:
             first, *rest = members
-            joined = _join_siblings(graph, first.name, rest, targets.tuning_of(target).max_sibling_outputs)
+            joined = _join_siblings(graph, first.name, rest, targets.tuning_of(target).max_sibling_outputs, terms)
             members = [t for t in rest if t.name not in joined]
 
 
@@ -78,18 +80,23 @@ def _key(graph: DataflowGraph, t: Tasklet) -> tuple | None:
     return (tuple((b, e) for _, b, e in t.domain), t.condition.xreplace(at), positions, dtypes)
 
 
-def _join_siblings(graph: DataflowGraph, into: str, rest: list[Tasklet], max_outputs: int) -> set[str]:
+def _join_siblings(graph: DataflowGraph, into: str, rest: list[Tasklet], max_outputs: int,
+                   terms: dict[str, "_Terms"]) -> set[str]:
     """Merge into tasklet ``into`` each tasklet of ``rest`` that reads a version
     the members so far read, is joined to none of them by a path and computes
     a term with them (``_merger``), while the members sum at most
-    ``max_outputs`` values; returns the names merged."""
+    ``max_outputs`` values; returns the names merged.  ``terms``: each
+    candidate's ``_Terms``, by name (kept by the caller for its next members)."""
     read = {a for a, _ in graph.reads(into)}
+    loads = _loads(graph, graph.node(into))
     after: set[str] | None = None  # what the members reach; searched once a candidate shares a term
     members, joined = [into], set()
     for t in rest:
-        reads = {a for a, _ in graph.reads(t.name)}
+        if t.name not in terms:
+            terms[t.name] = _Terms.of(graph, t)
+        reads = terms[t.name].versions
         outputs = len(graph.writes(into)) + len(graph.writes(t.name))
-        if outputs > max_outputs or not reads & read:
+        if outputs > max_outputs or not reads & read or not terms[t.name].may_share(loads):
             continue
         # the term first: most candidates share none, and the paths cost a search of the graph each
         merge = _merger(graph, into, t)
@@ -105,8 +112,49 @@ def _join_siblings(graph: DataflowGraph, into: str, rest: list[Tasklet], max_out
         members.append(t.name)
         joined.add(t.name)
         read |= reads
+        loads = _loads(graph, graph.node(into))
         after |= below
     return joined
+
+
+def _positional(t: Tasklet) -> dict:
+    """``t``'s domain symbols by position, as ``_merger`` renames a candidate's to its first member's."""
+    return {s: sympy.Symbol(f"_sibling{k}", integer=True) for k, s in enumerate(t.index_symbols)}
+
+
+def _loads(graph: DataflowGraph, t: Tasklet) -> frozenset:
+    """The elements ``t`` reads, as (version, index over ``_positional`` symbols)."""
+    at = _positional(t)
+    return frozenset((a, tuple(sympy.sympify(i).xreplace(at) for i in m.index)) for a, m in graph.reads(t.name))
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """What a candidate's operations read, to rule out a shared term before ``_merger`` renames its
+    bodies (it is asked of every pair of an unrolled loop's siblings: elman_rnn's 32 forward products,
+    each reading ``xs`` at another step, a sixth of the plan's time).  Renamed one to one (distinct
+    connectors read distinct elements), an operation of the candidate is an operation of its renamed
+    bodies, and one reading an element the member lacks uses a fresh connector, which no operation of
+    the member's uses: it shares a term only where one of its operations reads nothing the member lacks."""
+    versions: frozenset  # the versions it reads
+    operations: tuple[frozenset, ...] | None  # per operation, the elements (``_loads``) it reads; None: look
+
+    @staticmethod
+    def of(graph: DataflowGraph, t: Tasklet) -> "_Terms":
+        at = _positional(t)
+        element = {t.inputs[m.connector]: (a, tuple(sympy.sympify(i).xreplace(at) for i in m.index))
+                   for a, m in graph.reads(t.name)}
+        versions = frozenset(a for a, _ in element.values())
+        symbols = set(element) | set(t.index_symbols)
+        if len(set(element.values())) != len(element) or not all(
+                _free_symbols(body) <= symbols for body in t.body.values()):
+            return _Terms(versions, None)
+        return _Terms(versions, tuple(frozenset(element[s] for s in used if s in element)
+                                      for body in t.body.values() for used in _operation_symbols(body)))
+
+    def may_share(self, loads: frozenset) -> bool:
+        """Whether it may compute a term with a member reading ``loads`` (``_loads``)."""
+        return self.operations is None or any(read <= loads for read in self.operations)
 
 
 def _descendants(graph: DataflowGraph, name: str) -> set[str]:
@@ -170,6 +218,17 @@ def _merge(graph: DataflowGraph, keep: Tasklet, t: Tasklet, added: dict, rename:
 def _terms(bodies) -> set:
     """Every operation (a subexpression that is no symbol or number) of ``bodies``."""
     return set().union(*(_operations(body) for body in bodies))
+
+
+@functools.lru_cache(maxsize=16384)
+def _free_symbols(body: sympy.Expr) -> frozenset:
+    return frozenset(body.free_symbols)
+
+
+@functools.lru_cache(maxsize=16384)
+def _operation_symbols(body: sympy.Expr) -> tuple[frozenset, ...]:
+    """The symbols each operation of ``body`` (``_operations``) uses."""
+    return tuple(frozenset(e.free_symbols) for e in _operations(body))
 
 
 @functools.lru_cache(maxsize=16384)
