@@ -176,7 +176,13 @@ def covers(index: Sequence, domain: Sequence[tuple], shape: Sequence) -> bool:
     """Every element of a container of ``shape`` is hit exactly once by the
     points of ``domain`` (``(symbol, begin, end)`` ranges): unit shifts over
     distinct symbols mapping each range onto its whole axis, constant axes of
-    extent 1 at 0, unused domain symbols with a single point."""
+    extent 1 at 0, unused domain symbols with a single point.  Cached, as
+    ``covers_once``."""
+    return _covers(tuple(index), tuple(map(tuple, domain)), tuple(shape))
+
+
+@functools.lru_cache(maxsize=16384)
+def _covers(index: tuple, domain: tuple, shape: tuple) -> bool:
     if len(index) != len(shape):
         return False
     ranges = {s: (b, e) for s, b, e in domain}
@@ -558,7 +564,13 @@ def one_each(index, points, shape) -> bool:
     distinct elements of a container of ``shape``: unit shifts
     (``index_analysis.injective``), or an index affine in several symbols
     (an elementwise pass run over a first stage's chunks, ``c * L + r``:
-    ``reduce_fusion.chunk_producers``) proved by ``injective_over``."""
+    ``reduce_fusion.chunk_producers``) proved by ``injective_over``.  Cached,
+    as ``covers_once``."""
+    return _one_each(tuple(index), tuple(map(tuple, points)), tuple(shape))
+
+
+@functools.lru_cache(maxsize=16384)
+def _one_each(index: tuple, points: tuple, shape: tuple) -> bool:
     symbols = [s for s, _, _ in points]
     return injective(index, symbols) or (_several(index, symbols) and injective_over(index, points, shape))
 
@@ -567,7 +579,13 @@ def covers_once(index, points, shape) -> bool:
     """Every element of a container of ``shape`` is written exactly once by
     ``points``, each using every symbol: ``index_analysis.injective`` and
     ``covers``, or for an index affine in several symbols (``one_each``),
-    distinct elements within bounds, as many as the points."""
+    distinct elements within bounds, as many as the points.  Cached: planning
+    asks it of the same writes in every pass placing steps, in every trial plan."""
+    return _covers_once(tuple(index), tuple(map(tuple, points)), tuple(shape))
+
+
+@functools.lru_cache(maxsize=16384)
+def _covers_once(index: tuple, points: tuple, shape: tuple) -> bool:
     symbols = [s for s, _, _ in points]
     if injective(index, symbols) and covers(index, points, shape):
         return True
@@ -581,10 +599,17 @@ def covers_once(index, points, shape) -> bool:
 
 def _several(index, symbols) -> bool:
     """Some component uses more than one of ``symbols``."""
-    return any(len(sympy.sympify(e).free_symbols & set(symbols)) > 1 for e in index)
+    return any(len(free_symbols(e) & set(symbols)) > 1 for e in index)
 
 
 def uses_connectors(index, tasklet: Tasklet) -> bool:
     """Whether an index depends on values read by the tasklet (gather/scatter)."""
-    conns = set(tasklet.inputs.values())
-    return any(sympy.sympify(e).free_symbols & conns for e in index)
+    conns = tasklet.inputs.values()
+    return any(not free_symbols(e).isdisjoint(conns) for e in index)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def free_symbols(e) -> frozenset:
+    """``e``'s free symbols, cached: sympy walks the tree each time, and planning asks
+    them of every index of every tasklet in every pass."""
+    return frozenset(sympy.sympify(e).free_symbols)

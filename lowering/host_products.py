@@ -24,6 +24,7 @@ runs on the host; ``bound`` runs the products it cannot express.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, replace
@@ -36,6 +37,7 @@ from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.index_analysis import affine_coefficients
 
 from . import host_blas, targets
+from .remembered import remembered
 
 
 @dataclass(frozen=True)
@@ -323,25 +325,12 @@ def product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
     return found if all(e in t.index_symbols for e in w.index) else None
 
 
-_found: dict[tuple, HostProduct | None] = {}  # general_product's answers, by everything they depend on
-_FOUND_LIMIT = 1 << 14
-
-
+@remembered
 def general_product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
-    """``_general_product``, remembered: planning asks it of each tasklet in
-    every pass and trial plan (elman_rnn 4096x256: 4,154 questions about 519
+    """``_general_product``, remembered while planning (``lowering.remembered``): planning asks it of
+    each tasklet in every pass and trial plan (elman_rnn 4096x256: 4,154 questions about 519
     distinct tasklets, a quarter of the plan's time)."""
-    def container(m: Memlet) -> tuple:
-        c = graph.containers[m.container]
-        return m.container, c.shape, c.dtype
-    key = (t.domain, tuple(t.body.items()), tuple(t.inputs.items()), t.condition,
-           tuple((a, m, container(m)) for a, m in graph.writes(t.name)),
-           tuple((a, m, container(m)) for a, m in graph.reads(t.name)))
-    if key not in _found:
-        if len(_found) >= _FOUND_LIMIT:
-            _found.clear()
-        _found[key] = _general_product(graph, t)
-    return _found[key]
+    return _general_product(graph, t)
 
 
 def _general_product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
@@ -359,7 +348,8 @@ def _general_product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
     coeff, rest = t.body[w.connector].as_coeff_Mul()
     factors = sympy.Mul.make_args(rest)
     connectors = {t.inputs[m.connector]: (a, m) for a, m in reads}
-    if not coeff.is_number or sorted(factors, key=str) != sorted(connectors, key=str):
+    # (factors and connectors are distinct symbols of distinct names: the same set, or no product)
+    if not coeff.is_number or len(factors) != len(connectors) or set(factors) != set(connectors):
         return None
     dtypes = {graph.containers[m.container].dtype for m in [w] + [m for _, m in reads]}
     if len(dtypes) != 1 or dtypes & {"float32", "float64"} != dtypes:
@@ -461,4 +451,10 @@ def _operand(graph: DataflowGraph, access: str, m: Memlet, ranges: tuple, symbol
         for s in symbols:
             steps[s.name] += stride * int(form[s])
     return Operand(access, math.prod(shape), tuple((s, n) for s, n in steps.items() if n), offset,
-                   ", ".join(str(e) for e in m.index))
+                   _written(m.index))
+
+
+@functools.lru_cache(maxsize=4096)
+def _written(index: tuple) -> str:
+    """An index as written (sympy prints slowly, and the operands of an unrolled loop's products share theirs)."""
+    return ", ".join(str(e) for e in index)

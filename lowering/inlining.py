@@ -18,6 +18,8 @@ from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.index_analysis import covers, injective, replaced, uses_connectors
 from symdiff.ir.rewrite import replace_tasklet, set_reads
 
+from .remembered import remembered
+
 
 # Accumulations whose derivatives test an operand for equality with the stored result
 # (the tie mask ``x == max``, a product's zero factors ``x == 0``).
@@ -30,19 +32,25 @@ def producer(graph: DataflowGraph, access: str) -> Tasklet | None:
     writers = graph.writers(access)
     if len(writers) != 1:
         return None
-    name, w = writers[0]
-    p = graph.node(name)
+    p = graph.node(writers[0][0])
+    return p if _elementwise(graph, p) else None
+
+
+@remembered
+def _elementwise(graph: DataflowGraph, p: Tasklet) -> bool:
+    """Whether ``p`` writes one version plainly, one point per element, from floats of its dtype
+    (``producer``; remembered while planning, ``lowering.remembered``: every trial asks it of the
+    producers of every value it may recompute)."""
+    writes = graph.writes(p.name)
+    if len(writes) != 1:
+        return False
+    (_, w), = writes
     dtype = graph.containers[w.container].dtype
-    if (w.accumulate is not None or p.condition is not sympy.true or len(graph.writes(name)) != 1
-            or dtype not in ("float32", "float64")):
-        return None
-    reads = graph.reads(name)
-    if any(graph.containers[r.container].dtype != dtype or uses_connectors(r.index, p) for _, r in reads):
-        return None
-    syms = p.index_symbols
-    if not injective(w.index, syms) or not covers(w.index, p.domain, graph.containers[w.container].shape):
-        return None
-    return p
+    if w.accumulate is not None or p.condition is not sympy.true or dtype not in ("float32", "float64"):
+        return False
+    if any(graph.containers[r.container].dtype != dtype or uses_connectors(r.index, p) for _, r in graph.reads(p.name)):
+        return False
+    return injective(w.index, p.index_symbols) and covers(w.index, p.domain, graph.containers[w.container].shape)
 
 
 def exact_reads(graph: DataflowGraph, t: Tasklet) -> set[str]:

@@ -51,6 +51,8 @@ from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
 from . import targets
 from .plan_types import Kernel, Step
+from .remembered import remembered
+
 
 @dataclass(frozen=True)
 class MatmulShape:
@@ -70,11 +72,12 @@ class MatmulShape:
         return self.row is None or self.col is None
 
 
+@remembered
 def _product(graph: DataflowGraph, t: Tasklet) -> tuple[MatmulShape, Memlet, Memlet] | None:
     """``t`` as a sum of products of its two reads over one reduced symbol, with
     each read's output axes (either may have none), and the two reads' memlets;
     or None: one summed write, two reads, every index component a lone domain
-    symbol."""
+    symbol.  Remembered while planning (``lowering.remembered``): most passes ask it."""
     writes, reads = graph.writes(t.name), graph.reads(t.name)
     if len(writes) != 1 or len(reads) != 2 or writes[0][1].accumulate != "sum" or t.condition is not sympy.true:
         return None

@@ -42,6 +42,7 @@ from .pipeline import Alternative, Choice, Pass, Pipeline, Planning, Problem, ev
 from .host_products import host_product
 from .plan_types import HostKernel, Kernel, LoweringError, Plan, Read, Step, Write, parallel_symbols, same_point
 from .reduce_fusion import chunk_producers, fold_producers
+from .remembered import remembering
 from .rematerialise import (cheap_on_gpu, expansions_in, free_buffered, merge_duplicates, recompute_cheap,
                             recompute_expansions, rematerialise, split_free_copies)
 from .rewrites import bind, drop_empty_tasklets, split_large_reductions, split_multi_output_tasklets
@@ -236,8 +237,9 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     target = None if target is None else targets.of(target)
     problem = Problem(graph, sizes, target, CostModel.of(target))
     runs = Pipeline(PASSES, problem)
-    return evaluate(WHOLE_PLAN_ALTERNATIVES, problem, Choice(tuple(recomputed(graph))),
-                    lambda choice: evaluate(ALTERNATIVES, problem, choice, runs.run))
+    with remembering():  # its trials ask the same questions of the tasklets they share (lowering.remembered)
+        return evaluate(WHOLE_PLAN_ALTERNATIVES, problem, Choice(tuple(recomputed(graph))),
+                        lambda choice: evaluate(ALTERNATIVES, problem, choice, runs.run))
 
 
 def _more_free_values(problem: Problem, p: Plan, choice: Choice) -> Choice | None:

@@ -16,15 +16,18 @@ from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 from symdiff.ir.index_analysis import replaced, uses_connectors
 
 from .host_products import HostProduct
+from .remembered import remembered
 
 
 class LoweringError(RuntimeError):
     """A graph this lowering cannot run (the message says why)."""
 
 
+@remembered
 def parallel_symbols(graph: DataflowGraph, tasklet: Tasklet) -> tuple[sympy.Symbol, ...]:
     """Domain symbols the writes depend on, in domain order; all of them for a
-    scatter (its target is only known per point)."""
+    scatter (its target is only known per point).  Remembered while planning
+    (``lowering.remembered``)."""
     writes = graph.writes(tasklet.name)
     if any(uses_connectors(m.index, tasklet) for _, m in writes):
         return tasklet.index_symbols

@@ -43,6 +43,7 @@ register-tiled kernels (``lowering.matmul``).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -129,27 +130,43 @@ def _outer_lengths(kernel: Kernel) -> list[int]:
 
 
 # -- in-kernel reads ------------------------------------------------------------------------
-def _axes(prefix: str, n: int) -> list[sympy.Symbol]:
-    return [sympy.Symbol(f"_{prefix}{k}", integer=True) for k in range(n)]
+@functools.lru_cache(maxsize=64)
+def _axes(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(sympy.Symbol(f"_{prefix}{k}", integer=True) for k in range(n))
 
 
-def _coordinates(step: Step, axes: list[sympy.Symbol], along: list[sympy.Symbol] | None = None) -> dict:
+def _coordinates(step: Step, axes: tuple, along: tuple | None = None) -> tuple:
     """A step's domain symbols at thread coordinates ``axes``: unit loop axes at
-    their start and, given ``along``, the other loop axes at those coordinates."""
-    subs = {s: b + a for (s, b, _), a in zip(step.parallel, axes)}
+    their start and, given ``along``, the other loop axes at those coordinates;
+    as ``(symbol, value)`` pairs."""
+    return _coordinates_over(step.parallel, step.loop, axes, along)
+
+
+@functools.lru_cache(maxsize=16384)
+def _coordinates_over(parallel: tuple, loop: tuple, axes: tuple, along: tuple | None) -> tuple:
+    """``_coordinates``, cached by ranges (every kernel trying to join a row kernel asks them of each step
+    reading or written, in each trial plan; sympy builds the sums anew each time)."""
+    subs = {s: b + a for (s, b, _), a in zip(parallel, axes)}
     wide = iter(along or ())
-    for s, b, e in step.loop:
+    for s, b, e in loop:
         if extent((s, b, e)) == 1:
             subs[s] = b
         elif along is not None:
             subs[s] = b + next(wide)
-    return subs
+    return tuple(subs.items())
 
 
-def _differ(w: Memlet, ws: dict, r: Memlet, rs: dict) -> list[bool]:
-    """Per index component, whether the written and the read element may differ."""
-    return [sympy.expand(sympy.sympify(a).xreplace(ws) - sympy.sympify(b).xreplace(rs)) != 0
-            for a, b in zip(w.index, r.index)]
+def _differ(w: Memlet, ws: tuple, r: Memlet, rs: tuple) -> tuple[bool, ...]:
+    """Per index component, whether the written and the read element may differ
+    (``ws``, ``rs``: the coordinates, ``_coordinates``, of the writer and the reader)."""
+    return _differ_at(w.index, ws, r.index, rs)
+
+
+@functools.lru_cache(maxsize=16384)
+def _differ_at(written: tuple, ws: tuple, read: tuple, rs: tuple) -> tuple[bool, ...]:
+    ws, rs = dict(ws), dict(rs)
+    return tuple(sympy.expand(sympy.sympify(a).xreplace(ws) - sympy.sympify(b).xreplace(rs)) != 0
+                 for a, b in zip(written, read))
 
 
 def _owned(graph: DataflowGraph, producer: Step, w: Memlet, consumer: Step, r: Memlet) -> bool:

@@ -1,0 +1,61 @@
+"""``lowering.remembered``: a question about a tasklet is answered once per plan
+for the same tasklet, memlets and container shapes, and asked again whenever
+one of them is another (a rewrite's new memlet, a fork's new container of
+another shape), never outside ``remembering()``."""
+from symdiff.ir.graph import Memlet
+from symdiff.ir.rewrite import set_reads
+from symdiff.lowering.matmul import matmul_shape
+from symdiff.lowering.remembered import remembered, remembering
+from lowering_graphs import chain, matmul
+
+asked = []
+
+
+@remembered
+def _reads(graph, t):
+    """A question whose answer shows what it saw: the shapes of the containers ``t`` reads."""
+    asked.append(t.name)
+    return tuple(graph.containers[m.container].shape for _, m in graph.reads(t.name))
+
+
+def test_nothing_is_remembered_outside_a_plan():
+    g, _ = chain(8, 2)
+    t = g.node("op0")
+    asked.clear()
+    _reads(g, t)
+    _reads(g, t)
+    assert asked == ["op0", "op0"]
+
+
+def test_one_answer_per_tasklet_and_its_forks_inside():
+    g, _ = chain(8, 2)
+    asked.clear()
+    with remembering():
+        fork = g.fork()  # shares the tasklets, memlets and shape tuples
+        answers = {_reads(graph, graph.node(n)) for graph in (g, fork, g) for n in ("op0", "op1")}
+        with remembering():  # a nested block shares the answers
+            _reads(g, g.node("op0"))
+    assert asked == ["op0", "op1"] and answers == {((8,),)}
+
+
+def test_a_new_memlet_or_another_shape_is_asked_again():
+    g, _ = chain(8, 2)
+    asked.clear()
+    with remembering():
+        assert _reads(g, g.node("op1")) == ((8,),)
+        (a, m), = g.reads("op1")
+        set_reads(g, "op1", [(a, Memlet(m.container, m.index, m.connector))])  # an equal memlet, a new object
+        _reads(g, g.node("op1"))
+        fork = g.fork()
+        c = fork.containers["h0"]
+        fork.containers["h0"] = type(c)(c.name, (16,), c.dtype, c.role)
+        assert _reads(fork, fork.node("op1")) == ((16,),)
+    assert asked == ["op1", "op1", "op1"]
+
+
+def test_a_remembered_planning_question_answers_as_asked_afresh():
+    g, _ = matmul()
+    (name,) = [t.name for t in g.tasklets()]
+    with remembering():
+        assert matmul_shape(g, g.node(name)) == matmul_shape(g, g.node(name)) == matmul_shape(g.fork(), g.node(name))
+    assert matmul_shape(g, g.node(name)) is not None
