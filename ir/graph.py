@@ -177,6 +177,25 @@ class Memlet:
         return f"{self.container}[{idx}]{acc}"
 
 
+def _copied(graph: nx.MultiDiGraph) -> nx.MultiDiGraph:
+    """``graph.copy()``, the same nodes, edges, keys and orders (each attribute dict a shallow
+    copy), built on the adjacency dicts: networkx adds each edge through ``add_edge``'s checks,
+    and a plan forks its graph once per trial (elman_rnn: 7 copies, 5% of its plan)."""
+    g = graph.__class__()
+    g.graph.update(graph.graph)
+    nodes, succ, pred = g._node, g._succ, g._pred
+    for n, data in graph._node.items():
+        nodes[n] = data.copy()
+        succ[n] = {}
+        pred[n] = {}
+    for u, neighbours in graph._succ.items():
+        out = succ[u]
+        for v, keyed in neighbours.items():
+            # one dict per edge key, shared by both directions (as ``MultiDiGraph.add_edge`` does)
+            out[v] = pred[v][u] = {key: data.copy() for key, data in keyed.items()}
+    return g
+
+
 class DataflowGraph:
     """A dataflow program: a container table plus a networkx MultiDiGraph."""
 
@@ -352,7 +371,7 @@ class DataflowGraph:
     def copy(self) -> "DataflowGraph":
         """A structural copy: node objects are shared (treat them as values)."""
         g = DataflowGraph(self.name)
-        g.nx = self.nx.copy()
+        g.nx = _copied(self.nx)
         g.containers = {k: Container(c.name, c.shape, c.dtype, c.role, dict(c.meta))
                         for k, c in self.containers.items()}
         g.meta = dict(self.meta)

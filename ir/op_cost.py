@@ -5,11 +5,14 @@ a forward value stored rather than evaluate a call again in a partial
 (``tanh' = 1 - o**2`` reads ``o``), and the lowering's cost model
 (``lowering.cost_model``) recomputes a value where it is read when doing so is
 cheaper than a buffer.  Both ask the kind of each node here, so that what
-counts as "a call" is the same question everywhere.
+counts as "a call" is the same question everywhere.  The questions about a
+whole expression are cached: planning asks them of the same bodies in every
+trial plan.
 """
 from __future__ import annotations
 
 import enum
+import functools
 
 import sympy
 
@@ -36,18 +39,21 @@ def kind(node: sympy.Basic) -> Op:
     return Op.LOGIC
 
 
+@functools.lru_cache(maxsize=1 << 15)
 def calls(expr: sympy.Expr) -> bool:
     """Whether ``expr`` calls a function or takes a root anywhere: evaluating it
     again costs more than a load on a CPU."""
     return any(kind(n) is Op.CALL for n in sympy.preorder_traversal(expr))
 
 
+@functools.lru_cache(maxsize=1 << 15)
 def arithmetic(expr: sympy.Expr) -> bool:
     """Whether ``expr`` is made of ``+``, ``-``, ``*``, ``/`` and integer powers
     alone: no call a CPU's vectorised loop pays for again where it is recomputed."""
     return all(kind(n) in (Op.LEAF, Op.ARITHMETIC) for n in sympy.preorder_traversal(expr))
 
 
+@functools.lru_cache(maxsize=1 << 15)
 def operations(expr: sympy.Expr) -> int:
     """Operations one evaluation of ``expr`` performs (sympy's count)."""
     return int(sympy.count_ops(expr))

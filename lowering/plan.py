@@ -83,16 +83,17 @@ def _tiled(graph: DataflowGraph, t: Tasklet, box: tuple[int, ...], target: "targ
 
 
 def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int], t: Tasklet,
-           target: "targets.Target | None") -> None:
+           target: "targets.Target | None", written: list[dict[str, list[Memlet]]]) -> None:
     """Put ``t`` in the first kernel it may join (same box, what it reads finished
     before or passed at its thread point), else in a kernel of its own; a product
-    the host runs (``host_products``) is a kernel of its own that nothing joins."""
+    the host runs (``host_products``) is a kernel of its own that nothing joins.
+    ``written``: per kernel, the memlets its steps write each version through (kept up to date here)."""
     par = parallel_symbols(graph, t)
     parallel = tuple(rng for rng in t.domain if rng[0] in par)
     loop = tuple(rng for rng in t.domain if rng[0] not in par)
     box = tuple(extent(rng) for rng in parallel)
     tiled = _tiled(graph, t, box, target)
-    reads = graph.reads(t.name)
+    reads, writes = graph.reads(t.name), graph.writes(t.name)
     writers_of = {access: [w for w, _ in graph.writers(access)] for access, _ in reads}
     # A kernel before one writing a version ``t`` reads can neither have that version finished
     # nor pass it in a register: the search starts there (all kernels each time was quadratic).
@@ -116,15 +117,20 @@ def _place(graph: DataflowGraph, kernels: list[Kernel], kernel_of: dict[str, int
             step.reads.append(Read(m.connector, access, m, producer))
         # a second accumulating writer of a version would collide with the first; a second
         # matmul would run one output per thread behind the first's register tiles (lowering.matmul)
-        if ok and not any(_shares_written_elements(graph, t, s.tasklet) or (tiled and _tiled(graph, s.tasklet, box, target))
-                          for s in kernel.steps):
+        if ok and not (any(not _distinct_elements(m, w) for a, m in writes for w in written[k].get(a, ()))
+                       or tiled and any(_tiled(graph, s.tasklet, box, target) for s in kernel.steps)):
             kernel.steps.append(step)
             kernel_of[t.name] = k
+            for a, m in writes:
+                written[k].setdefault(a, []).append(m)
             return
     step = Step(t, parallel, loop, [Read(m.connector, a, m) for a, m in reads])
     name = f"k{len(kernels)}_{t.name}"
     kernels.append(Kernel(name, box, [step]) if product is None else HostKernel(name, box, [step], product=product))
     kernel_of[t.name] = len(kernels) - 1
+    written.append({})
+    for a, m in writes:
+        written[-1].setdefault(a, []).append(m)
 
 
 def sink_one_point_kernels(graph: DataflowGraph, kernels: list[Kernel]) -> list[Kernel]:
@@ -192,7 +198,8 @@ def placement_order(graph: DataflowGraph) -> list[str]:
         node = graph.node(n)
         if not isinstance(node, Tasklet):
             return (0, order[n])
-        return (0 if all(r[0] not in parallel_symbols(graph, node) for r in node.domain) else 1, order[n])
+        par = parallel_symbols(graph, node)
+        return (0 if all(r[0] not in par for r in node.domain) else 1, order[n])
     return [n for n in nx.lexicographical_topological_sort(graph.nx, key=key) if isinstance(graph.node(n), Tasklet)]
 
 
@@ -307,9 +314,9 @@ def _drop_empty_tasklets(planning: Planning) -> None:
 
 def _placement(planning: Planning) -> None:
     """Each tasklet in placement order into the first kernel it may join (``_place``)."""
-    g, kernel_of = planning.graph, {}
+    g, kernel_of, written = planning.graph, {}, [{} for _ in planning.kernels]
     for name in placement_order(g):
-        _place(g, planning.kernels, kernel_of, g.node(name), planning.problem.target)
+        _place(g, planning.kernels, kernel_of, g.node(name), planning.problem.target, written)
 
 
 def _sink_one_point_kernels(planning: Planning) -> None:

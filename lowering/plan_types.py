@@ -7,6 +7,7 @@ that a pass imports the records and never the driver.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -117,8 +118,14 @@ def same_point(producer: Step, w: Memlet, consumer: Step, r: Memlet) -> bool:
     """Whether the consumer reads exactly what the producer wrote at this thread."""
     if len(w.index) != len(r.index) or uses_connectors(r.index, consumer.tasklet):
         return False
-    axes = [sympy.Symbol(f"_t{k}", integer=True) for k in range(len(producer.parallel))]
-    ps = {s: b + a for (s, b, _), a in zip(producer.parallel, axes)}
-    cs = {s: b + a for (s, b, _), a in zip(consumer.parallel, axes)}
-    return all(sympy.expand(replaced(a, ps) - replaced(b, cs)) == 0
-               for a, b in zip(w.index, r.index))
+    return _same_point(tuple(producer.parallel), tuple(w.index), tuple(consumer.parallel), tuple(r.index))
+
+
+@functools.lru_cache(maxsize=16384)
+def _same_point(producer: tuple, written: tuple, consumer: tuple, read: tuple) -> bool:
+    """``same_point`` by the steps' thread ranges and the indices, cached: every trial plan places
+    the same steps again."""
+    axes = [sympy.Symbol(f"_t{k}", integer=True) for k in range(len(producer))]
+    ps = {s: b + a for (s, b, _), a in zip(producer, axes)}
+    cs = {s: b + a for (s, b, _), a in zip(consumer, axes)}
+    return all(sympy.expand(replaced(a, ps) - replaced(b, cs)) == 0 for a, b in zip(written, read))

@@ -227,15 +227,15 @@ def cheap_on_gpu(p: Plan, model: CostModel) -> list[str]:
 def _cheap_on_a_gpu(graph: DataflowGraph, model: CostModel) -> list[str]:
     """The candidates a GPU recomputes where they are read (``CostModel.cheap_on_a_gpu``)
     but for those a product reads (``_spoils_a_product``)."""
+    results = {graph.latest(c) for c in graph.results}
     return [n for n in candidates(graph)
-            if model.cheap_on_a_gpu(graph, graph.node(n)) and not _spoils_a_product(graph, n, model)]
+            if model.cheap_on_a_gpu(graph, graph.node(n)) and not _spoils_a_product(graph, n, model, results)]
 
 
-def _spoils_a_product(graph: DataflowGraph, name: str, model: CostModel) -> bool:
+def _spoils_a_product(graph: DataflowGraph, name: str, model: CostModel, results: set[str]) -> bool:
     """Whether recomputing tasklet ``name`` costs a product reading its value
     (``CostModel.spoils_a_product``; a value is recomputed in a product in turn
-    where it is one of ``candidates``)."""
-    results = {graph.latest(c) for c in graph.results}
+    where it is one of ``candidates``; ``results``: the results' latest versions)."""
     return model.spoils_a_product(graph, graph.node(name), lambda r: _candidate(graph, r, results))
 
 
@@ -307,8 +307,9 @@ def recompute_expansions(graph: DataflowGraph, model: CostModel) -> None:
     tries it (``plan.plan``) and keeps it where the plan stores less."""
     while True:
         _split_plain_writers(graph, lambda t: _expands(graph, t, model))
+        results = {graph.latest(c) for c in graph.results}
         names = [n for n in candidates(graph)
-                 if _expands(graph, graph.node(n), model) and not _spoils_a_product(graph, n, model)]
+                 if _expands(graph, graph.node(n), model) and not _spoils_a_product(graph, n, model, results)]
         if not names or not rematerialise(graph, {notes.origin(graph.node(n)) for n in names}, model):
             return
 

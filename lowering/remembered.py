@@ -51,13 +51,29 @@ def remembered(question: Callable[[DataflowGraph, Tasklet], Answer]) -> Callable
         answers = _answers.get()
         if answers is None:
             return question(graph, t)
-        reads, writes = graph.reads(t.name), graph.writes(t.name)
-        containers = [graph.containers[m.container] for _, m in reads + writes]
-        key = (question, id(t), tuple((a, id(m)) for a, m in reads), tuple((a, id(m)) for a, m in writes),
-               tuple((id(c.shape), c.dtype) for c in containers))
+        key = _key(graph, t, question)
         found = answers.get(key)
         if found is None:
-            # the objects whose ids the key holds stay alive with it
-            found = answers[key] = (question(graph, t), t, reads, writes, [c.shape for c in containers])
+            # the objects whose ids the key holds stay alive with the answer
+            held = [(d["memlet"], graph.containers[d["memlet"].container].shape)
+                    for edges in (graph.nx._pred[t.name], graph.nx._succ[t.name])
+                    for keyed in edges.values() for d in keyed.values()]
+            found = answers[key] = (question(graph, t), t, held)
         return found[0]
     return ask
+
+
+def _key(graph: DataflowGraph, t: Tasklet, question: Callable) -> tuple:
+    """``question`` asked of ``t`` in ``graph``: ids of the tasklet, of each memlet (with the version it
+    reads or writes) and of its container's shape, with the dtype; built on networkx's adjacency dicts
+    (the graph's ``reads`` and ``writes`` lists cost twice as much, and most questions are answered)."""
+    containers = graph.containers
+    key = [question, id(t)]
+    for edges in (graph.nx._pred[t.name], graph.nx._succ[t.name]):
+        for access, keyed in edges.items():
+            for d in keyed.values():
+                m = d["memlet"]
+                c = containers[m.container]
+                key += (access, id(m), id(c.shape), c.dtype)
+        key.append(None)  # reads, then writes
+    return tuple(key)

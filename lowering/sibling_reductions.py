@@ -40,6 +40,7 @@ from symdiff.ir.rewrite import add_read, add_write, replace_tasklet
 from . import targets
 from .inlining import fresh_connector
 from .matmul import matmul_shape, matvec_shape
+from .remembered import remembered
 
 
 def merge_sibling_reductions(graph: DataflowGraph, target: "targets.Target | None" = None) -> None:
@@ -61,8 +62,10 @@ def merge_sibling_reductions(graph: DataflowGraph, target: "targets.Target | Non
             members = [t for t in rest if t.name not in joined]
 
 
+@remembered
 def _key(graph: DataflowGraph, t: Tasklet) -> tuple | None:
-    """What siblings share, or None for a tasklet that merges with none."""
+    """What siblings share, or None for a tasklet that merges with none (remembered while planning:
+    ``lowering.remembered``)."""
     writes = graph.writes(t.name)
     reads = graph.reads(t.name)
     if not writes or any(m.accumulate is None or uses_connectors(m.index, t) for _, m in writes):

@@ -107,6 +107,29 @@ def test_copy_is_structurally_independent():
     assert ir.run(g.validate(), {"a": [1.0, 2.0], "b": [1.0, 1.0]})["r"] == 7.0
 
 
+def test_copy_is_what_networkx_copies():
+    """``DataflowGraph.copy`` builds the adjacency dicts itself: the same nodes, edges, keys and
+    data as networkx's ``copy``, in the same orders (a plan's reads and writes follow them), parallel
+    edges and a self-loop included, each attribute dict its own and both directions sharing one."""
+    import random
+    for seed in range(50):
+        r = random.Random(seed)
+        g = DataflowGraph()
+        names = [f"n{k}" for k in range(r.randint(1, 20))]
+        r.shuffle(names)
+        g.nx.add_nodes_from((n, {"node": k}) for k, n in enumerate(names))
+        for k in range(r.randint(0, 60)):
+            g.nx.add_edge(r.choice(names), r.choice(names), key=r.choice([None, "x"]), memlet=k)
+        ours, theirs = g.copy().nx, g.nx.copy()
+        assert list(ours.nodes(data=True)) == list(theirs.nodes(data=True))
+        assert list(ours.edges(keys=True, data=True)) == list(theirs.edges(keys=True, data=True))
+        assert list(ours.in_edges(keys=True, data=True)) == list(theirs.in_edges(keys=True, data=True))
+        for u, v, key, data in ours.edges(keys=True, data=True):
+            assert ours._pred[v][u][key] is data and data is not g.nx._succ[u][v][key]
+        for n, data in ours.nodes(data=True):
+            assert data is not g.nx._node[n]
+
+
 def test_networkx_view_is_public():
     g = axpy()
     assert isinstance(g.nx, nx.MultiDiGraph) and nx.is_directed_acyclic_graph(g.nx)
