@@ -368,11 +368,12 @@ def _general_product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
         return None
     a, b = arrays
     extent = {s: e - lo for s, lo, e in ranges}
-    ks = tuple(s for s in extent if s not in out.axes())
-    rows = tuple(s for s in out.axes() if s in a.axes() and s not in b.axes())
-    columns = tuple(s for s in out.axes() if s in b.axes() and s not in a.axes())
-    if (not ks or not rows or not columns or any(s not in a.axes() or s not in b.axes() for s in ks)
-            or any(s not in a.axes() and s not in b.axes() for s in out.axes())):
+    out_axes, a_axes, b_axes = out.axes(), a.axes(), b.axes()
+    ks = tuple(s for s in extent if s not in out_axes)
+    rows = tuple(s for s in out_axes if s in a_axes and s not in b_axes)
+    columns = tuple(s for s in out_axes if s in b_axes and s not in a_axes)
+    if (not ks or not rows or not columns or any(s not in a_axes or s not in b_axes for s in ks)
+            or any(s not in a_axes and s not in b_axes for s in out_axes)):
         return None
     return HostProduct(out, a, b, ranges, rows, columns, ks, float(coeff), accumulate=False, dtype=dtypes.pop(),
                        scalars=tuple(o for o in inputs if not o.steps))
@@ -443,15 +444,28 @@ def _operand(graph: DataflowGraph, access: str, m: Memlet, ranges: tuple, symbol
     steps = dict.fromkeys((s for s, _, _ in ranges), 0)
     offset = 0
     first = {s: b for s, b, _ in ranges}
+    symbols, split_items = tuple(symbols), tuple(split.items())
     for component, stride in zip(m.index, strides):
-        form = affine_coefficients(_unsplit(sympy.sympify(component), split), symbols)
-        if form is None or not all(sympy.sympify(c).is_Integer for c in form.values()):
+        form = _integer_form(component, symbols, split_items)
+        if form is None:
             return None
-        offset += stride * (int(form[1]) + sum(int(form[s]) * int(first[s.name]) for s in symbols))
-        for s in symbols:
-            steps[s.name] += stride * int(form[s])
+        constant, coefficients = form
+        offset += stride * (constant + sum(c * int(first[s.name]) for s, c in zip(symbols, coefficients)))
+        for s, c in zip(symbols, coefficients):
+            steps[s.name] += stride * c
     return Operand(access, math.prod(shape), tuple((s, n) for s, n in steps.items() if n), offset,
                    _written(m.index))
+
+
+@functools.lru_cache(maxsize=16384)
+def _integer_form(component, symbols: tuple, split: tuple) -> tuple[int, tuple[int, ...]] | None:
+    """Index ``component`` over the (split, ``_unsplit``) domain ``symbols`` as its constant and each
+    symbol's coefficient, or None where it is not affine with integer coefficients.  Cached: an
+    unrolled loop's products repeat their index components."""
+    form = affine_coefficients(_unsplit(sympy.sympify(component), dict(split)), list(symbols))
+    if form is None or not all(sympy.sympify(c).is_Integer for c in form.values()):
+        return None
+    return int(form[1]), tuple(int(form[s]) for s in symbols)
 
 
 @functools.lru_cache(maxsize=4096)

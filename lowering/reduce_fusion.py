@@ -68,7 +68,9 @@ def fold_producers(graph: DataflowGraph, target: "targets.Target | None" = None)
     # the results' latest versions: a fold removes no version a result ends in (it keeps those)
     results = {graph.latest(c) for c in graph.results}
     for name in [t.name for t in graph.tasklets()]:
-        while name in graph.nx and host_product(graph, graph.node(name), target) is None \
+        # (only a reduction takes a producer: the cheap test first)
+        while name in graph.nx and _is_reduction(graph, graph.node(name)) \
+                and host_product(graph, graph.node(name), target) is None \
                 and _fold_one(graph, graph.node(name), model, results):
             pass
 

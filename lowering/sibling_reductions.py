@@ -78,7 +78,7 @@ def _key(graph: DataflowGraph, t: Tasklet) -> tuple | None:
     positions = frozenset().union(*used)
     if len(positions) == len(symbols) or matmul_shape(graph, t) or matvec_shape(graph, t):
         return None  # no loop inside a thread, or a product
-    at = {s: sympy.Symbol(f"_sibling{k}", integer=True) for k, s in enumerate(symbols)}
+    at = _positional(t)
     dtypes = frozenset(graph.containers[m.container].dtype for _, m in reads + writes)
     return (tuple((b, e) for _, b, e in t.domain), t.condition.xreplace(at), positions, dtypes)
 
@@ -92,14 +92,14 @@ def _join_siblings(graph: DataflowGraph, into: str, rest: list[Tasklet], max_out
     candidate's ``_Terms``, by name (kept by the caller for its next members)."""
     read = {a for a, _ in graph.reads(into)}
     loads = _loads(graph, graph.node(into))
+    written = len(graph.writes(into))
     after: set[str] | None = None  # what the members reach; searched once a candidate shares a term
     members, joined = [into], set()
     for t in rest:
         if t.name not in terms:
             terms[t.name] = _Terms.of(graph, t)
         reads = terms[t.name].versions
-        outputs = len(graph.writes(into)) + len(graph.writes(t.name))
-        if outputs > max_outputs or not reads & read or not terms[t.name].may_share(loads):
+        if written + terms[t.name].outputs > max_outputs or not reads & read or not terms[t.name].may_share(loads):
             continue
         # the term first: most candidates share none, and the paths cost a search of the graph each
         merge = _merger(graph, into, t)
@@ -116,13 +116,19 @@ def _join_siblings(graph: DataflowGraph, into: str, rest: list[Tasklet], max_out
         joined.add(t.name)
         read |= reads
         loads = _loads(graph, graph.node(into))
+        written = len(graph.writes(into))
         after |= below
     return joined
 
 
 def _positional(t: Tasklet) -> dict:
     """``t``'s domain symbols by position, as ``_merger`` renames a candidate's to its first member's."""
-    return {s: sympy.Symbol(f"_sibling{k}", integer=True) for k, s in enumerate(t.index_symbols)}
+    return dict(zip(t.index_symbols, _positions(len(t.domain))))
+
+
+@functools.lru_cache(maxsize=64)
+def _positions(n: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(sympy.Symbol(f"_sibling{k}", integer=True) for k in range(n))
 
 
 def _loads(graph: DataflowGraph, t: Tasklet) -> frozenset:
@@ -140,6 +146,7 @@ class _Terms:
     bodies, and one reading an element the member lacks uses a fresh connector, which no operation of
     the member's uses: it shares a term only where one of its operations reads nothing the member lacks."""
     versions: frozenset  # the versions it reads
+    outputs: int  # the values it writes
     operations: tuple[frozenset, ...] | None  # per operation, the elements (``_loads``) it reads; None: look
 
     @staticmethod
@@ -148,12 +155,13 @@ class _Terms:
         element = {t.inputs[m.connector]: (a, tuple(sympy.sympify(i).xreplace(at) for i in m.index))
                    for a, m in graph.reads(t.name)}
         versions = frozenset(a for a, _ in element.values())
+        outputs = len(graph.writes(t.name))
         symbols = set(element) | set(t.index_symbols)
         if len(set(element.values())) != len(element) or not all(
                 _free_symbols(body) <= symbols for body in t.body.values()):
-            return _Terms(versions, None)
-        return _Terms(versions, tuple(frozenset(element[s] for s in used if s in element)
-                                      for body in t.body.values() for used in _operation_symbols(body)))
+            return _Terms(versions, outputs, None)
+        return _Terms(versions, outputs, tuple(frozenset(element[s] for s in used if s in element)
+                                               for body in t.body.values() for used in _operation_symbols(body)))
 
     def may_share(self, loads: frozenset) -> bool:
         """Whether it may compute a term with a member reading ``loads`` (``_loads``)."""
