@@ -36,9 +36,10 @@ tasklet -> access.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import networkx as nx
 import numpy as np
@@ -154,9 +155,16 @@ class Tasklet:
     def id(self) -> str:
         return self.name
 
-    @property
+    # (cached: a tasklet is a value, never edited in place, and planning asks these of every
+    # tasklet again and again)
+    @functools.cached_property
     def index_symbols(self) -> tuple[sympy.Symbol, ...]:
         return tuple(r[0] for r in self.domain)
+
+    @functools.cached_property
+    def input_symbols(self) -> frozenset[sympy.Symbol]:
+        """The symbols of its input connectors (``inputs``' values)."""
+        return frozenset(self.inputs.values())
 
     @property
     def runs_nothing(self) -> bool:
@@ -332,23 +340,26 @@ class DataflowGraph:
         accs = {m.accumulate for _, m in self.writers(access)}
         return accs.pop() if len(accs) == 1 else None
 
-    def topological_order(self) -> list[str]:
-        """Node ids, producers first; ties broken by insertion order (stable): networkx's
-        ``lexicographical_topological_sort`` keyed by insertion order, on the adjacency
-        dicts (planning sorts each graph several times; the generic one cost ~40 ms for an
-        unrolled loop's 2k nodes)."""
+    def topological_order(self, key: Callable[[str], Any] | None = None) -> list[str]:
+        """Node ids, producers first; ties broken by ``key`` of a node id, then by insertion order
+        (stable): networkx's ``lexicographical_topological_sort`` keyed by (``key``, insertion
+        order), on the adjacency dicts (planning sorts each graph several times; the generic one
+        cost ~40 ms for an unrolled loop's 2k nodes)."""
         position = {n: k for k, n in enumerate(self.nx._node)}
         waiting = {n: len(preds) for n, preds in self.nx._pred.items()}
-        ready = [(position[n], n) for n, count in waiting.items() if not count]
+
+        def entry(n: str) -> tuple:
+            return (position[n], n) if key is None else (key(n), position[n], n)
+        ready = [entry(n) for n, count in waiting.items() if not count]
         heapq.heapify(ready)
         out = []
         while ready:
-            _, n = heapq.heappop(ready)
+            n = heapq.heappop(ready)[-1]
             out.append(n)
             for child in self.nx._succ[n]:
                 waiting[child] -= 1
                 if not waiting[child]:
-                    heapq.heappush(ready, (position[child], child))
+                    heapq.heappush(ready, entry(child))
         if len(out) != len(position):
             raise nx.NetworkXUnfeasible("Graph contains a cycle or graph changed during iteration")
         return out

@@ -604,7 +604,7 @@ def _several(index, symbols) -> bool:
 
 def uses_connectors(index, tasklet: Tasklet) -> bool:
     """Whether an index depends on values read by the tasklet (gather/scatter)."""
-    conns = tasklet.inputs.values()
+    conns = tasklet.input_symbols
     return any(not free_symbols(e).isdisjoint(conns) for e in index)
 
 

@@ -348,8 +348,7 @@ def _general_product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
     coeff, rest = t.body[w.connector].as_coeff_Mul()
     factors = sympy.Mul.make_args(rest)
     connectors = {t.inputs[m.connector]: (a, m) for a, m in reads}
-    # (factors and connectors are distinct symbols of distinct names: the same set, or no product)
-    if not coeff.is_number or len(factors) != len(connectors) or set(factors) != set(connectors):
+    if not coeff.is_number or not same_factors(factors, tuple(connectors)):
         return None
     dtypes = {graph.containers[m.container].dtype for m in [w] + [m for _, m in reads]}
     if len(dtypes) != 1 or dtypes & {"float32", "float64"} != dtypes:
@@ -379,6 +378,15 @@ def _general_product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
                        scalars=tuple(o for o in inputs if not o.steps))
 
 
+def same_factors(factors: tuple, symbols: tuple) -> bool:
+    """``sorted(factors, key=str) == sorted(symbols, key=str)`` for distinct ``symbols``, without
+    printing them where their names differ (a ``Mul``'s factors are distinct: then the lists are
+    equal exactly when the sets are)."""
+    if len(factors) != len(symbols) or set(factors) != set(symbols):
+        return False
+    return len({s.name for s in symbols}) == len(symbols) or sorted(factors, key=str) == sorted(symbols, key=str)
+
+
 Split = dict  # domain symbol -> (its high symbol, its low symbol, the divisor)
 
 
@@ -396,7 +404,7 @@ def _split_ranges(t: Tasklet, indices: list[tuple]) -> tuple[tuple | None, Split
     split: Split = {}
     for index in indices:
         for component in index:
-            for f in sympy.sympify(component).atoms(sympy.floor, sympy.Mod):
+            for f in _divisions(component):
                 s, c = (f.args if isinstance(f, sympy.Mod) else sympy.fraction(f.args[0]))
                 if s not in bounds or not c.is_Integer or c <= 1:
                     continue
@@ -413,6 +421,13 @@ def _split_ranges(t: Tasklet, indices: list[tuple]) -> tuple[tuple | None, Split
         else:
             ranges.append((s.name, int(b), int(e)))
     return tuple(ranges), split
+
+
+@functools.lru_cache(maxsize=16384)
+def _divisions(component) -> tuple:
+    """The ``floor`` and ``Mod`` terms of an index component (cached: every product's indices are
+    read again in each trial plan)."""
+    return tuple(sympy.sympify(component).atoms(sympy.floor, sympy.Mod))
 
 
 def _unsplit(e: sympy.Expr, split: Split) -> sympy.Expr:

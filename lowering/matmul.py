@@ -50,6 +50,7 @@ import sympy
 from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
 
 from . import targets
+from .host_products import same_factors
 from .plan_types import Kernel, Step
 from .remembered import remembered
 
@@ -92,7 +93,7 @@ def _product(graph: DataflowGraph, t: Tasklet) -> tuple[MatmulShape, Memlet, Mem
     # as_coeff_Mul: as_coeff_mul leaves a Float coefficient among the factors (1.5 * a @ b was untiled)
     coeff, rest = t.body[out.connector].as_coeff_Mul()
     factors = sympy.Mul.make_args(rest)
-    if len(reduced) != 1 or sa == sb or sorted(factors, key=str) != sorted((sa, sb), key=str):
+    if len(reduced) != 1 or sa == sb or not same_factors(factors, (sa, sb)):
         return None
     (k,) = reduced
     used_a, used_b = set(ma.index), set(mb.index)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 
-import networkx as nx
 import sympy
 
 from symdiff.ir.graph import ACCUMULATION_IDENTITY, DataflowGraph, Memlet, Tasklet
@@ -192,15 +191,13 @@ def placement_order(graph: DataflowGraph) -> list[str]:
     kernel, the backward steps reading them could not join that kernel
     (``_place``: they would read a version written by a later kernel), and the
     large pass over the data ran twice (softplus + logsumexp on 64M elements)."""
-    order = {n: k for k, n in enumerate(graph.nx.nodes)}
-
-    def key(n: str):
+    def key(n: str) -> int:
         node = graph.node(n)
         if not isinstance(node, Tasklet):
-            return (0, order[n])
+            return 0
         par = parallel_symbols(graph, node)
-        return (0 if all(r[0] not in par for r in node.domain) else 1, order[n])
-    return [n for n in nx.lexicographical_topological_sort(graph.nx, key=key) if isinstance(graph.node(n), Tasklet)]
+        return 0 if all(r[0] not in par for r in node.domain) else 1
+    return [n for n in graph.topological_order(key) if isinstance(graph.node(n), Tasklet)]
 
 
 def check_order(graph: DataflowGraph, kernels: list[Kernel]) -> None:

@@ -147,8 +147,8 @@ def test_text_forms():
 
 def test_topological_order_is_networkx_lexicographic_order_by_insertion():
     """``DataflowGraph.topological_order`` (its own heap over the adjacency dicts) gives what
-    networkx's ``lexicographical_topological_sort`` keyed by insertion order gives, parallel
-    edges included, and refuses a cycle as networkx does."""
+    networkx's ``lexicographical_topological_sort`` keyed by insertion order (after a key of its
+    own, where one is given) gives, parallel edges included, and refuses a cycle as networkx does."""
     import random
     for seed in range(200):
         r = random.Random(seed)
@@ -162,6 +162,9 @@ def test_topological_order_is_networkx_lexicographic_order_by_insertion():
                 g.nx.add_edge(names[a], names[b])
         position = {n: k for k, n in enumerate(g.nx.nodes)}
         assert g.topological_order() == list(nx.lexicographical_topological_sort(g.nx, key=position.get))
+        flag = {n: r.randint(0, 1) for n in names}  # a key first, as plan.placement_order sorts
+        assert g.topological_order(flag.get) == list(
+            nx.lexicographical_topological_sort(g.nx, key=lambda n: (flag[n], position[n])))
     g.nx.add_edge(names[-1], names[0])
     g.nx.add_edge(names[0], names[-1])
     with pytest.raises(nx.NetworkXUnfeasible):
