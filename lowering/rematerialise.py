@@ -247,7 +247,7 @@ def _elements(graph: DataflowGraph, name: str) -> int:
 def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:
     readers = graph.readers(access)
     return bool(readers) and producer(graph, access) is graph.node(name) and not any(
-        uses_connectors(m.index, graph.node(r)) or graph.node(r).condition.free_symbols & set(graph.node(r).inputs.values())
+        uses_connectors(m.index, graph.node(r)) or graph.node(r).condition.free_symbols & graph.node(r).input_symbols
         or m.connector in exact_reads(graph, graph.node(r)) for r, m in readers)
 
 

@@ -13,8 +13,13 @@ that reads only the tasklet, its memlets and their containers' shapes and
 dtypes) keeps its answers while ``remembering()`` is open, by the tasklet
 and memlet objects asked about (the graph's records are values: a rewrite
 puts new ones in place, ``ir.rewrite``) and their containers' shape tuples
-(which ``DataflowGraph.copy`` shares) and dtypes.  The answers and the objects they are keyed by are kept until it
-closes, so no key outlives its objects; outside it nothing is remembered.
+(which ``DataflowGraph.copy`` shares) and dtypes.  The answers and the
+objects they are keyed by are kept until it closes, so no key outlives its
+objects; outside it nothing is remembered.
+A rewrite whose result depends on the tasklets it rewrites alone keeps its
+results the same way (``answers``, ``signature``, ``held``: ``inlining.inline``),
+and a trial gets the very objects an earlier one made, so that its later
+questions are answered too.
 """
 from __future__ import annotations
 
@@ -48,27 +53,32 @@ def remembered(question: Callable[[DataflowGraph, Tasklet], Answer]) -> Callable
     """``question``, its answers remembered inside ``remembering()`` (the module docstring)."""
     @functools.wraps(question)
     def ask(graph: DataflowGraph, t: Tasklet) -> Answer:
-        answers = _answers.get()
-        if answers is None:
+        memo = _answers.get()
+        if memo is None:
             return question(graph, t)
-        key = _key(graph, t, question)
-        found = answers.get(key)
+        key = (question, *signature(graph, t))
+        found = memo.get(key)
         if found is None:
-            # the objects whose ids the key holds stay alive with the answer
-            held = [(d["memlet"], graph.containers[d["memlet"].container].shape)
-                    for edges in (graph.nx._pred[t.name], graph.nx._succ[t.name])
-                    for keyed in edges.values() for d in keyed.values()]
-            found = answers[key] = (question(graph, t), t, held)
+            found = memo[key] = (question(graph, t), held(graph, t))
         return found[0]
     return ask
 
 
-def _key(graph: DataflowGraph, t: Tasklet, question: Callable) -> tuple:
-    """``question`` asked of ``t`` in ``graph``: ids of the tasklet, of each memlet (with the version it
-    reads or writes) and of its container's shape, with the dtype; built on networkx's adjacency dicts
-    (the graph's ``reads`` and ``writes`` lists cost twice as much, and most questions are answered)."""
+def answers(kind: str) -> dict | None:
+    """The answers of ``kind`` remembered for the ``remembering()`` block open now (None outside
+    one), for a caller keying them by ``signature`` and keeping ``held`` with each: a rewrite whose
+    result depends on the tasklets it rewrites alone (``inlining.inline``)."""
+    found = _answers.get()
+    return None if found is None else found.setdefault(kind, {})
+
+
+def signature(graph: DataflowGraph, t: Tasklet) -> tuple:
+    """``t`` in ``graph`` as a remembered answer's key: ids of the tasklet, of each memlet (with the
+    version it reads or writes) and of its container's shape, with the dtype; built on networkx's
+    adjacency dicts (the graph's ``reads`` and ``writes`` lists cost twice as much, and most
+    questions are answered).  Valid while the objects ``held`` keeps stay alive."""
     containers = graph.containers
-    key = [question, id(t)]
+    key = [id(t)]
     for edges in (graph.nx._pred[t.name], graph.nx._succ[t.name]):
         for access, keyed in edges.items():
             for d in keyed.values():
@@ -77,3 +87,10 @@ def _key(graph: DataflowGraph, t: Tasklet, question: Callable) -> tuple:
                 key += (access, id(m), id(c.shape), c.dtype)
         key.append(None)  # reads, then writes
     return tuple(key)
+
+
+def held(graph: DataflowGraph, t: Tasklet) -> tuple:
+    """The objects whose ids ``signature`` holds, to keep alive with an answer keyed by it."""
+    return t, [(d["memlet"], graph.containers[d["memlet"].container].shape)
+               for edges in (graph.nx._pred[t.name], graph.nx._succ[t.name])
+               for keyed in edges.values() for d in keyed.values()]

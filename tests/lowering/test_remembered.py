@@ -59,3 +59,19 @@ def test_a_remembered_planning_question_answers_as_asked_afresh():
     with remembering():
         assert matmul_shape(g, g.node(name)) == matmul_shape(g, g.node(name)) == matmul_shape(g.fork(), g.node(name))
     assert matmul_shape(g, g.node(name)) is not None
+
+
+def test_an_inline_remembered_gives_the_tasklet_inlined_afresh():
+    """``inlining.inline`` inside a plan hands a second graph the tasklet and memlets it made for the
+    first (the same objects), equal to what inlining outside a plan makes."""
+    from symdiff.lowering.inlining import inline
+    g, _ = chain(8, 3)
+    fresh = g.copy()
+    inline(fresh, fresh.node("op1"), "a", fresh.node("op0"))
+    with remembering():
+        first, second = g.fork(), g.fork()
+        for graph in (first, second):
+            inline(graph, graph.node("op1"), "a", graph.node("op0"))
+    assert first.node("op1") is second.node("op1")
+    assert first.reads("op1") == second.reads("op1") == fresh.reads("op1")
+    assert first.node("op1") == fresh.node("op1") and first.node("op1").body != g.node("op1").body
