@@ -57,14 +57,15 @@ def candidates(graph: DataflowGraph) -> list[str]:
     """Tasklets ``rematerialise`` can recompute where their value is read: the
     elementwise producers whose value is no result and is read, by no reader
     through a connector index or in a condition."""
-    results = {graph.latest(c) for c in graph.results}
-    return [t.name for t in graph.tasklets() if _candidate(graph, t.name, results)]
+    results, exact = {graph.latest(c) for c in graph.results}, {}
+    return [t.name for t in graph.tasklets() if _candidate(graph, t.name, results, exact)]
 
 
-def _candidate(graph: DataflowGraph, name: str, results: set[str]) -> bool:
-    """Whether tasklet ``name`` is one of ``candidates`` (``results``: the results' latest versions)."""
+def _candidate(graph: DataflowGraph, name: str, results: set[str], exact: dict | None = None) -> bool:
+    """Whether tasklet ``name`` is one of ``candidates`` (``results``: the results' latest versions;
+    ``exact``: as for ``_recomputable``)."""
     writes = graph.writes(name)
-    return len(writes) == 1 and writes[0][0] not in results and _recomputable(graph, name, writes[0][0])
+    return len(writes) == 1 and writes[0][0] not in results and _recomputable(graph, name, writes[0][0], exact)
 
 
 def free_candidates(graph: DataflowGraph, model: CostModel) -> list[str]:
@@ -244,11 +245,20 @@ def _elements(graph: DataflowGraph, name: str) -> int:
     return math.prod(int(d) for d in graph.containers[graph.node(graph.writes(name)[0][0]).container].shape)
 
 
-def _recomputable(graph: DataflowGraph, name: str, access: str) -> bool:
+def _recomputable(graph: DataflowGraph, name: str, access: str, exact: dict | None = None) -> bool:
+    """Whether tasklet ``name``'s value ``access`` may be recomputed where it is read (``candidates``).
+    ``exact``: each reader's ``exact_reads`` found so far, by name, while the graph does not change
+    (``candidates`` asks of every tasklet, and most readers read several of them)."""
     readers = graph.readers(access)
+    exact = {} if exact is None else exact
+
+    def exact_of(r: str) -> set[str]:
+        if r not in exact:
+            exact[r] = exact_reads(graph, graph.node(r))
+        return exact[r]
     return bool(readers) and producer(graph, access) is graph.node(name) and not any(
         uses_connectors(m.index, graph.node(r)) or graph.node(r).condition.free_symbols & graph.node(r).input_symbols
-        or m.connector in exact_reads(graph, graph.node(r)) for r, m in readers)
+        or m.connector in exact_of(r) for r, m in readers)
 
 
 def rematerialise(graph: DataflowGraph, names: Collection[str], model: CostModel) -> list[str]:
