@@ -18,7 +18,7 @@ from symdiff.ir.graph import DataflowGraph
 from symdiff.ir.index_analysis import extent
 
 from .bounds_check import FLAG, IndexCheck, IndexGuards, helper
-from . import blas_calls, host_blas, targets
+from . import blas_calls, compiler_cache, host_blas, targets
 from .host_products import Gemms, HostProduct
 from .kernels import registry
 from .kernels.writer import (FUNCTION, GROUPSHARED, STORAGE_TYPES, Declarations, buffer_name, buffer_parameter,
@@ -193,9 +193,10 @@ def _program(entries: list[KernelEntry], g: DataflowGraph, target: targets.Targe
             prefix = e.function if shapes.index((x, y)) == 0 else f"{e.function}_{x}x{y}"
             parts[prefix], loop = parallel_kernel(e.function, typed, (x, y), cap, args, prefix)
         else:
-            if e.function not in runners:
-                runners[e.function] = _threads_runner(e.function, typed)
-            loop = f"{e.function}_threads({x}, {y}{''.join(', ' + a for a in args)});"
+            runner = f"{e.function}{compiler_cache.RUNNER_INFIX}{x}x{y}"
+            if runner not in runners:
+                runners[runner] = _threads_runner(e.function, typed, (x, y), runner)
+            loop = f"{runner}({', '.join(args)});"
         workers = f", on up to {cap} workers" if cap > 1 else ""
         calls.append(f"    if (dispatched({e.index}, first, last))  // {e.threads} point(s) in {x * y} "
                      f"thread(s){workers}\n        {loop}")
@@ -213,13 +214,16 @@ def _program(entries: list[KernelEntry], g: DataflowGraph, target: targets.Targe
 DISPATCHED = "bool dispatched(int k, int first, int last)\n{\n    return first <= k && k < last;\n}"
 
 
-def _threads_runner(function: str, params: list[str]) -> str:
-    """``<function>_threads(width, height, ...)``: the function over every thread of
-    a ``width`` x ``height`` dispatch, x fastest, as a GPU runs its thread ids."""
+def _threads_runner(function: str, params: list[str], dispatched: tuple[int, int], runner: str) -> str:
+    """``runner(...)``: kernel function ``function`` over every thread of its
+    ``dispatched`` width x height, x fastest, as a GPU runs its thread ids.  The
+    counts are constants, one runner per function and shape: g++ keeps runners out
+    of the entry (``compiler_cache._runners_apart``) and still sees them."""
+    x, y = dispatched
     args = "".join(", " + p.split()[-1] for p in params)
-    return (f"void {function}_threads(int width, int height{''.join(', ' + p for p in params)})\n{{\n"
-            f"    for (int y = 0; y < height; y++)\n"
-            f"        for (int x = 0; x < width; x++)\n"
+    return (f"void {runner}({', '.join(params)})\n{{\n"
+            f"    for (int y = 0; y < {y}; y++)\n"
+            f"        for (int x = 0; x < {x}; x++)\n"
             f"            {function}(uint3(x, y, 0){args});\n}}")
 
 

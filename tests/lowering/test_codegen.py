@@ -18,7 +18,8 @@ def test_module_names_kernels_and_their_tasklets_with_source_lines():
     src = exe.source
     assert src.count("void k0_op0_main(") == 1 and "void k1_" not in src  # one fused kernel
     assert "void run_program(uniform int first, uniform int last" in src  # the CPU device's single entry point
-    assert "k0_op0_threads(64, 1, x_v0, y_v0);" in src  # called for each of its threads
+    assert "k0_op0_over_64x1(x_v0, y_v0);" in src  # called for each of its threads, counted in its runner
+    assert "for (int x = 0; x < 64; x++)" in src
     assert "k0_op0(uint3(x, y, 0), x_v0, y_v0);" in src  # by its runner
     assert "// kernel k0_op0: 3 tasklet(s)" in src
     assert "op0 (chain.py:1), op1 (chain.py:2), op2 (chain.py:3)" in src
