@@ -20,13 +20,15 @@ def module_name(path: Path) -> str:
 
 def sibling_imports() -> list[tuple[str, str, bool]]:
     """``(module, imported module, at module level)`` for every relative import
-    in lowering/ and its packages, modules named as ``module_name``."""
+    in lowering/ and its packages, modules named as ``module_name``; at module
+    level: outside every function (a module-level ``if`` may choose how it imports)."""
     paths = sorted(LOWERING.rglob("*.py"))
     modules = {module_name(p) for p in paths}
     found = []
     for path in paths:
         tree = ast.parse(path.read_text())
-        top = {id(node) for node in tree.body}
+        inside = {id(node) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for node in ast.walk(f)}
         package = path.relative_to(LOWERING).parts[:-1]
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:
@@ -34,7 +36,7 @@ def sibling_imports() -> list[tuple[str, str, bool]]:
                 within = ".".join(p for p in (base, node.module) if p)
                 for alias in node.names:  # ``from .kernels import registry``: the module, else the one named
                     name = f"{within}.{alias.name}" if within else alias.name
-                    found.append((module_name(path), name if name in modules else within, id(node) in top))
+                    found.append((module_name(path), name if name in modules else within, id(node) not in inside))
     return found
 
 
