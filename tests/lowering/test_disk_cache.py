@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sympy
+from sympy.functions.elementary.miscellaneous import MinMaxBase
 
 import symdiff as sd
 from symdiff.lowering import compiler_cache, disk_cache
@@ -125,6 +127,23 @@ def test_graphs_are_stored_without_what_a_process_derived(cache_dir):
     assert disk_cache.stats["stores"] == 1
     found, loaded = disk_cache.load("test", disk_cache.key("test", ["graph"]))
     assert found and loaded.derived == {} and disk_cache.graph_text(loaded) == disk_cache.graph_text(g)
+
+
+def test_expressions_load_as_they_were_stored_without_simplifying_again(cache_dir, monkeypatch):
+    """Sums, products, maxima and minima are rebuilt from their stored arguments:
+    the same expressions (and working ones), and no Max compares its arguments again."""
+    x, y = sympy.symbols("x y", integer=True)
+    stored = [sympy.Max(x, y + 1, 0), sympy.Min(x - 1, 2 * y), x * y + 3, (x + 1) ** 2 * y,
+              sympy.Max(0, sympy.Min(x, 7)) + sympy.Mul(2, x, evaluate=False)]
+    disk_cache.store("test", "exprs", stored)
+    simplified = []
+    original = MinMaxBase._collapse_arguments.__func__
+    monkeypatch.setattr(MinMaxBase, "_collapse_arguments",
+                        classmethod(lambda cls, *a, **k: simplified.append(cls) or original(cls, *a, **k)))
+    found, loaded = disk_cache.load("test", "exprs")
+    assert found and simplified == []
+    assert [sympy.srepr(e) for e in loaded] == [sympy.srepr(e) for e in stored] and loaded == stored
+    assert loaded[0].subs({x: 5, y: 1}) == 5 and loaded[1].subs({x: 0, y: 3}) == -1
 
 
 def test_switched_off_writes_nothing(cache_dir, monkeypatch):
