@@ -304,7 +304,7 @@ def _header_flags(args: list[str]) -> list[str]:
 def _compile(compiler: str, args: list[str], directory: Path | None) -> int:
     """Compile the source with its runners out of line (``_runners_apart``), through a
     precompiled header of its prelude where ``directory`` (none: the disk cache is off) has one,
-    as two translation units compiled at once where it has enough kernels (``cxx_units``).
+    and then as two translation units compiled at once where it has enough kernels (``cxx_units``).
 
     Slang pastes the same ~120k characters before every module's own code (its
     C++ prelude, up to the first ``#line`` of generated code or the C++ the
@@ -318,17 +318,21 @@ def _compile(compiler: str, args: list[str], directory: Path | None) -> int:
     source = Path(args[_source_index(args)])
     text = _runners_apart(source.read_text())
     cut = min((i for i in (text.find(PRELUDE_END), text.find(OWN_PRELUDE)) if i >= 0), default=-1)
-    head, own = "", text
+    head, own, parsed = "", text, False  # parsed: the prelude's text is compiled (no precompiled header)
     if cut >= 0:
         head, own = text[:cut].rstrip() + "\n", text[cut + 1:]  # one prelude text whatever follows it
         flags = _header_flags(args)
         header = None if directory is None else _header_path(compiler, flags, head, directory)
         if header is not None and Path(f"{header}.gch").is_file():
             head = f'#include "{header}"\n'
-        elif header is not None:
-            _start_header_builds(compiler, [(header, flags)] + [
-                (_header_path(compiler, other, head, directory), other) for other in _other_levels(flags)], head)
-    units = cxx_units.two_units(own, SPLIT_MIN_LINES, ENTRY_WEIGHT)
+        else:
+            parsed = True
+            if header is not None:
+                _start_header_builds(compiler, [(header, flags)] + [
+                    (_header_path(compiler, other, head, directory), other) for other in _other_levels(flags)],
+                    head)
+    # each unit would parse the prelude again (0.35 CPU s), on a core the header build may be using
+    units = None if parsed else cxx_units.two_units(own, SPLIT_MIN_LINES, ENTRY_WEIGHT)
     if units is not None and _compile_units(compiler, args, source, [head + unit for unit in units]) == 0:
         return 0
     return _compile_text(compiler, args, source, head + own)

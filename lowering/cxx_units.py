@@ -19,7 +19,7 @@ This module is loaded by the bare interpreter running ``compiler_cache``: standa
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 ENTRY = "_run_program"  # Slang's C++ function holding the CPU program entry's body (lowering.codegen.PROGRAM)
 _DEFINITION = re.compile(r"^(?:__attribute__\(\(noinline\)\) )?(static )?[A-Za-z_][^(]*?\b(\w+)\(.*\)$")
@@ -27,8 +27,7 @@ _GROUP = re.compile(r"^(k\d+)_")  # a kernel's functions, moved as one
 _CALL = re.compile(r"\b(k\d+_\w*)\(")
 
 
-@dataclass(frozen=True)
-class _Definition:
+class _Definition(NamedTuple):
     name: str
     start: int  # the line of its signature
     end: int  # the line of its closing brace

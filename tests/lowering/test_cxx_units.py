@@ -77,3 +77,23 @@ def test_a_cut_module_links_into_the_library_a_whole_one_gives(tmp_path, monkeyp
         expected = base
     expected[0] *= 2.0
     assert list(data) == pytest.approx(expected)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")
+def test_a_module_whose_prelude_is_not_precompiled_is_compiled_whole(tmp_path, monkeypatch):
+    """Without the precompiled prelude (disk cache off, or its header not built yet) each
+    unit would parse the prelude again: one g++ run then."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    log = tmp_path / "log"
+    (fake / "g++").write_text(f'#!/bin/sh\necho "$@" >> "{log}"\n')
+    (fake / "g++").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    src = tmp_path / "unknown-abc.cpp"
+    src.write_text("// Slang's prelude\n" + compiler_cache.PRELUDE_END.lstrip("\n") + "1\n" + _module([400, 350]))
+    assert cxx_units.two_units(_module([400, 350]), compiler_cache.SPLIT_MIN_LINES, compiler_cache.ENTRY_WEIGHT)
+    out = tmp_path / "libslang-generated-xyz.so"
+    assert compiler_cache.main([compiler_cache.NO_STORE, str(tmp_path / "bin"), "g++", "-O3", "-shared", "-o",
+                                str(out), str(src)]) == 0
+    calls = log.read_text().splitlines()
+    assert len(calls) == 1 and "-c" not in calls[0].split()
