@@ -2,6 +2,7 @@
 import ctypes
 import os
 import shutil
+import time
 
 import pytest
 
@@ -97,3 +98,52 @@ def test_a_module_whose_prelude_is_not_precompiled_is_compiled_whole(tmp_path, m
                                 str(out), str(src)]) == 0
     calls = log.read_text().splitlines()
     assert len(calls) == 1 and "-c" not in calls[0].split()
+
+
+@pytest.mark.skipif(os.name != "posix" or shutil.which("g++") is None, reason="compiles with g++")
+def test_a_program_compiled_in_two_units_computes_what_the_interpreter_does(tmp_path, monkeypatch):
+    """End to end, disk cache on: once the prelude is precompiled, a program with
+    enough kernels is compiled as two units (seen by a g++ on PATH that logs its
+    calls), and its gradients are the numpy interpreter's."""
+    import numpy as np
+
+    import symdiff as sd
+    from symdiff.lowering import backends, cache
+
+    monkeypatch.setenv("SYMDIFF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SYMDIFF_DISK_CACHE", raising=False)
+    logging = tmp_path / "logging"
+    logging.mkdir()
+    log = tmp_path / "log"
+    (logging / "g++").write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec "{shutil.which("g++")}" "$@"\n')
+    (logging / "g++").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{logging}{os.pathsep}{os.environ['PATH']}")
+
+    def program(shift: float):
+        def normalised(x: sd.f32[64, 32], w1: sd.f32[32, 64], w2: sd.f32[64, 8]):
+            h = np.tanh(x @ w1 + shift)
+            m = h - np.mean(h, axis=1, keepdims=True)
+            s = m / np.sqrt(np.mean(m * m, axis=1, keepdims=True) + 1e-5)
+            return np.mean(np.exp(-(s @ w2) ** 2))
+        return sd.differentiable_program(normalised)
+
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal(s).astype(np.float32) * 0.3 for s in ((64, 32), (32, 64), (64, 8))]
+    program(0.125).value_and_grad(*args, device="cpu")  # its compile starts the prelude's header build
+    folder = backends.of("cpu").libraries_folder()
+    deadline = time.monotonic() + 60
+    while compiler_cache.headers_building(folder) or not list(folder.glob("pch/*/*/prelude.h.gch")):
+        assert time.monotonic() < deadline, "no precompiled prelude after 60 s"
+        time.sleep(0.1)
+    log.write_text("")
+    p = program(0.375)
+    value, grads = p.value_and_grad(*args, device="cpu")
+    assert cache.wait_for_later(60)  # the -O3 library compiled later, also in two units
+    units = [line for line in log.read_text().splitlines() if " -c " in line]
+    assert len(units) >= 2 and all("unit" in line for line in units)
+    expected, expected_grads = p.value_and_grad(*args, device="numpy")
+    assert value == pytest.approx(expected, rel=1e-5)
+    for name, g in expected_grads.items():
+        np.testing.assert_allclose(grads[name], g, rtol=1e-4, atol=1e-6)
+    later, later_grads = p.value_and_grad(*args, device="cpu")  # now the -O3 library's
+    np.testing.assert_allclose(later_grads["w1"], expected_grads["w1"], rtol=1e-4, atol=1e-6)
