@@ -47,7 +47,6 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import numpy as np
 import sympy
-from sympy.functions.elementary.miscellaneous import MinMaxBase
 
 from symdiff.ir.graph import DataflowGraph
 
@@ -189,7 +188,7 @@ def _unevaluated(cls: type, args: tuple) -> sympy.Basic:
 # Expressions rebuilt from their arguments as they are (``evaluate=False``): sympy's own
 # reduction calls the class, which simplifies its arguments again (a Max compares each
 # pair of them); conv1d_slices' plan took 0.096 s to load in a new process, 0.0024 s so.
-_AS_STORED = (sympy.Add, sympy.Mul, MinMaxBase)
+_AS_STORED = frozenset({sympy.Add, sympy.Mul, sympy.Max, sympy.Min})  # exactly these classes
 
 
 class _Pickler(pickle.Pickler):
@@ -200,7 +199,7 @@ class _Pickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         if type(obj) is DataflowGraph and obj.derived:
             return _graph, ({**obj.__dict__, "derived": {}},)
-        if isinstance(obj, _AS_STORED):
+        if type(obj) in _AS_STORED:
             return _unevaluated, (type(obj), obj.args)
         return NotImplemented
 
