@@ -80,16 +80,22 @@ def test_a_cut_module_links_into_the_library_a_whole_one_gives(tmp_path, monkeyp
     assert list(data) == pytest.approx(expected)
 
 
+def _logging_compiler(tmp_path, monkeypatch, then: str):
+    """A ``g++`` first on PATH that appends its arguments to the returned log, then runs ``then``."""
+    folder = tmp_path / "logging"
+    folder.mkdir()
+    log = tmp_path / "log"
+    (folder / "g++").write_text(f'#!/bin/sh\necho "$@" >> "{log}"\n{then}\n')
+    (folder / "g++").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
 @pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")
 def test_a_module_whose_prelude_is_not_precompiled_is_compiled_whole(tmp_path, monkeypatch):
     """Without the precompiled prelude (disk cache off, or its header not built yet) each
     unit would parse the prelude again: one g++ run then."""
-    fake = tmp_path / "fake"
-    fake.mkdir()
-    log = tmp_path / "log"
-    (fake / "g++").write_text(f'#!/bin/sh\necho "$@" >> "{log}"\n')
-    (fake / "g++").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    log = _logging_compiler(tmp_path, monkeypatch, then="")
     src = tmp_path / "unknown-abc.cpp"
     src.write_text("// Slang's prelude\n" + compiler_cache.PRELUDE_END.lstrip("\n") + "1\n" + _module([400, 350]))
     assert cxx_units.two_units(_module([400, 350]), compiler_cache.SPLIT_MIN_LINES, compiler_cache.ENTRY_WEIGHT)
@@ -112,12 +118,7 @@ def test_a_program_compiled_in_two_units_computes_what_the_interpreter_does(tmp_
 
     monkeypatch.setenv("SYMDIFF_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("SYMDIFF_DISK_CACHE", raising=False)
-    logging = tmp_path / "logging"
-    logging.mkdir()
-    log = tmp_path / "log"
-    (logging / "g++").write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec "{shutil.which("g++")}" "$@"\n')
-    (logging / "g++").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{logging}{os.pathsep}{os.environ['PATH']}")
+    log = _logging_compiler(tmp_path, monkeypatch, then=f'exec "{shutil.which("g++")}" "$@"')
 
     def program(shift: float):
         def normalised(x: sd.f32[64, 32], w1: sd.f32[32, 64], w2: sd.f32[64, 8]):
