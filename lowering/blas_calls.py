@@ -19,7 +19,7 @@ into its output, else 0 (the output is not read).
 from __future__ import annotations
 
 from . import compiler_cache
-from .host_blas import Library
+from .host_blas import LETTERS, NO_TRANS, ROW_MAJOR, TRANS, Library
 from .host_products import Gemms, HostProduct
 from .kernels.writer import STORAGE_TYPES, buffer_name
 from .printer import SLANG_TYPES, SlangPrinter
@@ -29,7 +29,7 @@ def _prelude(library: Library) -> str:
     """C++ before the module: each dtype's GEMM, found in ``library`` on first use."""
     integer = "int64_t" if library.wide else "int"
     routines = []
-    for dtype, letter in (("float32", "s"), ("float64", "d")):
+    for dtype, letter in LETTERS.items():
         real = STORAGE_TYPES[dtype]
         routines.append(
             f"typedef void (*{letter}gemm_t)(int, int, int, {integer}, {integer}, {integer}, {real}, const {real}*, "
@@ -37,7 +37,8 @@ def _prelude(library: Library) -> str:
             f"static void {letter}gemm(int ta, int tb, int m, int n, int k, {real} alpha, const {real}* a, int lda, "
             f"const {real}* b, int ldb, {real} beta, {real}* c, int ldc)\n{{\n"
             f"    static {letter}gemm_t f = ({letter}gemm_t)routine(\"{library.symbols[dtype]}\");\n"
-            f"    f(101, ta ? 112 : 111, tb ? 112 : 111, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);\n}}\n")
+            f"    f({ROW_MAJOR}, ta ? {TRANS} : {NO_TRANS}, tb ? {TRANS} : {NO_TRANS}, m, n, k, alpha, a, lda, b, ldb, beta, "
+            f"c, ldc);\n}}\n")
     return (compiler_cache.OWN_PRELUDE + " (lowering.blas_calls: the GEMM routines)"  # after the shared header
             + f"\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include <dlfcn.h>\n\n"
             f"namespace symdiff_blas {{\n"
@@ -52,7 +53,7 @@ def declarations(library: Library, dtypes: set[str]) -> list[str]:
     """The Slang functions the program's GEMM statements call, one a dtype of ``dtypes``."""
     out = []
     for dtype in sorted(dtypes):
-        real, letter = STORAGE_TYPES[dtype], "s" if dtype == "float32" else "d"
+        real, letter = STORAGE_TYPES[dtype], LETTERS[dtype]
         buffer = f"RWStructuredBuffer<{real}>"
         out.append(
             f"// C = alpha A B + beta C on buffers' memory, by numpy's OpenBLAS (lowering.blas_calls)\n"
@@ -82,7 +83,7 @@ def statement(product: HostProduct, gemms: Gemms) -> str:
     if reduced and not product.accumulate:  # the first GEMM over the reduced loops overwrites, the others add
         beta = f"({' + '.join(reduced)} == 0 ? {beta} : {printer.literal(1.0)})"
     first, second, out = (buffer_name(a) for a in gemms.accesses)
-    letter = "s" if product.dtype == "float32" else "d"
+    letter = LETTERS[product.dtype]
     call = (f"{letter}gemm({int(form.trans_a)}, {int(form.trans_b)}, {form.m}, {form.n}, {form.k}, {alpha}, "
             f"{first}, {offsets[0]}, {form.lda}, {second}, {offsets[1]}, {form.ldb}, {beta}, "
             f"{out}, {offsets[2]}, {form.ldc});")

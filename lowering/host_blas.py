@@ -23,7 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112  # CBLAS enums
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS enums (also in lowering.blas_calls' C++)
+LETTERS = {"float32": "s", "float64": "d"}  # each dtype's BLAS routine letter: sgemm, dgemm
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,7 @@ def library() -> Library | None:
         except OSError:
             continue
         for suffix in ("64_", ""):
-            symbols = {dtype: f"scipy_cblas_{letter}gemm{suffix}" for dtype, letter in (("float32", "s"),
-                                                                                        ("float64", "d"))}
+            symbols = {dtype: f"scipy_cblas_{letter}gemm{suffix}" for dtype, letter in LETTERS.items()}
             if all(hasattr(lib, name) for name in symbols.values()):
                 return Library(os.path.realpath(path), symbols, suffix == "64_")
     return None
@@ -143,9 +143,9 @@ def gemm(a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray) -> Callable[
     fn, integer, real = routines[str(c.dtype)]
     if form.swapped:
         a, b = b, a
-    flag = lambda t: ctypes.c_int(_TRANS if t else _NO_TRANS)  # noqa: E731
+    flag = lambda t: ctypes.c_int(TRANS if t else NO_TRANS)  # noqa: E731
     pointer = lambda x: ctypes.c_void_p(x.ctypes.data)  # noqa: E731
-    return _Gemm(fn, real, (ctypes.c_int(_ROW_MAJOR), flag(form.trans_a), flag(form.trans_b), integer(form.m),
+    return _Gemm(fn, real, (ctypes.c_int(ROW_MAJOR), flag(form.trans_a), flag(form.trans_b), integer(form.m),
                             integer(form.n), integer(form.k)),
                  (pointer(a), integer(form.lda), pointer(b), integer(form.ldb)), (pointer(c), integer(form.ldc)),
                  (a, b, c))
