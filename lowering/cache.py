@@ -12,6 +12,7 @@ CPU device g++'s libraries and Slang's checked modules (its compile policy:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -125,7 +126,7 @@ def mark_hot(device_kind: str, source: str) -> None:
 
 
 def _hot_key(device_kind: str, source: str) -> str:
-    return disk_cache.key("hot", [device_kind, hashlib.sha256(source.encode()).hexdigest()])
+    return disk_cache.key("hot", [device_kind, _digest(source)])
 
 
 def later_marker(device_kind: str, source: str) -> Path | None:
@@ -133,7 +134,7 @@ def later_marker(device_kind: str, source: str) -> Path | None:
     ``source``'s -O0 module is on disk (``compiler_cache._optimise_later``), or
     None where nothing is compiled later (no disk cache, another device)."""
     folder = backends.of(device_kind).libraries_folder()
-    return None if folder is None else folder / "later" / hashlib.sha256(source.encode()).hexdigest()[:20]
+    return None if folder is None else folder / "later" / _digest(source)[:20]
 
 
 _later: set[Path] = set()  # markers of the -O3 libraries this process asked for
@@ -210,7 +211,14 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
 
 
 def _key(device_kind: str, source: str, level: str) -> tuple[str, str, str]:
-    return device_kind, hashlib.sha256(source.encode()).hexdigest()[:20], level
+    return device_kind, _digest(source)[:20], level
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(source: str) -> str:
+    """SHA-256 of a module's source: every key and mark this module makes of it
+    (``_key``, ``_hot_key``, ``later_marker``) in one compile hashes it once."""
+    return hashlib.sha256(source.encode()).hexdigest()
 
 
 def compile_seconds(device_kind: str, source: str, level: str) -> float:
@@ -226,4 +234,5 @@ def clear() -> int:
         dropped = len(_modules)
         _modules.clear()
         _seconds.clear()
+        _digest.cache_clear()  # nor keep their sources
         return dropped

@@ -295,10 +295,15 @@ def _source_index(args: list[str]) -> int:
 
 
 def _header_flags(args: list[str]) -> list[str]:
-    """A library compile's arguments less what only its link step uses (output,
-    source, ``-shared``, ``-Wl,`` and ``-l``): what a precompiled header must share."""
+    """A library compile's arguments less output, source and what only its link step
+    uses (``_link_only``): what a precompiled header, or an object file, must share."""
     skip = {args.index("-o"), args.index("-o") + 1, _source_index(args)}
-    return [a for i, a in enumerate(args) if i not in skip and a != "-shared" and not a.startswith(("-Wl,", "-l"))]
+    return [a for i, a in enumerate(args) if i not in skip and not _link_only(a)]
+
+
+def _link_only(arg: str) -> bool:
+    """An argument only a library's link step uses: ``-shared``, ``-Wl,`` and ``-l``."""
+    return arg == "-shared" or arg.startswith(("-Wl,", "-l"))
 
 
 def _compile(compiler: str, args: list[str], directory: Path | None) -> int:
@@ -354,17 +359,18 @@ def _compile_units(compiler: str, args: list[str], source: Path, units: list[str
     same time (``cxx_units``) and linked; nonzero, quietly, where one does not compile
     (the caller compiles the module whole, and reports its errors)."""
     work = Path(tempfile.mkdtemp(dir=source.parent, prefix="symdiff-units-"))
+    flags = _header_flags(args)
     try:
         objects, jobs = [], []
         for k, unit in enumerate(units):
             path = work / f"unit{k}{source.suffix}"
             path.write_text(unit)
             objects.append(str(path.with_suffix(".o")))
-            jobs.append(subprocess.Popen([compiler, *_header_flags(args), "-c", str(path), "-o", objects[-1]],
+            jobs.append(subprocess.Popen([compiler, *flags, "-c", str(path), "-o", objects[-1]],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         if [job.wait() for job in jobs] != [0] * len(jobs):
             return 1
-        link = [a for a in args if a == "-shared" or a.startswith(("-Wl,", "-l"))]
+        link = [a for a in args if _link_only(a)]
         return subprocess.call([compiler, *objects, *link, "-o", args[args.index("-o") + 1]],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     finally:

@@ -70,9 +70,9 @@ def exact_reads(graph: DataflowGraph, t: Tasklet) -> set[str]:
     logsumexp on Vulkan: NaN in every gradient).  A load is exact on every
     target, and a maximum returns one of its operands unchanged."""
     exact: set[str] = set()
+    by_symbol = {sym: name for name, sym in t.inputs.items()}
 
     def connectors(symbols) -> set[str]:
-        by_symbol = {sym: name for name, sym in t.inputs.items()}
         return {by_symbol[s] for s in symbols if s in by_symbol}
     for access, m in graph.writes(t.name):
         if m.accumulate in _TESTED_ACCUMULATIONS and any(_tests_equality(graph.node(r)) for r, _ in graph.readers(access)):
