@@ -218,7 +218,7 @@ def _threads_runner(function: str, params: list[str], dispatched: tuple[int, int
     """``runner(...)``: kernel function ``function`` over every thread of its
     ``dispatched`` width x height, x fastest, as a GPU runs its thread ids.  The
     counts are constants, one runner per function and shape: g++ keeps runners out
-    of the entry (``compiler_cache._runners_apart``) and still sees them."""
+    of the entry (``compiler_cache._entry_light``) and still sees them."""
     x, y = dispatched
     args = "".join(", " + p.split()[-1] for p in params)
     return (f"void {runner}({', '.join(params)})\n{{\n"

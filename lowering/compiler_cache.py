@@ -68,7 +68,7 @@ PRELUDE_END = "\n#line "  # where Slang's generated code starts, after the prelu
 # Slang's prelude, and only in some modules, so a shared precompiled header ends before it.
 OWN_PRELUDE = "\n// symdiff: module prelude"
 # The CPU program entry's runners (``lowering.codegen``: ``<kernel>_over_<width>x<height>``, to which Slang
-# adds ``_<n>``) are compiled out of line (``_runners_apart``).
+# adds ``_<n>``) are compiled out of line, the entry (``cxx_units.ENTRY``) at -O0 (``_entry_light``).
 RUNNER_INFIX = "_over_"
 # A module is compiled as two translation units where its kernels have this many lines of C++, the entry's
 # counting twice (``cxx_units``).  g++ -O3, precompiled prelude, 2 cores: mlp_tanh small (900 lines of
@@ -77,6 +77,7 @@ RUNNER_INFIX = "_over_"
 SPLIT_MIN_LINES = 600
 ENTRY_WEIGHT = 2.0
 _RUNNER = re.compile(rf"^(static void \w+{RUNNER_INFIX}\d+x\d+_\d+\()", re.M)
+_ENTRY = re.compile(rf"^(void {cxx_units.ENTRY}\()", re.M)
 BUILD_HEADER = "--build-header"  # the argument that makes this script build precompiled headers
 UNOPTIMISED, OPTIMISED = "-O0", "-O3"  # the g++ levels the CPU device compiles at (``CpuBackend.optimization``)
 LEVELS = (UNOPTIMISED, OPTIMISED)
@@ -307,7 +308,7 @@ def _link_only(arg: str) -> bool:
 
 
 def _compile(compiler: str, args: list[str], directory: Path | None) -> int:
-    """Compile the source with its runners out of line (``_runners_apart``), through a
+    """Compile the source with its entry light (``_entry_light``), through a
     precompiled header of its prelude where ``directory`` (none: the disk cache is off) has one,
     and then as two translation units compiled at once where it has enough kernels (``cxx_units``).
 
@@ -321,7 +322,7 @@ def _compile(compiler: str, args: list[str], directory: Path | None) -> int:
     ``#include`` it.  g++ reads the header's text where the ``.gch`` does not
     fit, so the library is the same either way."""
     source = Path(args[_source_index(args)])
-    text = _runners_apart(source.read_text())
+    text = _entry_light(source.read_text())
     cut = min((i for i in (text.find(PRELUDE_END), text.find(OWN_PRELUDE)) if i >= 0), default=-1)
     head, own, parsed = "", text, False  # parsed: the prelude's text is compiled (no precompiled header)
     if cut >= 0:
@@ -377,14 +378,19 @@ def _compile_units(compiler: str, args: list[str], source: Path, units: list[str
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _runners_apart(text: str) -> str:
-    """``text`` with each runner of the CPU program entry (``RUNNER_INFIX``) marked
-    ``noinline``.  The entry calls a runner once per kernel it dispatches: 300 calls
-    for the unrolled 32-step RNN, each of which g++ -O3 inlined, body and all (0.76
-    of elman_rnn large's 0.8 s there; 0.5 s with its six runners out of line).  A
-    runner's thread counts are constants in its body (one runner per kernel function
-    and dispatch shape), so out of line it is the same loop it was inlined."""
-    return _RUNNER.sub(r"__attribute__((noinline)) \1", text)
+def _entry_light(text: str) -> str:
+    """``text`` with the CPU program entry compiled light: each of its runners
+    (``RUNNER_INFIX``) marked ``noinline`` and the entry itself at -O0.  The
+    entry calls a runner once per kernel it dispatches: 300 calls for the
+    unrolled 32-step RNN, each of which g++ -O3 inlined, body and all (0.76 of
+    elman_rnn large's 0.8 s there; 0.5 s with its six runners out of line).  A
+    runner's thread counts are constants in its body (one runner per kernel
+    function and dispatch shape), so out of line it is the same loop it was
+    inlined.  What is left in the entry is a list of calls, one per dispatch,
+    which -O3 only makes slower to compile: elman_rnn large's whole module
+    0.47 -> 0.31 s of g++ with it at -O0, steady calls the same (8.2 and 7.9 ms)."""
+    text = _RUNNER.sub(r"__attribute__((noinline)) \1", text)
+    return _ENTRY.sub(r'__attribute__((optimize("O0"))) \1', text)
 
 
 def _header_path(compiler: str, flags: list[str], prelude: str, directory: Path) -> Path:

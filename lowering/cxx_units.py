@@ -5,7 +5,7 @@ g++ -O3 spends most of a module's compile on its kernels, one function each
 (``lowering.codegen`` names them ``k<number>_...``, with their runners and
 worker slices), and on the program entry that calls them.  The entry calls a
 kernel's functions only through its runners and slices, which are out of line
-(``compiler_cache._runners_apart``, and the pool calls slices through a
+(``compiler_cache._entry_light``, and the pool calls slices through a
 lambda), so kernels can be compiled apart from the entry without changing what
 is inlined where.  The cut keeps each kernel's functions together (and any
 kernels whose functions call each other), balances the lines of the two units,
@@ -22,7 +22,7 @@ import re
 from typing import NamedTuple
 
 ENTRY = "_run_program"  # Slang's C++ function holding the CPU program entry's body (lowering.codegen.PROGRAM)
-_DEFINITION = re.compile(r"^(?:__attribute__\(\(noinline\)\) )?(static )?[A-Za-z_][^(]*?\b(\w+)\(.*\)$")
+_DEFINITION = re.compile(r"^(?:__attribute__\(\(.*?\)\) )?(static )?[A-Za-z_][^(]*?\b(\w+)\(.*\)$")
 _GROUP = re.compile(r"^(k\d+)_")  # a kernel's functions, moved as one
 _CALL = re.compile(r"\b(k\d+_\w*)\(")
 

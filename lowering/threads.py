@@ -163,6 +163,9 @@ def worker_cap(work: int, dispatched: int, tuning: targets.Tuning | None = None)
 # and that took 0.26 of the 0.33 CPU s an empty module cost (measured here,
 # g++ 12 -O3).  The pool is an ``inline`` variable, so a library linked from
 # several objects still has one.
+# ``run`` is out of line: g++ -O3 inlined it into every ``symdiff_parallel``
+# instantiation, one per parallel dispatch (jacobi_2d_inplace large's module: 0.64 ->
+# 0.42 s of g++ with it out of line, ffn_block large's 0.49 -> 0.43).
 POOL_PRELUDE = compiler_cache.OWN_PRELUDE.lstrip("\n") + r""" (lowering.threads: the worker pool)
 #include <errno.h>
 #include <pthread.h>
@@ -216,7 +219,7 @@ struct Pool
         pthread_mutex_unlock(&m);
     }
 
-    void run(int n, Slice f, void* c)
+    __attribute__((noinline)) void run(int n, Slice f, void* c)  // once, not in every caller
     {
         pthread_mutex_lock(&call);
         pthread_mutex_lock(&m);

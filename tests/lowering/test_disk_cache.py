@@ -278,18 +278,19 @@ def test_compiler_flags_reach_library_compiles_only(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")
-def test_program_entry_runners_are_compiled_out_of_line(tmp_path, monkeypatch):
+def test_program_entry_compiles_light(tmp_path, monkeypatch):
     """g++ gets the CPU program entry's runners (``codegen``'s ``<kernel>_over_<w>x<h>``)
-    marked noinline, stored or not, and every other function as Slang wrote it."""
+    marked noinline and the entry at -O0, stored or not, and every other function as
+    Slang wrote it."""
     fake = tmp_path / "fake"
     fake.mkdir()
     (fake / "g++").write_text(FAKE_CXX.format(log=tmp_path / "log"))
     (fake / "g++").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     runner = f"static void k2_add_3{compiler_cache.RUNNER_INFIX}256x1_0(RWStructuredBuffer<float> b_0)"
-    text = "\n".join(["static void k2_add_3_0(Vector<uint32_t, 3>  tid_0, RWStructuredBuffer<float> b_0)",
-                      "{", "}", runner, "{", "}", "void _run_program(void* _S19, void* entryPointParams_0, void* _S20)",
-                      "{", "}"])
+    kernel = "static void k2_add_3_0(Vector<uint32_t, 3>  tid_0, RWStructuredBuffer<float> b_0)"
+    entry = "void _run_program(void* _S19, void* entryPointParams_0, void* _S20)"
+    text = "\n".join([kernel, "{", "}", runner, "{", "}", entry, "{", "}"])
     src = tmp_path / "unknown-abc.cpp"
     src.write_text(text)
     for directory in (compiler_cache.NO_STORE, str(tmp_path / "binaries")):
@@ -297,8 +298,8 @@ def test_program_entry_runners_are_compiled_out_of_line(tmp_path, monkeypatch):
         assert compiler_cache.main([directory, str(tmp_path / "bin"), "g++", "-O3", "-shared", "-o", str(out),
                                     str(src)]) == 0
         compiled = out.read_text().splitlines()
-        assert f"__attribute__((noinline)) {runner}" in compiled
-        assert compiled.count(runner) == 0 and sum("noinline" in line for line in compiled) == 1
+        assert compiled == [kernel, "{", "}", f"__attribute__((noinline)) {runner}", "{", "}",
+                            f'__attribute__((optimize("O0"))) {entry}', "{", "}"]
 
 
 @pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")
