@@ -38,6 +38,7 @@ from .backends.slangpy_base import SlangpyBackend
 from .bounds_check import FLAG, FLAG_WORDS, raise_violation
 from .buffer_plan import STORAGE, BufferPlan, buffer_bytes, plan_buffers
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
+from .collector import fewer_collections
 from .deterministic import check_atomic_free, owner_computes
 from .host_products import HostProduct
 from .plan import plan
@@ -347,8 +348,10 @@ class Executable:
                     check_atomic_free(p)
                 return p, generate(p, target)
             # another process may have planned this graph already (lowering.disk_cache)
-            p, module = disk_cache.cached("lowered", (disk_cache.graph_key(self.graph), repr(sorted(sizes.items())),
-                                                      repr(target), repr(self.deterministic)), lower)
+            with fewer_collections():
+                p, module = disk_cache.cached("lowered", (disk_cache.graph_key(self.graph),
+                                                          repr(sorted(sizes.items())), repr(target),
+                                                          repr(self.deterministic)), lower)
             dev = self.backend.device()
             entries = module.entry_points(target.sequential)
             # a loop body runs many times; a deterministic program must not switch code (-O0 and -O3

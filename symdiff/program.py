@@ -22,6 +22,7 @@ from symdiff.ir.library import has_library_nodes
 from symdiff.ir.specs import ArraySpec, spec_of
 from symdiff.ir.tracer.trace import array_annotations, array_parameters, clear_cache as clear_trace_cache
 from symdiff.lowering import disk_cache
+from symdiff.lowering.collector import fewer_collections
 from symdiff.lowering.kernels import precision
 from symdiff.lowering.devices import requested as requested_device
 from symdiff.lowering.runtime import host_argument
@@ -121,7 +122,8 @@ class DifferentiableProgram:
 
     def _forward_graph(self, specs: tuple[ArraySpec, ...]) -> ir.DataflowGraph:
         if specs not in self._graphs:
-            self._graphs[specs] = self._builder(specs)
+            with fewer_collections():
+                self._graphs[specs] = self._builder(specs)
             loops.hint_unrolled(self._graphs[specs])  # many copies of one line: sd.fori_loop compiles faster
         self._last_specs = specs
         return self._graphs[specs]
@@ -155,8 +157,9 @@ class DifferentiableProgram:
                         accumulate=dict(pushed))
                     return graph
                 # another process may have differentiated this graph already (lowering.disk_cache)
-                derived[options] = disk_cache.cached("backward", (disk_cache.graph_key(forward), repr(options)),
-                                                     differentiate)
+                with fewer_collections():
+                    derived[options] = disk_cache.cached("backward", (disk_cache.graph_key(forward), repr(options)),
+                                                         differentiate)
             self._backward[key] = derived[options]
         return self._backward[key]
 
@@ -167,8 +170,9 @@ class DifferentiableProgram:
         if key not in self._executables:
             compiled = graph.derived.setdefault("executables", {})
             if (device, self.deterministic) not in compiled:
-                compiled[device, self.deterministic] = loop_runtime.compile(graph, device=device,
-                                                                            deterministic=self.deterministic)
+                with fewer_collections():
+                    compiled[device, self.deterministic] = loop_runtime.compile(graph, device=device,
+                                                                                deterministic=self.deterministic)
             self._executables[key] = compiled[device, self.deterministic]
         return self._executables[key]
 
