@@ -77,3 +77,48 @@ def test_a_deterministic_program_never_switches_code(on_disk):
     p.value_and_grad(np.ones(8, np.float32), np.ones(8, np.float32), device="cpu")
     exe = p._executable(p.backward_graph(), "cpu")
     assert exe._last.level == "maximal" and exe._last.later is None
+
+
+LATER_PROCESS = """
+import sys
+import numpy as np
+import symdiff as sd
+from symdiff.lowering import cache
+
+def small(x: sd.f32[8], w: sd.f32[8]):
+    return np.sum(np.tanh(x * w) * x)
+
+p = sd.differentiable_program(small)
+x = np.linspace(-1, 1, 8, dtype=np.float32)
+value, grads = p.value_and_grad(x, x, device="cpu")
+assert cache.wait_for_later(120), "no -O3 library after 120 s"
+print(p._executable(p.backward_graph(), "cpu")._last.level, float(value))
+"""
+
+
+def test_a_later_process_at_O3_reuses_the_checked_module(tmp_path):
+    """The first process checks the module and compiles it at -O0; a second one, finding the
+    -O3 library on disk, compiles at maximal from the same checked module: Slang's front end
+    writes nothing new (one session serves both levels) and g++ does not run."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    env = dict(os.environ, SYMDIFF_CACHE_DIR=str(tmp_path))
+    env.pop("SYMDIFF_DISK_CACHE", None)
+    root = Path(__file__).resolve().parents[2]
+
+    def run() -> str:
+        proc = subprocess.run([sys.executable, "-c", LATER_PROCESS], cwd=root, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    checked = lambda: sorted(p for p in (tmp_path / "slang-modules").rglob("*") if p.is_file())  # noqa: E731
+    libraries = lambda: sorted((tmp_path / "cpu-binaries").rglob("*.so"))  # noqa: E731
+    first = run()
+    before = checked(), libraries()
+    second = run()
+    assert (first[0], second[0]) == ("none", "maximal")
+    assert (checked(), libraries()) == before
+    assert float(first[1]) == pytest.approx(float(second[1]), rel=1e-6)
