@@ -244,3 +244,21 @@ def cached(kind: str, parts: Iterable[str | None], build: Callable[[], T]) -> T:
     if isinstance(value, DataflowGraph):
         value.derived[KEY] = digest
     return value
+
+
+def checked(kind: str, graph: DataflowGraph, check: Callable[[DataflowGraph], Any]) -> None:
+    """Run ``check(graph)``, which raises where it refuses the graph, unless an earlier
+    process passed the same check on a graph of this key.  A graph with a key
+    (``graph.derived[KEY]``: loaded or derived here) holds the content its key stands for,
+    and a check is a function of that content and of symdiff's source, which every key
+    includes; a graph without a key is checked.  A second process served elman_rnn's
+    backward graph from disk validated its 486 tasklets again: 0.04 of its 0.35 s."""
+    graph_key = graph.derived.get(KEY)
+    if graph_key is None or not enabled():
+        check(graph)
+        return
+    digest = key(kind, [graph_key])
+    if load(kind, digest)[0]:
+        return
+    check(graph)
+    store(kind, digest, True)

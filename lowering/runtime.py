@@ -939,7 +939,8 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     whatever the work of one call (``cache.optimization`` would pick g++ -O0
     for a small body: the 1000-step 64x64 jacobi-2d ran 5x slower).
     """
-    graph.validate()  # a hand-built graph may break the IR's rules (e.g. colliding plain writes): refuse it here
+    # a hand-built graph may break the IR's rules (e.g. colliding plain writes): refuse it here
+    disk_cache.checked("validated", graph, DataflowGraph.validate)
     requested = devices.requested(device)
     kind = backends.resolve(device)
     if not backends.of(kind).computes_float64_transcendentals() and (bad := unsafe_double_tasklets(graph)):

@@ -57,7 +57,8 @@ def test_same_graph_hits_and_changes_miss(cache_dir):
     """The backward graph is stored once and found again by an equal trace;
     another program, shape, dtype or wrt is a different key."""
     first = grads(make())
-    assert disk_cache.stats["misses"] == 1 and disk_cache.stats["stores"] == 1
+    # stored: the backward graph, and that it passed validation (disk_cache.checked)
+    assert disk_cache.stats["misses"] == 1 and disk_cache.stats["stores"] == 2
     again = grads(make())
     assert disk_cache.stats["hits"] == 1 and disk_cache.stats["misses"] == 1
     assert again[0] == first[0] and all(np.array_equal(again[1][k], first[1][k]) for k in first[1])
@@ -107,6 +108,35 @@ def test_corrupt_or_misplaced_entries_are_rebuilt(cache_dir):
     got = grads(make())
     assert disk_cache.stats["rejected"] == rejected + 1
     assert np.array_equal(got[1]["x"], want[1]["x"])
+
+
+def test_a_check_passed_on_a_keyed_graph_is_not_run_again(cache_dir, monkeypatch):
+    """disk_cache.checked: a graph with a key is checked once (a later process loading a
+    graph of that key skips it); a graph without one, a refused graph and a cache switched
+    off are checked every time."""
+    program = make()
+    program.value_and_grad(np.ones(8, np.float32), np.ones(8, np.float32), device="numpy")
+    keyed = program.backward_graph()
+    plain = program.graph
+    assert disk_cache.KEY in keyed.derived and disk_cache.KEY not in plain.derived
+    runs = []
+
+    def check(graph):
+        runs.append(graph)
+    for graph in (keyed, keyed, plain, plain):
+        disk_cache.checked("test-check", graph, check)
+    assert runs == [keyed, plain, plain]
+
+    def refuse(graph):
+        runs.append(graph)
+        raise ValueError("refused")
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            disk_cache.checked("test-refusal", keyed, refuse)
+    assert runs[3:] == [keyed, keyed]
+    monkeypatch.setenv("SYMDIFF_DISK_CACHE", "0")
+    disk_cache.checked("test-check", keyed, check)
+    assert runs[5:] == [keyed]
 
 
 def test_uncacheable_graph_is_built_not_stored(cache_dir):
@@ -190,7 +220,9 @@ def test_second_process_hits_and_agrees(device, cache_dir, tmp_path):
             assert time.monotonic() < deadline, "background compile still running after 120 s"
             time.sleep(0.05)
         libraries.append(sorted((cache_dir / "cpu-binaries").rglob("*.so")))
-    assert runs[0]["stats"]["stores"] == 2 and runs[0]["stats"]["hits"] == 0
+    # stored: the backward graph, the lowered module and that the graph passed validation (disk_cache.checked)
+    assert runs[0]["stats"]["stores"] == 3 and runs[0]["stats"]["hits"] == 0
+    assert runs[1]["stats"]["stores"] == 0
     assert runs[1]["stats"]["hits"] == 2 and runs[1]["stats"]["misses"] == 0
     if device == "cpu":  # the module at -O0 and at -O3, and nothing new in the second process
         assert len(libraries[0]) == 2 and libraries[1] == libraries[0]
