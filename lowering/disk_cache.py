@@ -70,24 +70,30 @@ def directory() -> Path:
     return devices.cache_dir() / "lowered"
 
 
-def _text(value: Any) -> str:
-    """A text of ``value`` that is the same in every process, or ``Uncacheable``."""
+def _text(value: Any, seen: dict[int, str]) -> str:
+    """A text of ``value`` that is the same in every process, or ``Uncacheable``.
+    ``seen``: the texts of the sympy expressions met so far, by object (a graph
+    shares them: elman_rnn's 3015 expressions are 49 objects; its text took
+    0.022 s, 0.007 with each object's ``srepr`` written once); valid while they live."""
     if isinstance(value, sympy.Basic):
-        return sympy.srepr(value)
+        text = seen.get(id(value))
+        if text is None:
+            text = seen[id(value)] = sympy.srepr(value)
+        return text
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return repr(value)
     if isinstance(value, (list, tuple)):
-        return type(value).__name__ + "(" + ",".join(_text(v) for v in value) + ")"
+        return type(value).__name__ + "(" + ",".join(_text(v, seen) for v in value) + ")"
     if isinstance(value, (set, frozenset)):
-        return "set(" + ",".join(sorted(_text(v) for v in value)) + ")"
+        return "set(" + ",".join(sorted(_text(v, seen) for v in value)) + ")"
     if isinstance(value, dict):
-        return "{" + ",".join(sorted(f"{_text(k)}:{_text(v)}" for k, v in value.items())) + "}"
+        return "{" + ",".join(sorted(f"{_text(k, seen)}:{_text(v, seen)}" for k, v in value.items())) + "}"
     if isinstance(value, np.ndarray):
         return f"array({value.dtype.str},{value.shape},{hashlib.sha256(np.ascontiguousarray(value)).hexdigest()})"
     if isinstance(value, np.generic):
         return f"{value.dtype.str}:{value!r}"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = ",".join(f"{f.name}={_text(getattr(value, f.name))}" for f in dataclasses.fields(value))
+        fields = ",".join(f"{f.name}={_text(getattr(value, f.name), seen)}" for f in dataclasses.fields(value))
         return f"{type(value).__qualname__}({fields})"
     raise Uncacheable(f"{type(value).__qualname__} has no stable text")
 
@@ -96,10 +102,11 @@ def graph_text(graph: DataflowGraph) -> str:
     """The canonical text of ``graph``: name, meta, containers, nodes and edges
     in insertion order (the tracer's order, the same in every process).
     Raises ``Uncacheable`` for a graph holding callables or other objects."""
-    lines = [f"graph {graph.name!r} {_text(graph.meta)}"]
-    lines += [f"C {_text(c)}" for c in graph.containers.values()]
-    lines += [f"N {n} {_text(d)}" for n, d in graph.nx.nodes(data=True)]
-    lines += [f"E {u} {v} {k} {_text(d)}" for u, v, k, d in graph.nx.edges(keys=True, data=True)]
+    seen: dict[int, str] = {}  # the graph holds its expressions alive while this runs
+    lines = [f"graph {graph.name!r} {_text(graph.meta, seen)}"]
+    lines += [f"C {_text(c, seen)}" for c in graph.containers.values()]
+    lines += [f"N {n} {_text(d, seen)}" for n, d in graph.nx.nodes(data=True)]
+    lines += [f"E {u} {v} {k} {_text(d, seen)}" for u, v, k, d in graph.nx.edges(keys=True, data=True)]
     return "\n".join(lines)
 
 

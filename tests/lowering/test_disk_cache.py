@@ -139,6 +139,21 @@ def test_a_check_passed_on_a_keyed_graph_is_not_run_again(cache_dir, monkeypatch
     assert runs[5:] == [keyed]
 
 
+def test_expression_texts_are_written_once_per_object_and_exactly():
+    """_text writes each sympy object's srepr once per graph text, and other objects
+    keep their own (0.1 at two precisions: texts that differ only in digits)."""
+    x = sympy.Symbol("x")
+    e = x * 2 + 1
+    coarse, fine = sympy.Float(0.1, 15), sympy.Float(0.1, 30)
+    assert sympy.srepr(coarse) != sympy.srepr(fine)
+    value = [e, (e, {"k": e}), coarse, fine]
+    expected = (f"list({sympy.srepr(e)},tuple({sympy.srepr(e)},{{'k':{sympy.srepr(e)}}}),"
+                f"{sympy.srepr(coarse)},{sympy.srepr(fine)})")
+    seen = {}
+    assert disk_cache._text(value, seen) == expected
+    assert set(seen) == {id(e), id(coarse), id(fine)}
+
+
 def test_uncacheable_graph_is_built_not_stored(cache_dir):
     """A graph holding a Python object without a stable text has no key."""
     g = make().graph
