@@ -1,6 +1,8 @@
 """Elementwise producers folded into reductions (lowering.reduce_fusion) and the
 CPU device's multi-lane reduction loops: results against the interpreter on
 every device, and structural checks that the intermediate is not materialised."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -155,7 +157,12 @@ def test_cpu_reduction_lanes_in_source():
     """The CPU device sums in lanes (vectorisable); lavapipe keeps one accumulator per thread."""
     graph, _ = square_then("sum", 10_007)
     p = plan(graph, {})
-    assert "_lanes[8]" in generate(p, "cpu").source
+    src = generate(p, "cpu").source
+    accumulators = set(re.findall(r"(\w+)_lanes\[8\];", src))
+    assert accumulators
+    for acc in accumulators:  # the lanes start from it and are added to it in lane order, written out
+        assert " ".join(f"{acc}_lanes[{k}] = {acc};" for k in range(8)) in src
+        assert f"{acc} = {' + '.join([acc] + [f'{acc}_lanes[{k}]' for k in range(8)])};" in src
     assert "_lanes" not in generate(p, "vulkan").source
 
 
