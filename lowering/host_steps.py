@@ -38,7 +38,7 @@ from symdiff.ir.graph import DTYPES, AccessNode, DataflowGraph
 from symdiff.ir.index_analysis import uses_connectors
 from symdiff.ir.library import LibraryNode, has_library_nodes, library_nodes, ordered_edges, run_node
 
-from . import backends, devices, disk_cache, dlpack, library_kernels, runtime
+from . import backends, devices, dlpack, library_kernels, runtime
 from .library_kernels.launch import Launch
 from .plan_types import LoweringError
 from .rewrites import split_tasklet
@@ -53,7 +53,7 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     the rest as ``runtime.compile``."""
     if not has_library_nodes(graph) or backends.of(backends.resolve(device)).interprets:
         return runtime.compile(graph, device=device, sizes=sizes, deterministic=deterministic, repeated=repeated)
-    disk_cache.checked("validated", graph, DataflowGraph.validate)
+    runtime.validate(graph)
     return HostSteps(graph, backends.resolve(device), devices.requested(device), sizes, deterministic, repeated)
 
 

@@ -914,6 +914,13 @@ def planned_buffers(graph: DataflowGraph, device: str | None, sizes: Mapping[str
     return plan_buffers(p, generate(p, target), target.sequential)[0]
 
 
+def validate(graph: DataflowGraph) -> None:
+    """Refuse a graph that breaks the IR's rules (a hand-built one may: colliding plain
+    writes) before lowering it (``DataflowGraph.validate``), once per cache key
+    (``disk_cache.checked``: a graph an earlier process validated is not validated again)."""
+    disk_cache.checked("validated", graph, DataflowGraph.validate)
+
+
 def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str, int] | None = None,
             deterministic: bool = False, repeated: bool = False) -> Executable:
     """Lower ``graph`` for a device (``None``: ``$SYMDIFF_DEVICE`` or ``"auto"``).
@@ -939,8 +946,7 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     whatever the work of one call (``cache.optimization`` would pick g++ -O0
     for a small body: the 1000-step 64x64 jacobi-2d ran 5x slower).
     """
-    # a hand-built graph may break the IR's rules (e.g. colliding plain writes): refuse it here
-    disk_cache.checked("validated", graph, DataflowGraph.validate)
+    validate(graph)
     requested = devices.requested(device)
     kind = backends.resolve(device)
     if not backends.of(kind).computes_float64_transcendentals() and (bad := unsafe_double_tasklets(graph)):
