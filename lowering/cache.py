@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import backends, compiler_cache, disk_cache
+from . import backends, compiler_cache, disk_cache, library_store
 from .slang import spy
 
 _lock = threading.Lock()
@@ -170,11 +170,11 @@ def _optimised_later(marker: Path | None):
         yield
         return
     _later.add(marker)
-    os.environ[compiler_cache.LATER_ENV] = str(marker)
+    os.environ[library_store.LATER_ENV] = str(marker)
     try:
         yield
     finally:
-        os.environ.pop(compiler_cache.LATER_ENV, None)
+        os.environ.pop(library_store.LATER_ENV, None)
 
 
 def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str],

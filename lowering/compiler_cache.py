@@ -9,14 +9,14 @@ front end's modules of files loaded by name, not ``load_module_from_source``
 text, measured).  g++ is 50-60% of a CPU device compile.
 
 So, while symdiff compiles for the CPU device (``cache.kernels``), a directory
-holding a ``g++`` of our own comes first on ``PATH``.  It runs this file as a
-script: a compile of one self-contained ``.cpp`` into a ``-shared`` library
+holding a ``g++`` of our own comes first on ``PATH``.  It runs ``library_store``
+as a script: a compile of one self-contained ``.cpp`` into a ``-shared`` library
 (what Slang asks for; the C++ prelude is pasted into the file) is looked up
 under the SHA-256 of the compiler's identity (path, size, mtime), its
 arguments (temporary paths left out) and the source text (less ``#line``
-directives and blank lines, ``_code``); a hit copies the
-stored library to the requested output, a miss runs the real g++ and stores
-its output.  Anything else goes to the real g++ unchanged.  A stored library
+directives and blank lines, ``library_store.code``); a hit copies the
+stored library to the requested output, a miss runs this file's ``main``: the real
+g++, whose output it stores.  Anything else goes to the real g++ unchanged.  A stored library
 whose content no longer matches its recorded hash is deleted and rebuilt.
 
 ``PATH`` is the process's: another thread starting ``g++`` during a symdiff
@@ -32,7 +32,7 @@ so they are added here to each library compile, and are part of its key.
 Where: ``devices.cache_dir() / "cpu-binaries"``; with ``SYMDIFF_DISK_CACHE=0``
 the wrapper still runs (for the flags) and stores nothing.
 The wrapper is POSIX-only (a shell script); elsewhere g++ runs every time, without the flags.
-This module is run by a bare interpreter (``python -I -S``): standard library only.
+This module is run by a bare interpreter (``python -I -S``) too: standard library only.
 """
 from __future__ import annotations
 
@@ -51,18 +51,22 @@ from pathlib import Path
 from typing import Iterator
 
 if __package__:
-    from . import cxx_units
-else:  # run as the g++ wrapper's script: its sibling loaded by path
+    from . import cxx_units, library_store
+else:  # run as a script (the g++ wrapper's, ``library_store``, or a background build): siblings loaded by path
     import importlib.util
-    _spec = importlib.util.spec_from_file_location("cxx_units", Path(__file__).with_name("cxx_units.py"))
-    cxx_units = sys.modules["cxx_units"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(cxx_units)
+
+    def _sibling(name: str):
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+            sys.modules[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(sys.modules[name])
+        return sys.modules[name]
+
+    cxx_units, library_store = _sibling("cxx_units"), _sibling("library_store")
 
 COMPILERS = ("g++",)  # what Slang's downstream compiler locator runs here
-SOURCES = (".cpp", ".cc", ".cxx", ".c++")
 
 
-NO_STORE = "-"  # the directory argument of a wrapper that stores nothing
 PRELUDE_END = "\n#line "  # where Slang's generated code starts, after the prelude every module shares
 # The first line of C++ a module asks for itself (``__requirePrelude``: lowering.threads' worker pool): after
 # Slang's prelude, and only in some modules, so a shared precompiled header ends before it.
@@ -79,13 +83,10 @@ ENTRY_WEIGHT = 2.0
 _RUNNER = re.compile(rf"^(static void \w+{RUNNER_INFIX}\d+x\d+_\d+\()", re.M)
 _ENTRY = re.compile(rf"^(void {cxx_units.ENTRY}\()", re.M)
 BUILD_HEADER = "--build-header"  # the argument that makes this script build precompiled headers
-UNOPTIMISED, OPTIMISED = "-O0", "-O3"  # the g++ levels the CPU device compiles at (``CpuBackend.optimization``)
-LEVELS = (UNOPTIMISED, OPTIMISED)
+LEVELS = (library_store.UNOPTIMISED, library_store.OPTIMISED)
 BUILD_LATER = "--build-later"  # the argument that makes this script build a library at -O3 in the background
-LATER_ENV = "SYMDIFF_CXX_LATER"  # set around a -O0 compile: the file to create once its -O3 library is stored
 FAILED = "failed"  # what that file holds when the -O3 compile failed
 BUILD_TIMEOUT = 600.0  # seconds after which an unfinished header build is taken to have died
-EXTRA_ENV = "SYMDIFF_CXX_EXTRA"  # the wrapper's extra flags, space-separated
 
 
 @contextlib.contextmanager
@@ -107,13 +108,14 @@ def active(directory: Path | None, extra: list[str] = ()) -> Iterator[None]:
 
 def _wrappers(directory: Path | None, extra: list[str]) -> Path:
     """``directory/bin`` (a directory of this process's where nothing is
-    stored) with a ``g++`` script running this file (rewritten if this file,
-    the interpreter or the flags changed)."""
+    stored) with a ``g++`` script running ``library_store`` (which serves a stored
+    library, and runs ``main`` for anything else), rewritten if that file, the
+    interpreter or the flags changed."""
     bin_dir = directory / "bin" if directory is not None else _own_bin_dir()
     flags = " ".join(extra)
     for name in COMPILERS:
-        script = (f'#!/bin/sh\n{EXTRA_ENV}="{flags}" exec "{sys.executable}" -I -S "{Path(__file__).resolve()}" '
-                  f'"{directory if directory is not None else NO_STORE}" "{bin_dir}" "{name}" "$@"\n')
+        script = (f'#!/bin/sh\n{library_store.EXTRA_ENV}="{flags}" exec "{sys.executable}" -I -S "{Path(library_store.__file__).resolve()}" '
+                  f'"{directory if directory is not None else library_store.NO_STORE}" "{bin_dir}" "{name}" "$@"\n')
         path = bin_dir / name
         try:
             if path.read_text() == script:
@@ -135,75 +137,11 @@ def _own_bin_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="symdiff-cxx-"))
 
 
-def real_compiler(name: str, own_dir: str) -> str | None:
-    """``name`` on ``PATH``, ours (in ``own_dir``) left out."""
-    own = os.path.realpath(own_dir)
-    rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and os.path.realpath(p) != own]
-    return shutil.which(name, path=os.pathsep.join(rest))
-
-
-def cache_key(compiler: str, args: list[str]) -> tuple[str, str] | None:
-    """``(key, output path)`` for a cacheable compile (one C++ source file
-    into a ``-shared`` library), else None."""
-    if "-shared" not in args or "-o" not in args:
-        return None
-    o = args.index("-o")
-    if o + 1 >= len(args):
-        return None
-    output = args[o + 1]
-    sources = [i for i, a in enumerate(args) if a.endswith(SOURCES) and i != o + 1]
-    if len(sources) != 1 or not os.path.isfile(args[sources[0]]):
-        return None
-    kept = [a for i, a in enumerate(args) if i not in (o + 1, sources[0])]
-    if any(os.path.isfile(a) for a in kept if not a.startswith("-")):
-        return None  # another input file (an object, a library): not keyed by content here
-    h = hashlib.sha256(_identity(compiler).encode())
-    h.update("\0".join(kept).encode() + b"\0")
-    with open(args[sources[0]], "rb") as f:
-        h.update(_code(f.read()))
-    return h.hexdigest(), output
-
-
-def _code(source: bytes) -> bytes:
-    """``source`` less its ``#line`` directives and blank lines: what the library's code
-    depends on.  Slang writes them differently for one module checked from its text and
-    loaded from its front-end cache (``CpuBackend.modules_folder``: a second process), the
-    code between them the same; with them in the key every second process missed."""
-    kept: list[bytes] = []
-    for line in source.splitlines():
-        continued = bool(kept) and kept[-1].rstrip().endswith(b"\\")
-        if continued or (line.strip() and not line.startswith(b"#line")):
-            kept.append(line)
-    return b"\n".join(kept)
-
-
-def _identity(compiler: str) -> str:
-    """The compiler as keys name it: its path, size and modification time."""
-    st = os.stat(compiler)
-    return f"{os.path.realpath(compiler)}\0{st.st_size}\0{st.st_mtime_ns}\0"
-
-
-def _hit(entry: Path, output: str) -> bool:
-    """Copy a stored library to ``output`` if it is intact; drop it if not."""
-    try:
-        data = entry.read_bytes()
-        recorded = entry.with_suffix(".sha256").read_text().strip()
-    except OSError:
-        return False
-    if hashlib.sha256(data).hexdigest() != recorded:
-        entry.unlink(missing_ok=True)
-        entry.with_suffix(".sha256").unlink(missing_ok=True)
-        return False
-    with open(output, "wb") as f:
-        f.write(data)
-    return True
-
-
 def _store(entry: Path, output: str) -> None:
     try:
         data = Path(output).read_bytes()
         entry.parent.mkdir(parents=True, exist_ok=True)
-        for path, content in ((entry.with_suffix(".sha256"), hashlib.sha256(data).hexdigest().encode()),
+        for path, content in ((Path(library_store.checksum_path(str(entry))), hashlib.sha256(data).hexdigest().encode()),
                               (entry, data)):  # the library last: present means complete
             _atomic_write(path, content)
     except OSError:
@@ -211,7 +149,8 @@ def _store(entry: Path, output: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``compiler_cache.py DIRECTORY BIN NAME ARGS...``: run compiler ``NAME``
+    """``DIRECTORY BIN NAME ARGS...`` (the wrapper's, where ``library_store`` did not
+    serve it from the store): run compiler ``NAME``
     (the one on ``PATH`` after the wrappers' own ``BIN``) on ``ARGS``, a library
     compile with ``$SYMDIFF_CXX_EXTRA`` added and through the library cache in
     ``DIRECTORY`` (``-``: none); a -O0 one with ``$SYMDIFF_CXX_LATER`` set also
@@ -221,19 +160,19 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == BUILD_LATER:  # compiler_cache.py --build-later COMPILER JOB (JSON)
         return _build_later(argv[1], json.loads(argv[2]))
     directory, bin_dir, name, args = argv[0], argv[1], argv[2], argv[3:]
-    compiler = real_compiler(name, bin_dir)
+    compiler = library_store.real_compiler(name, bin_dir)
     if compiler is None:
         sys.stderr.write(f"symdiff's compiler cache: no {name} on PATH\n")
         return 127
-    flagged = args + os.environ.get(EXTRA_ENV, "").split()
-    found = cache_key(compiler, flagged)  # the flags are part of the key (no file among them)
+    flagged = args + os.environ.get(library_store.EXTRA_ENV, "").split()
+    found = library_store.cache_key(compiler, flagged)  # the flags are part of the key (no file among them)
     if found is None:  # not a library compile: passed on as it is
         return subprocess.call([compiler, *args])
-    if directory == NO_STORE:
+    if directory == library_store.NO_STORE:
         return _compile(compiler, flagged, None)
     key, output = found
-    entry = Path(directory) / key[:2] / f"{key}.so"
-    if _hit(entry, output):
+    entry = Path(library_store.entry_path(directory, key))
+    if library_store.hit(str(entry), output):
         status = 0
     else:
         status = _compile(compiler, flagged, Path(directory))
@@ -241,8 +180,8 @@ def main(argv: list[str]) -> int:
             status = subprocess.call([compiler, *flagged])
         if status == 0:
             _store(entry, output)
-    if status == 0 and os.environ.get(LATER_ENV) and UNOPTIMISED in flagged:
-        _optimise_later(compiler, flagged, Path(directory), Path(os.environ[LATER_ENV]))
+    if status == 0 and os.environ.get(library_store.LATER_ENV) and library_store.UNOPTIMISED in flagged:
+        _optimise_later(compiler, flagged, Path(directory), Path(os.environ[library_store.LATER_ENV]))
     return status
 
 
@@ -251,9 +190,9 @@ def _optimise_later(compiler: str, args: list[str], directory: Path, marker: Pat
     process on the other core, and create ``marker`` once that compile ends (at
     once if the library is already stored): the runtime then compiles the module at ``maximal``, a
     library-cache hit, and runs the faster code (``runtime``'s tiered compile)."""
-    optimised = [OPTIMISED if a == UNOPTIMISED else a for a in args]
-    key, _ = cache_key(compiler, optimised)
-    entry = directory / key[:2] / f"{key}.so"
+    optimised = [library_store.OPTIMISED if a == library_store.UNOPTIMISED else a for a in args]
+    key, _ = library_store.cache_key(compiler, optimised)
+    entry = Path(library_store.entry_path(str(directory), key))
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
         if entry.is_file():
@@ -292,7 +231,7 @@ def _build_later(compiler: str, job: dict) -> int:
 
 def _source_index(args: list[str]) -> int:
     o = args.index("-o")
-    return next(i for i, a in enumerate(args) if a.endswith(SOURCES) and i != o + 1)
+    return next(i for i, a in enumerate(args) if a.endswith(library_store.SOURCES) and i != o + 1)
 
 
 def _header_flags(args: list[str]) -> list[str]:
@@ -394,7 +333,7 @@ def _entry_light(text: str) -> str:
 
 
 def _header_path(compiler: str, flags: list[str], prelude: str, directory: Path) -> Path:
-    key = hashlib.sha256("\0".join([_identity(compiler), *flags, prelude]).encode()).hexdigest()
+    key = hashlib.sha256("\0".join([library_store.identity(compiler), *flags, prelude]).encode()).hexdigest()
     return directory / "pch" / key[:2] / key / "prelude.h"
 
 

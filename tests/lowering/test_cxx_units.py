@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from symdiff.lowering import compiler_cache, cxx_units
+from symdiff.lowering import compiler_cache, cxx_units, library_store
 
 
 def _kernel(n: int, lines: int) -> list[str]:
@@ -63,7 +63,7 @@ def test_a_cut_module_links_into_the_library_a_whole_one_gives(tmp_path, monkeyp
     src.write_text(_module(sizes))
     assert cxx_units.two_units(src.read_text(), compiler_cache.SPLIT_MIN_LINES, compiler_cache.ENTRY_WEIGHT)
     out = tmp_path / "libslang-generated-xyz.so"
-    status = compiler_cache.main([compiler_cache.NO_STORE, str(tmp_path / "bin"), "g++", "-O1", "-fPIC",
+    status = compiler_cache.main([library_store.NO_STORE, str(tmp_path / "bin"), "g++", "-O1", "-fPIC",
                                   "-shared", "-o", str(out), str(src)])
     assert status == 0
     data = (ctypes.c_float * (4 * len(sizes) + max(sizes)))(*([1.0] * (4 * len(sizes) + max(sizes))))
@@ -100,7 +100,7 @@ def test_a_module_whose_prelude_is_not_precompiled_is_compiled_whole(tmp_path, m
     src.write_text("// Slang's prelude\n" + compiler_cache.PRELUDE_END.lstrip("\n") + "1\n" + _module([400, 350]))
     assert cxx_units.two_units(_module([400, 350]), compiler_cache.SPLIT_MIN_LINES, compiler_cache.ENTRY_WEIGHT)
     out = tmp_path / "libslang-generated-xyz.so"
-    assert compiler_cache.main([compiler_cache.NO_STORE, str(tmp_path / "bin"), "g++", "-O3", "-shared", "-o",
+    assert compiler_cache.main([library_store.NO_STORE, str(tmp_path / "bin"), "g++", "-O3", "-shared", "-o",
                                 str(out), str(src)]) == 0
     calls = log.read_text().splitlines()
     assert len(calls) == 1 and "-c" not in calls[0].split()

@@ -18,7 +18,7 @@ import sympy
 from sympy.functions.elementary.miscellaneous import MinMaxBase
 
 import symdiff as sd
-from symdiff.lowering import compiler_cache, disk_cache
+from symdiff.lowering import compiler_cache, disk_cache, library_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -310,15 +310,15 @@ def test_compiler_flags_reach_library_compiles_only(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     src, out = tmp_path / "unknown-abc.cpp", tmp_path / "libslang-generated-xyz.so"
     src.write_text("int a;")
-    monkeypatch.setenv(compiler_cache.EXTRA_ENV, "-march=test1 -mfoo")
+    monkeypatch.setenv(library_store.EXTRA_ENV, "-march=test1 -mfoo")
     bin_dir = str(tmp_path / "bin")
-    assert compiler_cache.main([compiler_cache.NO_STORE, bin_dir, "g++", "-O3", "-shared", "-o", str(out), str(src)]) == 0
-    assert compiler_cache.main([compiler_cache.NO_STORE, bin_dir, "g++", "-v"]) == 0
+    assert compiler_cache.main([library_store.NO_STORE, bin_dir, "g++", "-O3", "-shared", "-o", str(out), str(src)]) == 0
+    assert compiler_cache.main([library_store.NO_STORE, bin_dir, "g++", "-v"]) == 0
     calls = log.read_text().splitlines()
     assert calls[0].endswith("-march=test1 -mfoo") and calls[1] == "-v"
     store = tmp_path / "binaries"
     assert compiler_cache.main([str(store), bin_dir, "g++", "-shared", "-o", str(out), str(src)]) == 0
-    monkeypatch.setenv(compiler_cache.EXTRA_ENV, "-march=test2")
+    monkeypatch.setenv(library_store.EXTRA_ENV, "-march=test2")
     assert compiler_cache.main([str(store), bin_dir, "g++", "-shared", "-o", str(out), str(src)]) == 0
     assert len(log.read_text().splitlines()) == 4  # other flags, another library
     assert len(list(store.rglob("*.so"))) == 2
@@ -340,7 +340,7 @@ def test_program_entry_compiles_light(tmp_path, monkeypatch):
     text = "\n".join([kernel, "{", "}", runner, "{", "}", entry, "{", "}"])
     src = tmp_path / "unknown-abc.cpp"
     src.write_text(text)
-    for directory in (compiler_cache.NO_STORE, str(tmp_path / "binaries")):
+    for directory in (library_store.NO_STORE, str(tmp_path / "binaries")):
         out = tmp_path / "libslang-generated-xyz.so"
         assert compiler_cache.main([directory, str(tmp_path / "bin"), "g++", "-O3", "-shared", "-o", str(out),
                                     str(src)]) == 0
@@ -359,8 +359,8 @@ def test_cpu_compiles_go_through_the_wrapper_with_the_targets_flags(monkeypatch)
         with backends.of("cpu").compiling():
             wrapper = Path(os.environ["PATH"].split(os.pathsep)[0]) / "g++"
             text = wrapper.read_text()
-        assert compiler_cache.EXTRA_ENV in text and " ".join(targets.compiler_args(backends.cpu.TARGET)) in text
-        assert (f'"{compiler_cache.NO_STORE}"' in text.split()) == (enabled == "0")
+        assert library_store.EXTRA_ENV in text and " ".join(targets.compiler_args(backends.cpu.TARGET)) in text
+        assert (f'"{library_store.NO_STORE}"' in text.split()) == (enabled == "0")
 
 
 SOURCE_OF_A_STENCIL = textwrap.dedent("""
@@ -404,7 +404,7 @@ def test_shared_prelude_is_precompiled_once_and_used(tmp_path, monkeypatch):
     """The first library compile starts a background build of its prelude's
     precompiled header (the text before the first ``#line``); a later module
     with the same prelude compiles through it, to a library computing the same."""
-    monkeypatch.delenv(compiler_cache.EXTRA_ENV, raising=False)
+    monkeypatch.delenv(library_store.EXTRA_ENV, raising=False)
     store, bin_dir = tmp_path / "binaries", str(tmp_path / "bin")
 
     def compile_(own: str) -> ctypes.CDLL:
@@ -438,7 +438,7 @@ def test_prelude_is_precompiled_for_both_levels(tmp_path, monkeypatch):
     """The first -O0 compile of a prelude also has its -O3 header built (a header
     precompiled at one level is refused at the other), so the first -O3 module
     compiles through its own, also when it asks for C++ of its own after Slang's prelude."""
-    monkeypatch.delenv(compiler_cache.EXTRA_ENV, raising=False)
+    monkeypatch.delenv(library_store.EXTRA_ENV, raising=False)
     store, bin_dir = tmp_path / "binaries", str(tmp_path / "bin")
     src, out = tmp_path / "unknown-a.cpp", tmp_path / "liba.so"
     src.write_text(PRELUDE + '#line 1 "core"\nextern "C" int f(int x) { return twice(x) + 1; }\n')
@@ -467,14 +467,14 @@ def test_a_library_compiled_at_O0_is_compiled_at_O3_later(tmp_path, monkeypatch)
     """With ``LATER_ENV`` set, a -O0 library compile also has its source compiled
     at -O3 in a detached process, stored under the key a -O3 compile of the same
     text looks up, and the mark written: empty, or ``FAILED`` when that compile fails."""
-    monkeypatch.delenv(compiler_cache.EXTRA_ENV, raising=False)
+    monkeypatch.delenv(library_store.EXTRA_ENV, raising=False)
     store, bin_dir = tmp_path / "binaries", str(tmp_path / "bin")
     sources = {"works": 'extern "C" int f(int x) { return 2 * x; }\n',
                "fails": '#ifdef __OPTIMIZE__\n#error only at -O0\n#endif\nextern "C" int f(int x) { return x; }\n'}
     for name, text in sources.items():
         src, out, mark = tmp_path / f"unknown-{name}.cpp", tmp_path / f"lib{name}.so", tmp_path / "marks" / name
         src.write_text(text)
-        monkeypatch.setenv(compiler_cache.LATER_ENV, str(mark))
+        monkeypatch.setenv(library_store.LATER_ENV, str(mark))
         assert compiler_cache.main([str(store), bin_dir, "g++", "-O0", "-fPIC", "-shared", "-o", str(out),
                                     str(src)]) == 0
         src.unlink()  # as Slang does once the compile returns: the later compile has its own copy
@@ -485,7 +485,7 @@ def test_a_library_compiled_at_O0_is_compiled_at_O3_later(tmp_path, monkeypatch)
         assert mark.read_text() == ("" if name == "works" else compiler_cache.FAILED)
     src = tmp_path / "unknown-again.cpp"
     src.write_text(sources["works"])
-    monkeypatch.delenv(compiler_cache.LATER_ENV)
+    monkeypatch.delenv(library_store.LATER_ENV)
     calls = []
     monkeypatch.setattr(compiler_cache.subprocess, "call", lambda *a, **k: calls.append(a) or 1)
     out = tmp_path / "libagain.so"
