@@ -327,8 +327,8 @@ def test_compiler_flags_reach_library_compiles_only(tmp_path, monkeypatch):
 @pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")
 def test_program_entry_compiles_light(tmp_path, monkeypatch):
     """g++ gets the CPU program entry's runners (``codegen``'s ``<kernel>_over_<w>x<h>``)
-    marked noinline and the entry at -O0, stored or not, and every other function as
-    Slang wrote it."""
+    marked noinline and the entry at -O0, its parameters cast once (not a global's), stored
+    or not, and every other function as Slang wrote it."""
     fake = tmp_path / "fake"
     fake.mkdir()
     (fake / "g++").write_text(FAKE_CXX.format(log=tmp_path / "log"))
@@ -337,7 +337,9 @@ def test_program_entry_compiles_light(tmp_path, monkeypatch):
     runner = f"static void k2_add_3{compiler_cache.RUNNER_INFIX}256x1_0(RWStructuredBuffer<float> b_0)"
     kernel = "static void k2_add_3_0(Vector<uint32_t, 3>  tid_0, RWStructuredBuffer<float> b_0)"
     entry = "void _run_program(void* _S19, void* entryPointParams_0, void* _S20)"
-    text = "\n".join([kernel, "{", "}", runner, "{", "}", entry, "{", "}"])
+    cast, other = "(slang_bit_cast<EntryPointParams_0*>(entryPointParams_0))", "(slang_bit_cast<Other*>(global))"
+    calls = [f"    k2_add_3{compiler_cache.RUNNER_INFIX}256x1_0({cast}->b_0);", f"    f({cast}->n_0, {other});"]
+    text = "\n".join([kernel, "{", "}", runner, "{", "}", entry, "{", *calls, "}"])
     src = tmp_path / "unknown-abc.cpp"
     src.write_text(text)
     for directory in (library_store.NO_STORE, str(tmp_path / "binaries")):
@@ -345,8 +347,10 @@ def test_program_entry_compiles_light(tmp_path, monkeypatch):
         assert compiler_cache.main([directory, str(tmp_path / "bin"), "g++", "-O3", "-shared", "-o", str(out),
                                     str(src)]) == 0
         compiled = out.read_text().splitlines()
+        hoisted = "    EntryPointParams_0* _symdiff_params_0 = slang_bit_cast<EntryPointParams_0*>(entryPointParams_0);"
         assert compiled == [kernel, "{", "}", f"__attribute__((noinline)) {runner}", "{", "}",
-                            f'__attribute__((optimize("O0"))) {entry}', "{", "}"]
+                            f'__attribute__((optimize("O0"))) {entry}', "{", hoisted,
+                            *(c.replace(cast, "(_symdiff_params_0)") for c in calls), "}"]
 
 
 @pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")
