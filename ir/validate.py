@@ -9,6 +9,7 @@ where they are decidable symbolically: an index is rejected when it is
 """
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import networkx as nx
@@ -245,19 +246,32 @@ class _TaskletChecker:
         return box
 
     def bounds_problem(self, access: str, memlet: Memlet, box: dict) -> str | None:
-        if any((hi - lo).is_negative for lo, hi in box.values()):
-            return None  # provably empty: nothing runs, nothing is out of range
         shape = self.graph.containers[memlet.container].shape
-        for axis, (e, extent) in enumerate(zip(memlet.index, shape)):
-            span = _affine_range(as_expr(e), box)
-            if span is None:
-                continue
-            lo, hi = span
-            if lo.is_negative or (hi - as_expr(extent)).is_nonnegative:
-                bad = lo if lo.is_negative else hi
-                return (f"access {memlet} on {access!r}: index {e} reaches {bad}, outside axis "
-                        f"{axis} of {memlet.container!r} (extent {extent})")
-        return None
+        found = _outside(tuple(memlet.index), tuple(shape), tuple(box.items()))
+        if found is None:
+            return None
+        axis, bad = found
+        return (f"access {memlet} on {access!r}: index {memlet.index[axis]} reaches {bad}, outside axis "
+                f"{axis} of {memlet.container!r} (extent {shape[axis]})")
+
+
+@functools.lru_cache(maxsize=4096)
+def _outside(index: tuple, shape: tuple, box: tuple) -> tuple[int, sympy.Expr] | None:
+    """The first axis whose index provably leaves the container over ``box`` (``(symbol, (lo, hi))``
+    pairs), with the index value reaching out, or None.  Remembered: an unrolled loop's steps repeat
+    the same indices over the same boxes (the tracer asks for every tasklet it emits, ``validate``
+    for every tasklet again), and the sympy arithmetic was a quarter of tracing elman_rnn."""
+    if any((hi - lo).is_negative for _, (lo, hi) in box):
+        return None  # provably empty: nothing runs, nothing is out of range
+    ranges = dict(box)
+    for axis, (e, extent) in enumerate(zip(index, shape)):
+        span = _affine_range(as_expr(e), ranges)
+        if span is None:
+            continue
+        lo, hi = span
+        if lo.is_negative or (hi - as_expr(extent)).is_nonnegative:
+            return axis, lo if lo.is_negative else hi
+    return None
 
 
 def _simple_bound(term: sympy.Basic, index_syms: set) -> tuple | None:

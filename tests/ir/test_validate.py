@@ -245,6 +245,20 @@ def test_out_of_range_write_within_simple_condition():
     rejects(g, "tasklet 'w'", "b#1", "reaches 4")
 
 
+def test_a_checked_index_is_checked_again_against_each_container():
+    """The bounds check remembers its verdicts (an unrolled loop repeats indices); a verdict
+    is per index, box and extents, so the same read of a shorter container still fails."""
+    for extent, fits in ((5, True), (4, False), (5, True)):
+        g = copy_graph((4,))
+        g.add_container("longer", (extent,), "float32", "argument")
+        g.add_tasklet("next", [(i, 0, 4)], {"o": x}, {"x": (g.access("longer"), (i + 1,))},
+                      {"o": (g.new_version("b"), (i,))})
+        if fits:
+            g.validate()
+        else:
+            rejects(g, "tasklet 'next'", "longer#0", "reaches 4", "extent 4")
+
+
 @pytest.mark.parametrize("shape, domain, index", [
     ((N,), (0, N - 1), i + 1),       # stencil: fits for every N
     ((N,), (0, N), N - 1 - i),       # reversal
