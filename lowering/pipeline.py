@@ -40,13 +40,22 @@ class Problem:
     elements: dict = field(default_factory=dict, compare=False)
 
 
+# Which values expanding their inputs a run recomputes where read (``rematerialise.recompute_expansions``):
+# none, those whose recomputation reads nothing more (a seed's broadcast), or all.
+EXPANSIONS = ("none", "free", "all")
+
+
 @dataclass(frozen=True)
 class Choice:
     """What one run of the pipeline recomputes: the producers named by origin
-    (``rematerialise.rematerialise``) and whether values expanding their inputs
-    are recomputed where read (``rematerialise.recompute_expansions``)."""
+    (``rematerialise.rematerialise``) and which values expanding their inputs
+    are recomputed where read (one of ``EXPANSIONS``)."""
     recompute: tuple[str, ...]
-    expand: bool = False
+    expand: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.expand not in EXPANSIONS:
+            raise ValueError(f"expand={self.expand!r} is not one of {EXPANSIONS}")
 
 
 @dataclass

@@ -233,8 +233,9 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     ``Tuning.free_recompute_rounds`` more plans), and so are the free values it is computed from
     (``rematerialise.free_buffered``).  Other values passed in registers inside a kernel stay as they are.
     On targets that do not recompute cheap values anyway, those are then tried recomputed
-    (``rematerialise.cheap_on_gpu``).  Values made only of elements broadcast along them (n-body's pair
-    values) are tried recomputed where they are read (``rematerialise.recompute_expansions``) as a whole
+    (``rematerialise.cheap_on_gpu``).  Values made only of elements broadcast along them are recomputed
+    where they are read (``rematerialise.recompute_expansions``): from the first plan where that reads
+    nothing more (a seed's broadcast: ``first_choice``), else (n-body's pair values) tried as a whole
     other plan with its own rounds and trial (``WHOLE_PLAN_ALTERNATIVES``).  Each trial but the free rounds
     is kept where the plan stores fewer elements in no more kernels (``CostModel.stores_less``).  Every
     choice asks the target's cost model (``lowering.cost_model``)."""
@@ -242,7 +243,7 @@ def plan(graph: DataflowGraph, sizes: dict[str, int], target: "str | targets.Tar
     problem = Problem(graph, sizes, target, CostModel.of(target))
     runs = Pipeline(PASSES, problem)
     with remembering():  # its trials ask the same questions of the tasklets they share (lowering.remembered)
-        return evaluate(WHOLE_PLAN_ALTERNATIVES, problem, Choice(tuple(recomputed(graph))),
+        return evaluate(WHOLE_PLAN_ALTERNATIVES, problem, first_choice(problem),
                         lambda choice: evaluate(ALTERNATIVES, problem, choice, runs.run))
 
 
@@ -268,15 +269,33 @@ def _cheap_values(problem: Problem, p: Plan, choice: Choice) -> Choice | None:
 
 
 def _expansions(problem: Problem, p: Plan, choice: Choice) -> Choice | None:
-    """``choice`` with values expanding their inputs recomputed (``rematerialise.recompute_expansions``)
-    where the graph has any.  Recomputed where a kernel passed it in a register anyway, gesummv's outer
-    product g[i] * x[j] was computed once per gradient and ran 7-10% slower on lavapipe.  Its trial is a
-    whole plan, rounds included: recomputing a seed's broadcast first changes which values its rounds
-    recompute (softmax_xent stores 23 MiB instead of 27 at 1Kx1000 on the CPU device, though the first plans
-    of both ways store the same)."""
-    if not expansions_in(problem.graph, problem.sizes, problem.model):
+    """``choice`` with every value expanding its inputs recomputed (``rematerialise.recompute_expansions``)
+    where the graph has one that ``choice`` does not recompute already (n-body's pair values; a seed's
+    broadcast where ``first_choice`` recomputes it).  Recomputed where a kernel passed it in a register
+    anyway, gesummv's outer product g[i] * x[j] was computed once per gradient and ran 7-10% slower on
+    lavapipe.  Its trial is a whole plan, rounds included."""
+    left = False if choice.expand == "free" else None  # free: those reading nothing more are recomputed
+    if not expansions_in(problem.graph, problem.sizes, problem.model, free=left):
         return None
-    return Choice(choice.recompute, expand=True)
+    return Choice(choice.recompute, expand="all")
+
+
+def first_choice(problem: Problem) -> Choice:
+    """The choice a plan starts from: what the traced graph names recomputed (a memory budget's choice,
+    ``cost_model.recomputed``), and the values expanding their inputs whose recomputation reads nothing
+    more (a seed's broadcast: ``g / n`` over a matrix) recomputed where read.  This was the expansions
+    trial's, which also recomputed the others where there were any: recomputing a seed's broadcast first
+    changes which values the rounds recompute.  On the CPU device that trial stored less for attention,
+    attention_einsum, ffn_block and layer_norm at both bench sizes and mlp_softmax_xent at the large one
+    (softmax_xent 23 MiB instead of 27 at 1Kx1000), and exactly as much in as many kernels for elman_rnn,
+    jacobi_2d, mlp_tanh and embedding_bag, never more; as a trial it cost elman_rnn's large plan three of
+    its six pipeline runs (0.14 of 0.36 s).  Over 550 fuzzed programs' plans (the CPU device and lavapipe),
+    starting from it stored less in 9 (by up to 30%) and more in 2 (by 5%), in as many kernels.  Not where
+    the target recomputes calls (``CostModel.recompute_calls``: CUDA), whose cheap values' recomputation
+    left a seed's one-point copy a kernel of its own (softplus + logsumexp: 4 kernels instead of 3): there
+    the trial decides."""
+    free = not problem.model.recompute_calls and expansions_in(problem.graph, problem.sizes, problem.model, free=True)
+    return Choice(tuple(recomputed(problem.graph)), expand="free" if free else "none")
 
 
 def _kept(model: CostModel, trial: Plan, current: Plan) -> bool:
@@ -390,8 +409,9 @@ PASSES: tuple[Pass, ...] = (
     Pass("split_free_copies", lambda c: split_free_copies(c.graph, c.problem.model)),
     Pass("rematerialise", lambda c: rematerialise(c.graph, list(c.choice.recompute), c.problem.model),
          reads=("recompute",)),
-    Pass("recompute_expansions", lambda c: recompute_expansions(c.graph, c.problem.model),
-         when=lambda c: c.choice.expand, reads=("expand",)),
+    Pass("recompute_expansions",
+         lambda c: recompute_expansions(c.graph, c.problem.model, free_only=c.choice.expand == "free"),
+         when=lambda c: c.choice.expand != "none", reads=("expand",)),
     Pass("recompute_cheap", lambda c: recompute_cheap(c.graph, c.problem.model),
          when=lambda c: c.problem.model.recompute_calls),
     Pass("fold_producers", lambda c: fold_producers(c.graph, c.problem.target)),

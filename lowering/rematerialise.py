@@ -304,7 +304,7 @@ def recompute_cheap(graph: DataflowGraph, model: CostModel) -> None:
             return
 
 
-def recompute_expansions(graph: DataflowGraph, model: CostModel) -> None:
+def recompute_expansions(graph: DataflowGraph, model: CostModel, free_only: bool = False) -> None:
     """Recompute, where it is read, each value that ``expands`` its inputs:
     computed from elements each shared along an axis of its domain (no
     ``streamed`` read), as ``x[i] - x[j]`` is from the coordinates of n bodies.  Stored, such a value writes and reads back a
@@ -313,21 +313,28 @@ def recompute_expansions(graph: DataflowGraph, model: CostModel) -> None:
     neighbouring points load too.  Tasklets writing several such values are
     split first (n-body's reverse of ``m_i m_j / r`` writes two pair values).
     Rounds until none is left, as ``recompute_cheap``: once ``x[i] - x[j]`` is
-    recomputed in ``r``, ``r`` expands its inputs too.  Every target's planner
-    tries it (``plan.plan``) and keeps it where the plan stores less."""
+    recomputed in ``r``, ``r`` expands its inputs too.  ``free_only``: only the
+    values whose recomputation reads nothing more (``CostModel.free``: a seed's
+    broadcast), which every plan recomputes; the others are a trial of every
+    target's planner (``plan.plan``), kept where the plan stores less."""
+    def qualifies(t: Tasklet) -> bool:
+        return _expands(graph, t, model) and (not free_only or model.free(graph, t))
+
     while True:
-        _split_plain_writers(graph, lambda t: _expands(graph, t, model))
+        _split_plain_writers(graph, qualifies)
         results = {graph.latest(c) for c in graph.results}
         names = [n for n in candidates(graph)
-                 if _expands(graph, graph.node(n), model) and not _spoils_a_product(graph, n, model, results)]
+                 if qualifies(graph.node(n)) and not _spoils_a_product(graph, n, model, results)]
         if not names or not rematerialise(graph, {notes.origin(graph.node(n)) for n in names}, model):
             return
 
 
-def expansions_in(graph: DataflowGraph, sizes: Mapping[str, int], model: CostModel) -> bool:
+def expansions_in(graph: DataflowGraph, sizes: Mapping[str, int], model: CostModel, free: bool | None = None) -> bool:
     """Whether a tasklet of ``graph`` (sizes bound by ``sizes``) writes a value
-    ``recompute_expansions`` would recompute in its first round."""
-    return any(_expands(graph, t, model, sizes) for t in graph.tasklets())
+    ``recompute_expansions`` would recompute in its first round: one whose
+    recomputation reads nothing more (``free``), more (not ``free``), or any (None)."""
+    return any(_expands(graph, t, model, sizes) and (free is None or model.free(graph, t) == free)
+               for t in graph.tasklets())
 
 
 def _expands(graph: DataflowGraph, t: Tasklet, model: CostModel, sizes: Mapping[str, int] | None = None) -> bool:

@@ -79,7 +79,7 @@ def test_trials_run_only_the_passes_after_the_first_reading_what_they_change():
     shared = Pipeline(tuple(counted(p) for p in PASSES), problem)
     recompute = tuple(candidates(g))  # (a traced graph's tasklets are their own origins)
     assert recompute
-    choices = [Choice(()), Choice(recompute), Choice((), expand=True), Choice(recompute, expand=True)]
+    choices = [Choice(()), Choice(recompute), Choice((), expand="all"), Choice(recompute, expand="all")]
     plans = [shared.run(c) for c in choices]
     # the graph rewrites before rematerialise ran once; the expansions trial started after the
     # first choice's rematerialise
@@ -92,3 +92,36 @@ def test_trials_run_only_the_passes_after_the_first_reading_what_they_change():
         sources.append(generate(p, target).source)
         assert sources[-1] == generate(alone, target).source
     assert len(set(sources)) == len(sources)  # each choice planned its own program
+
+
+def _seeded(x: sd.f32[64, 64], w: sd.f32[64, 64]):
+    return np.mean(np.tanh(x @ w))  # the reverse pass's seed: g / 4096 over a 64x64 matrix
+
+
+def _pipeline_runs(monkeypatch, graph, target) -> list[Choice]:
+    """The choices ``plan`` ran the pipeline for."""
+    ran, original = [], Pipeline.run
+
+    def run(self, choice):
+        ran.append(choice)
+        return original(self, choice)
+    with monkeypatch.context() as m:
+        m.setattr(Pipeline, "run", run)
+        plan(graph, {}, target)
+    return ran
+
+
+def test_a_seeds_broadcast_is_recomputed_from_the_first_plan(monkeypatch):
+    """A value expanding its inputs that reads nothing more (the seed's broadcast) is
+    recomputed in every plan and needs no trial of its own; where the cost model recomputes
+    calls (CUDA) the expansions trial decides, as it does for expansions that read more."""
+    seeded = sd.differentiable_program(_seeded).backward_graph(wrt=["w"])
+    cpu = _pipeline_runs(monkeypatch, seeded, targets.of("cpu"))
+    assert {c.expand for c in cpu} == {"free"}
+    seed = [t for t in plan(seeded, {}, targets.of("cpu")).graph.tasklets() if t.name.startswith("grad_mean")]
+    assert not seed  # recomputed into its readers
+    cuda = _pipeline_runs(monkeypatch, seeded, targets.of("cuda"))
+    assert cuda[0].expand == "none" and "all" in {c.expand for c in cuda}
+    pairs = ir.trace(_pairs).copy()
+    sd.add_backward_pass(pairs, inputs=["x", "m"], outputs=pairs.results)
+    assert "all" in {c.expand for c in _pipeline_runs(monkeypatch, pairs, targets.of("cpu"))}
