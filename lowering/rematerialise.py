@@ -317,14 +317,14 @@ def recompute_expansions(graph: DataflowGraph, model: CostModel, free_only: bool
     values whose recomputation reads nothing more (``CostModel.free``: a seed's
     broadcast), which every plan recomputes; the others are a trial of every
     target's planner (``plan.plan``), kept where the plan stores less."""
-    def qualifies(t: Tasklet) -> bool:
-        return _expands(graph, t, model) and (not free_only or model.free(graph, t))
+    def qualifies(t: Tasklet) -> bool:  # whether a value is free asks less than whether it expands
+        return (not free_only or model.free(graph, t)) and _expands(graph, t, model)
 
     while True:
         _split_plain_writers(graph, qualifies)
-        results = {graph.latest(c) for c in graph.results}
-        names = [n for n in candidates(graph)
-                 if qualifies(graph.node(n)) and not _spoils_a_product(graph, n, model, results)]
+        results, exact = {graph.latest(c) for c in graph.results}, {}
+        names = [t.name for t in graph.tasklets() if qualifies(t) and _candidate(graph, t.name, results, exact)
+                 and not _spoils_a_product(graph, t.name, model, results)]
         if not names or not rematerialise(graph, {notes.origin(graph.node(n)) for n in names}, model):
             return
 
