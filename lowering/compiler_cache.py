@@ -36,6 +36,7 @@ This module is run by a bare interpreter (``python -I -S``) too: standard librar
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -137,8 +138,11 @@ def _wrappers(directory: Path | None, extra: list[str]) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def _own_bin_dir() -> Path:
-    """A temporary directory for this process's wrapper when nothing is stored."""
-    return Path(tempfile.mkdtemp(prefix="symdiff-cxx-"))
+    """A temporary directory for this process's wrapper when nothing is stored, removed
+    when the process exits (left behind, one a process piled up in the temporary folder)."""
+    folder = tempfile.mkdtemp(prefix="symdiff-cxx-")
+    atexit.register(shutil.rmtree, folder, True)
+    return Path(folder)
 
 
 def _store(entry: Path, output: str) -> None:

@@ -354,6 +354,17 @@ def test_program_entry_compiles_light(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")
+def test_a_wrapper_storing_nothing_leaves_no_folder_behind():
+    """With no cache directory the wrapper lives in a temporary folder of the process's own,
+    removed when the process exits."""
+    code = ("import os\nfrom symdiff.lowering import compiler_cache\n"
+            "with compiler_cache.active(None):\n    print(os.environ['PATH'].split(os.pathsep)[0])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    folder = Path(done.stdout.strip())
+    assert folder.name.startswith("symdiff-cxx-") and not folder.exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")
 def test_cpu_compiles_go_through_the_wrapper_with_the_targets_flags(monkeypatch):
     """With the disk cache on or off, the CPU device's compiles find our g++
     first on PATH, and it carries ``targets.compiler_args``."""
