@@ -19,6 +19,7 @@ from sympy.functions.elementary.miscellaneous import MinMaxBase
 
 import symdiff as sd
 from symdiff.lowering import compiler_cache, disk_cache, library_store
+from fake_compiler import FAKE_CXX
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -252,14 +253,6 @@ def test_second_process_hits_and_agrees(device, cache_dir, tmp_path):
     assert runs[0]["value"] == pytest.approx(runs[1]["value"], rel=1e-6)
     for k in runs[0]["grads"]:
         np.testing.assert_allclose(runs[0]["grads"][k], runs[1]["grads"][k], rtol=1e-6, atol=1e-7)
-
-
-FAKE_CXX = """#!/bin/sh
-echo run >> "{log}"
-out=""; prev=""
-for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
-for a in "$@"; do case "$a" in *.cpp) cat "$a" > "$out";; esac; done
-"""
 
 
 @pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a shell script")

@@ -7,13 +7,8 @@ import sys
 import pytest
 
 from symdiff.lowering import library_store
+from fake_compiler import FAKE_CXX
 
-FAKE_CXX = """#!/bin/sh
-echo run >> "{log}"
-out=""; prev=""
-for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
-for a in "$@"; do case "$a" in *.cpp) cat "$a" > "$out";; esac; done
-"""
 
 # What loading the compiler cache imports (siblings loaded by path are not listed by
 # -X importtime; these are its own imports): a hit must need none of them.
