@@ -333,8 +333,8 @@ def expansions_in(graph: DataflowGraph, sizes: Mapping[str, int], model: CostMod
     """Whether a tasklet of ``graph`` (sizes bound by ``sizes``) writes a value
     ``recompute_expansions`` would recompute in its first round: one whose
     recomputation reads nothing more (``free``), more (not ``free``), or any (None)."""
-    return any(_expands(graph, t, model, sizes) and (free is None or model.free(graph, t) == free)
-               for t in graph.tasklets())
+    return any((free is None or model.free(graph, t) == free) and _expands(graph, t, model, sizes)
+               for t in graph.tasklets())  # whether a value is free asks less than whether it expands
 
 
 def _expands(graph: DataflowGraph, t: Tasklet, model: CostModel, sizes: Mapping[str, int] | None = None) -> bool:
