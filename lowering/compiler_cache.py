@@ -15,9 +15,10 @@ as a script: a compile of one self-contained ``.cpp`` into a ``-shared`` library
 under the SHA-256 of the compiler's identity (path, size, mtime), its
 arguments (temporary paths left out) and the source text (less ``#line``
 directives and blank lines, ``library_store.code``); a hit copies the
-stored library to the requested output, a miss runs this file's ``main``: the real
-g++, whose output it stores.  Anything else goes to the real g++ unchanged.  A stored library
-whose content no longer matches its recorded hash is deleted and rebuilt.
+stored library to the requested output, a miss runs this file's ``main``: the
+real g++, whose output it stores.  Anything else goes to the real g++
+unchanged.  A stored library whose content no longer matches its recorded hash
+is deleted and rebuilt.
 
 ``PATH`` is the process's: another thread starting ``g++`` during a symdiff
 compile goes through the wrapper too, which passes anything but such a
@@ -66,8 +67,6 @@ else:  # run as a script (the g++ wrapper's, ``library_store``, or a background 
     cxx_units, library_store = _sibling("cxx_units"), _sibling("library_store")
 
 COMPILERS = ("g++",)  # what Slang's downstream compiler locator runs here
-
-
 PRELUDE_END = "\n#line "  # where Slang's generated code starts, after the prelude every module shares
 # The first line of C++ a module asks for itself (``__requirePrelude``: lowering.threads' worker pool): after
 # Slang's prelude, and only in some modules, so a shared precompiled header ends before it.
@@ -119,7 +118,8 @@ def _wrappers(directory: Path | None, extra: list[str]) -> Path:
     bin_dir = directory / "bin" if directory is not None else _own_bin_dir()
     flags = " ".join(extra)
     for name in COMPILERS:
-        script = (f'#!/bin/sh\n{library_store.EXTRA_ENV}="{flags}" exec "{sys.executable}" -I -S "{Path(library_store.__file__).resolve()}" '
+        script = (f'#!/bin/sh\n{library_store.EXTRA_ENV}="{flags}" exec "{sys.executable}" -I -S '
+                  f'"{Path(library_store.__file__).resolve()}" '
                   f'"{directory if directory is not None else library_store.NO_STORE}" "{bin_dir}" "{name}" "$@"\n')
         path = bin_dir / name
         try:
@@ -149,7 +149,8 @@ def _store(entry: Path, output: str) -> None:
     try:
         data = Path(output).read_bytes()
         entry.parent.mkdir(parents=True, exist_ok=True)
-        for path, content in ((Path(library_store.checksum_path(str(entry))), hashlib.sha256(data).hexdigest().encode()),
+        checksum = Path(library_store.checksum_path(str(entry)))
+        for path, content in ((checksum, hashlib.sha256(data).hexdigest().encode()),
                               (entry, data)):  # the library last: present means complete
             _atomic_write(path, content)
     except OSError:
@@ -354,7 +355,8 @@ def _params_once(text: str) -> str:
     casts = sorted({m for m in _PARAMS_CAST.findall(body) if m[1] in parameters})
     if not casts:
         return text
-    locals_ = [f"    {kind}* _symdiff_params_{k} = slang_bit_cast<{kind}*>({name});" for k, (kind, name) in enumerate(casts)]
+    locals_ = [f"    {kind}* _symdiff_params_{k} = slang_bit_cast<{kind}*>({name});"
+               for k, (kind, name) in enumerate(casts)]
     for k, (kind, name) in enumerate(casts):
         body = body.replace(f"(slang_bit_cast<{kind}*>({name}))", f"(_symdiff_params_{k})")
     return text[:found.start("body")] + "\n".join(locals_) + "\n" + body + text[found.end("body"):]
