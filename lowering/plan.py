@@ -271,7 +271,7 @@ def _cheap_values(problem: Problem, p: Plan, choice: Choice) -> Choice | None:
 def _expansions(problem: Problem, p: Plan, choice: Choice) -> Choice | None:
     """``choice`` with every value expanding its inputs recomputed (``rematerialise.recompute_expansions``)
     where the graph has one that ``choice`` does not recompute already (n-body's pair values; a seed's
-    broadcast where ``first_choice`` recomputes it).  Recomputed where a kernel passed it in a register
+    broadcast too where ``first_choice`` leaves it: CUDA).  Recomputed where a kernel passed it in a register
     anyway, gesummv's outer product g[i] * x[j] was computed once per gradient and ran 7-10% slower on
     lavapipe.  Its trial is a whole plan, rounds included."""
     left = False if choice.expand == "free" else None  # free: those reading nothing more are recomputed
