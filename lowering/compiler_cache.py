@@ -15,7 +15,7 @@ as a script: a compile of one self-contained ``.cpp`` into a ``-shared`` library
 under the SHA-256 of the compiler's identity (path, size, mtime), its
 arguments (temporary paths left out) and the source text (less ``#line``
 directives and blank lines, ``library_store.code``); a hit copies the
-stored library to the requested output, a miss runs this file's ``main``: the
+stored library to the requested output, a miss runs this file's ``run``: the
 real g++, whose output it stores.  Anything else goes to the real g++
 unchanged.  A stored library whose content no longer matches its recorded hash
 is deleted and rebuilt.
@@ -33,7 +33,7 @@ so they are added here to each library compile, and are part of its key.
 Where: ``devices.cache_dir() / "cpu-binaries"``; with ``SYMDIFF_DISK_CACHE=0``
 the wrapper still runs (for the flags) and stores nothing.
 The wrapper is POSIX-only (a shell script); elsewhere g++ runs every time, without the flags.
-This module is run by a bare interpreter (``python -I -S``) too: standard library only.
+This module is loaded by that script, under a bare interpreter (``python -I -S``): standard library only.
 """
 from __future__ import annotations
 
@@ -54,17 +54,9 @@ from typing import Iterator
 
 if __package__:
     from . import cxx_units, library_store
-else:  # run as a script (the g++ wrapper's, ``library_store``, or a background build): siblings loaded by path
-    import importlib.util
-
-    def _sibling(name: str):
-        if name not in sys.modules:
-            spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-            sys.modules[name] = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(sys.modules[name])
-        return sys.modules[name]
-
-    cxx_units, library_store = _sibling("cxx_units"), _sibling("library_store")
+else:  # loaded by the g++ wrapper's script, ``library_store``, which loads its siblings by path
+    library_store = sys.modules["library_store"]
+    cxx_units = library_store.sibling("cxx_units")
 
 COMPILERS = ("g++",)  # what Slang's downstream compiler locator runs here
 PRELUDE_END = "\n#line "  # where Slang's generated code starts, after the prelude every module shares
@@ -86,9 +78,9 @@ _ENTRY = re.compile(rf"^(void {cxx_units.ENTRY}\()", re.M)
 _ENTRY_BODY = re.compile(rf"^(?:__attribute__\(\(.*?\)\) )?void {cxx_units.ENTRY}\((?P<parameters>.*)\)\n\{{\n"
                          r"(?P<body>(?:.*\n)*?)\}$", re.M)
 _PARAMS_CAST = re.compile(r"\(slang_bit_cast<(\w+)\*>\((\w+)\)\)")
-BUILD_HEADER = "--build-header"  # the argument that makes this script build precompiled headers
+BUILD_HEADER = "--build-header"  # the argument that makes the wrapper's script build precompiled headers
 LEVELS = (library_store.UNOPTIMISED, library_store.OPTIMISED)
-BUILD_LATER = "--build-later"  # the argument that makes this script build a library at -O3 in the background
+BUILD_LATER = "--build-later"  # the argument that makes it build a library at -O3 in the background
 FAILED = "failed"  # what that file holds when the -O3 compile failed
 BUILD_TIMEOUT = 600.0  # seconds after which an unfinished header build is taken to have died
 
@@ -158,39 +150,41 @@ def _store(entry: Path, output: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``DIRECTORY BIN NAME ARGS...`` (the wrapper's, where ``library_store`` did not
-    serve it from the store): run compiler ``NAME``
-    (the one on ``PATH`` after the wrappers' own ``BIN``) on ``ARGS``, a library
-    compile with ``$SYMDIFF_CXX_EXTRA`` added and through the library cache in
-    ``DIRECTORY`` (``-``: none); a -O0 one with ``$SYMDIFF_CXX_LATER`` set also
-    has its -O3 library stored (``_optimise_later``)."""
-    if argv and argv[0] == BUILD_HEADER:  # compiler_cache.py --build-header COMPILER JOBS (JSON)
+    """``DIRECTORY BIN NAME ARGS...``: the wrapper's compile (``run``), or one of its
+    background builds (``BUILD_HEADER``, ``BUILD_LATER``)."""
+    if argv and argv[0] == BUILD_HEADER:  # --build-header COMPILER JOBS (JSON)
         return _build_headers(argv[1], json.loads(argv[2]))
-    if argv and argv[0] == BUILD_LATER:  # compiler_cache.py --build-later COMPILER JOB (JSON)
+    if argv and argv[0] == BUILD_LATER:  # --build-later COMPILER JOB (JSON)
         return _build_later(argv[1], json.loads(argv[2]))
-    directory, bin_dir, name, args = argv[0], argv[1], argv[2], argv[3:]
-    compiler = library_store.real_compiler(name, bin_dir)
+    return run(library_store.Request(argv))
+
+
+def run(request: library_store.Request) -> int:
+    """Run ``request``'s compiler on its arguments: a library compile with
+    ``$SYMDIFF_CXX_EXTRA`` added and through the library cache in its directory
+    (``-``: none; ``library_store.served`` had no hit for it, or was not asked); a
+    -O0 one with ``$SYMDIFF_CXX_LATER`` set also has its -O3 library stored
+    (``_optimise_later``)."""
+    compiler, flagged = request.compiler, request.flagged
     if compiler is None:
-        sys.stderr.write(f"symdiff's compiler cache: no {name} on PATH\n")
+        sys.stderr.write(f"symdiff's compiler cache: no {request.name} on PATH\n")
         return 127
-    flagged = args + os.environ.get(library_store.EXTRA_ENV, "").split()
-    found = library_store.cache_key(compiler, flagged)  # the flags are part of the key (no file among them)
-    if found is None:  # not a library compile: passed on as it is
-        return subprocess.call([compiler, *args])
-    if directory == library_store.NO_STORE:
+    if request.found is None:  # not a library compile: passed on as it is
+        return subprocess.call([compiler, *request.args])
+    if request.directory == library_store.NO_STORE:
         return _compile(compiler, flagged, None)
-    key, output = found
-    entry = Path(library_store.entry_path(directory, key))
+    key, output = request.found
+    entry = Path(library_store.entry_path(request.directory, key))
     if library_store.hit(str(entry), output):
         status = 0
     else:
-        status = _compile(compiler, flagged, Path(directory))
+        status = _compile(compiler, flagged, Path(request.directory))
         if status != 0:  # compiled again as given, so that its errors quote the file Slang wrote
             status = subprocess.call([compiler, *flagged])
         if status == 0:
             _store(entry, output)
-    if status == 0 and os.environ.get(library_store.LATER_ENV) and library_store.UNOPTIMISED in flagged:
-        _optimise_later(compiler, flagged, Path(directory), Path(os.environ[library_store.LATER_ENV]))
+    if status == 0 and request.later():
+        _optimise_later(compiler, flagged, Path(request.directory), Path(os.environ[library_store.LATER_ENV]))
     return status
 
 
@@ -214,11 +208,16 @@ def _optimise_later(compiler: str, args: list[str], directory: Path, marker: Pat
         optimised[source] = str(copy)
         optimised[optimised.index("-o") + 1] = str(work / "library.so")
         job = {"args": optimised, "entry": str(entry), "marker": str(marker), "work": str(work)}
-        subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).resolve()), BUILD_LATER, compiler,
-                          json.dumps(job)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+        _in_background(BUILD_LATER, compiler, json.dumps(job))
     except OSError:
         pass  # a read-only or full disk: the runtime's ski rental recompiles when the calls have paid for it
+
+
+def _in_background(*args: str) -> None:
+    """The wrapper's script run on ``args`` (a background build) in a detached process."""
+    subprocess.Popen([sys.executable, "-I", "-S", str(Path(library_store.__file__).resolve()), *args],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
 
 
 def _build_later(compiler: str, job: dict) -> int:
@@ -397,9 +396,7 @@ def _start_header_builds(compiler: str, jobs: list[tuple[Path, list[str]]], prel
     if not todo:
         return
     try:
-        subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).resolve()), BUILD_HEADER, compiler,
-                          json.dumps(todo)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+        _in_background(BUILD_HEADER, compiler, json.dumps(todo))
     except OSError:
         for job in todo:
             (Path(job["header"]).parent / ".building").unlink(missing_ok=True)
@@ -437,6 +434,3 @@ def _atomic_write(path: Path, data: bytes) -> None:
         f.write(data)
     os.replace(tmp, path)
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

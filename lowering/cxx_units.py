@@ -14,7 +14,7 @@ and gives each unit a declaration of every function it calls in the other.
 Reading Slang's C++: a function definition is a line at column 0 ending in its
 parameter list, then a line ``{``, and its body ends at the next line ``}``
 (Slang indents everything inside).  Text that does not read that way is not cut.
-This module is loaded by the bare interpreter running ``compiler_cache``: standard library only.
+This module is loaded by the bare interpreter running the g++ wrapper (``library_store``): standard library only.
 """
 from __future__ import annotations
 

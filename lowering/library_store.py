@@ -108,31 +108,55 @@ def checksum_path(entry: str) -> str:
     return os.path.splitext(entry)[0] + ".sha256"
 
 
-def served(argv: list[str]) -> bool:
-    """Whether the wrapper's compile ``argv`` (``DIRECTORY BIN NAME ARGS...``,
-    ``compiler_cache.main``'s) was served from the store: a library compile whose
-    library is stored, and no -O3 build to start after it."""
-    if len(argv) < 3 or argv[0] == NO_STORE:
-        return False
-    directory, bin_dir, name, args = argv[0], argv[1], argv[2], argv[3:]
-    flagged = args + os.environ.get(EXTRA_ENV, "").split()
-    if os.environ.get(LATER_ENV) and UNOPTIMISED in flagged:
-        return False
-    compiler = real_compiler(name, bin_dir)
-    found = None if compiler is None else cache_key(compiler, flagged)
-    return found is not None and hit(entry_path(directory, found[0]), found[1])
+class Request:
+    """A compile the wrapper was asked for (``DIRECTORY BIN NAME ARGS...``), read once:
+    the real compiler ``NAME`` on ``PATH`` after the wrappers' own ``BIN``, ``ARGS`` with
+    ``$SYMDIFF_CXX_EXTRA`` added (``flagged``) and, for a library compile, its key and
+    output (``found``; the flags are part of the key, no file among them)."""
+
+    __slots__ = ("directory", "name", "args", "flagged", "compiler", "found")
+
+    def __init__(self, argv: list[str]):
+        self.directory, bin_dir, self.name, self.args = argv[0], argv[1], argv[2], argv[3:]
+        self.flagged = self.args + os.environ.get(EXTRA_ENV, "").split()
+        self.compiler = real_compiler(self.name, bin_dir)
+        self.found = None if self.compiler is None else cache_key(self.compiler, self.flagged)
+
+    def later(self) -> bool:
+        """Whether a -O3 build of this -O0 library is to start after it (``$SYMDIFF_CXX_LATER``)."""
+        return bool(os.environ.get(LATER_ENV)) and UNOPTIMISED in self.flagged
 
 
-def _compiler_cache():
-    """``compiler_cache``, its sibling, loaded by path (this file runs as a script)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "compiler_cache", os.path.join(os.path.dirname(os.path.abspath(__file__)), "compiler_cache.py"))
-    module = sys.modules["compiler_cache"] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def served(request: Request) -> bool:
+    """Whether ``request`` was served from the store: a library compile whose library
+    is stored, and no -O3 build to start after it."""
+    if request.directory == NO_STORE or request.found is None or request.later():
+        return False
+    key, output = request.found
+    return hit(entry_path(request.directory, key), output)
+
+
+def sibling(name: str):
+    """The module ``name`` beside this file, loaded by path once (this file runs as a
+    script: ``compiler_cache``, and its ``cxx_units``)."""
+    if name not in sys.modules:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                          f"{name}.py"))
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+def main(argv: list[str]) -> int:
+    """The wrapper's script (``compiler_cache._wrappers``): serve a stored library, and
+    run ``compiler_cache`` for anything else, its background builds (``--...``) included."""
+    if argv and argv[0].startswith("--"):
+        return sibling("compiler_cache").main(argv)
+    request = Request(argv)
+    return 0 if served(request) else sibling("compiler_cache").run(request)
 
 
 if __name__ == "__main__":
     sys.modules["library_store"] = sys.modules["__main__"]  # compiler_cache's import of it finds this one
-    sys.exit(0 if served(sys.argv[1:]) else _compiler_cache().main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))
