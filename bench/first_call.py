@@ -21,7 +21,8 @@ rows.  ``--with-prelude``: every row finds the precompiled prelude built first
 
 ``--second``: the real first call (``program.value_and_grad``) of each kernel in two
 fresh processes sharing one cache directory: cold (empty caches) and a second process,
-started once the first one's background compiles have ended, served by the on-disk caches (``lowering.disk_cache``: backward graph, plan and module;
+started once the first one's background compiles have ended, served by the on-disk
+caches (``lowering.disk_cache``: backward graph, plan and module;
 ``lowering.compiler_cache``: g++'s library on the CPU device; slangpy's shader cache).
 
 ``--workloads``: the same cold / second-process pair for every ``python -m bench``
