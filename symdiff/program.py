@@ -18,6 +18,7 @@ import sympy
 from symdiff import ir
 import symdiff.ir.view
 from symdiff import lowering
+from symdiff.ir.batch_products import batch_products
 from symdiff.ir.library import has_library_nodes
 from symdiff.ir.specs import ArraySpec, spec_of
 from symdiff.ir.tracer.trace import array_annotations, array_parameters, clear_cache as clear_trace_cache
@@ -125,6 +126,7 @@ class DifferentiableProgram:
             with fewer_collections():
                 self._graphs[specs] = self._builder(specs)
             loops.hint_unrolled(self._graphs[specs])  # many copies of one line: sd.fori_loop compiles faster
+            batch_products(self._graphs[specs])  # the copies an unrolled loop makes of one product, as one
         self._last_specs = specs
         return self._graphs[specs]
 

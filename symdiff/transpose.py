@@ -62,9 +62,19 @@ def gather_stencils(graph: DataflowGraph) -> list[str]:
                 solved = shift_solution(m.index, t.domain, targets)
                 if solved is not None:
                     candidates.append((t, m, solved))
-        if len(candidates) >= 2:
+        if len(candidates) >= 2 and not _disjoint([m.index for _, m, _ in candidates]):
             made.append(_gather(graph, access, targets, candidates))
     return made
+
+
+def _disjoint(indices: list[tuple]) -> bool:
+    """Whether writes at ``indices`` cannot meet: one component is a different
+    integer in each (the steps of a batched product, ``ir.batch_products``,
+    each add into a slice of their own).  They need no gather, and a gather
+    would read every slice's contribution for every element."""
+    return any(all(sympy.sympify(index[k]).is_Integer for index in indices)
+               and len({int(index[k]) for index in indices}) == len(indices)
+               for k in range(len(indices[0])))
 
 
 class _GatherReads:
