@@ -26,6 +26,7 @@ from collections import defaultdict
 import sympy
 
 from . import rewrite
+from . import tasklet_notes as notes
 from .graph import DataflowGraph, Memlet, Tasklet, index_symbol
 
 MIN_GROUP = 2  # copies worth one batched tasklet
@@ -120,7 +121,7 @@ def _batch(graph: DataflowGraph, members: list[Tasklet], steps: tuple[tuple[int,
     rewrite.replace_tasklet(graph, Tasklet(head.name, ((step, sympy.Integer(0), sympy.Integer(len(members))),
                                                        *head.domain),
                                            head.body, head.inputs, head.condition, head.source, head.backward,
-                                           {**head.meta, "batched": [t.name for t in members]}))
+                                           notes.tasklet_notes(head.meta, batched=tuple(t.name for t in members))))
     rewrite.set_reads(graph, head.name, reads)
     rewrite.remove_write(graph, head.name, outs[0][0])
     rewrite.add_write(graph, head.name, batch_access,

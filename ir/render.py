@@ -83,6 +83,8 @@ def choices(t: Tasklet) -> list[str]:
         out.append(f"forward values: {notes.forward_values(t)}")
     if notes.strategy(t):
         out.append(f"strategy: {notes.strategy(t)}")
+    if notes.batched(t):
+        out.append(f"batched: {len(notes.batched(t))} steps")
     return out
 
 

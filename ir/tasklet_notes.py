@@ -25,6 +25,9 @@ Tasklet notes written by the differentiator (``symdiff``):
   ``custom_vjp``, ``custom_vjp_call``  the ``sd.custom_vjp`` function and call
                        (``"<name>#<k>"``) a tasklet belongs to (str);
   ``torch_op``         the torch operator an imported tasklet comes from (str).
+Tasklet notes written by the tracer's rewrites:
+  ``batched``  the copies of one product a batched product stands for, one a step
+               (tuple of str, ``ir.batch_products``).
 Tasklet notes written by the lowering:
   ``origin``   the graph tasklet's name before any split renamed it (str);
   ``folded``   the graph tasklets inlined or fused into it (tuple of str);
@@ -50,7 +53,7 @@ STRATEGIES = ("gather", "owner-computes")
 _TASKLET_NOTES: dict[str, Kind] = {
     "forward_tasklet": optional(NAME), "forward_tasklets": each(list, optional(NAME)),
     "forward_values": one_of(*FORWARD_VALUES), "strategy": one_of(*STRATEGIES), "tangent_of": NAME,
-    "custom_vjp": NAME, "custom_vjp_call": NAME, "torch_op": NAME,
+    "custom_vjp": NAME, "custom_vjp_call": NAME, "torch_op": NAME, "batched": each(tuple, NAME),
     "origin": NAME, "folded": each(tuple, NAME), "siblings": each(tuple, NAME), "scatter": of_type(Memlet)}
 _CONTAINER_NOTES: dict[str, Kind] = {"two_stage": of_type(bool)}
 
@@ -123,6 +126,11 @@ def custom_vjp_call(t: Tasklet) -> str | None:
 def torch_op(t: Tasklet) -> str | None:
     """The torch operator ``t`` was imported from (``symdiff.interop``), or None."""
     return _note(t.meta, "torch_op", None, "tasklet")
+
+
+def batched(t: Tasklet) -> tuple[str, ...]:
+    """The copies of one product ``t`` computes at once, one a step (empty if none)."""
+    return _note(t.meta, "batched", (), "tasklet")
 
 
 def origin(t: Tasklet) -> str:

@@ -7,6 +7,7 @@ import pytest
 
 import symdiff as sd
 from symdiff import ir
+from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.batch_products import batch_products
 
 jax = pytest.importorskip("jax")
@@ -50,8 +51,8 @@ def _matches_jax(program, body, device):
 
 def test_the_input_products_of_an_unrolled_rnn_become_one_product_over_the_steps():
     graph = _program(rnn).graph
-    batched = [t for t in _products(graph) if "batched" in t.meta]
-    assert len(batched) == 1 and len(batched[0].meta["batched"]) == STEPS
+    batched = [t for t in _products(graph) if notes.batched(t)]
+    assert len(batched) == 1 and len(notes.batched(batched[0])) == STEPS
     (t,) = batched
     assert t.domain[0][1:] == (0, STEPS)
     (out, written), = graph.writes(t.name)
@@ -71,8 +72,8 @@ def test_the_weight_gradient_of_a_batched_product_is_one_contraction_without_a_g
     that cannot meet need no gather (symdiff.transpose), whose one tasklet read every
     step's contribution for every element."""
     g = _program(rnn).backward_graph(wrt=["wx"])
-    assert not [t for t in g.tasklets() if t.meta.get("strategy") == "gather" and "steps" in t.name]
-    grad_wx = g.meta["gradients"]["wx"]
+    assert not [t for t in g.tasklets() if notes.strategy(t) == "gather" and "steps" in t.name]
+    grad_wx = ir.GraphNotes(g).gradients["wx"]
     assert len(g.writers(g.access(grad_wx, 0))) == 1
 
 
@@ -101,7 +102,7 @@ def shifted_weights(xp, xs, h0, wx, wh, b):
 @pytest.mark.parametrize("body", [scrambled, shifted_weights])
 def test_products_that_differ_in_more_than_the_step_are_left_alone(body):
     program = _program(body)
-    assert not [t for t in program.graph.tasklets() if "batched" in t.meta]
+    assert not [t for t in program.graph.tasklets() if notes.batched(t)]
     _matches_jax(program, body, "numpy")
 
 
