@@ -292,9 +292,10 @@ def test_every_launch_keeps_its_binding_between_calls(any_size, monkeypatch, hos
 
 @cpu_only
 def test_an_unrolled_rnn_adds_every_steps_weight_gradient_in_place(monkeypatch, host_launches):
-    """Each step's ``h^T g`` adds into the weight's gradient as one GEMM with
-    ``beta = 1`` (``host_blas``: no temporary, no pass adding it), and the mean's
-    scale is GEMM's ``alpha``; value and gradients against JAX in float64."""
+    """Each step's ``h^T g`` adds into the recurrent weight's gradient as one GEMM
+    with ``beta = 1`` (``host_blas``: no temporary, no pass adding it), and the mean's
+    scale is GEMM's ``alpha``; value and gradients against JAX in float64.  (The input
+    weight's products are one over all the steps: ``ir.batch_products``.)"""
     betas = []
     real = host_blas.gemm
 
@@ -303,7 +304,7 @@ def test_an_unrolled_rnn_adds_every_steps_weight_gradient_in_place(monkeypatch, 
         return None if run is None else lambda alpha, beta: (betas.append(beta), run(alpha, beta))
     monkeypatch.setattr(host_blas, "gemm", counted)
     rnn_gradients_agree_with_jax()
-    assert betas.count(1.0) >= 6  # 3 of the 4 steps add into each weight's gradient
+    assert betas.count(1.0) >= 3  # 3 of the 4 steps add into wh's gradient
 
 
 def rnn_gradients_agree_with_jax() -> sd.DifferentiableProgram:

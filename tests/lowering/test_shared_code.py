@@ -44,10 +44,11 @@ def _forward_substitution(xp, a):
 
 def _rnn_steps(xp, xs, wx, wh):
     """Register-tiled products per step (unrolled tiles, arrays of sums): the reverse
-    steps' kernels differ only in which ``xs[t]`` they read, an offset outside those lines."""
+    steps' kernels differ only in which ``xs[t]`` they read, an offset outside those lines.
+    ``xs[t]`` scales the state, so no product is the same each step (``ir.batch_products``)."""
     h = xp.tanh(xs[0] @ wx)
     for t in range(1, 3):
-        h = xp.tanh(xs[t] @ wx + h @ wh)
+        h = xp.tanh((xs[t] * h) @ wx + h @ wh)
     return xp.sum(h * h)
 
 
