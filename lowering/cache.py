@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import backends, compiler_cache, disk_cache, library_store
+from . import backends, compiler_cache, direct_program, disk_cache, library_store
 from .slang import spy
 
 _lock = threading.Lock()
@@ -193,14 +193,20 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
         try:
             with backend.compiling(), _optimised_later(later_marker(device_kind, source) if level == "none" else None):
                 modules = backend.modules_folder()
-                session = _session(device_kind, device, modules)
-                module = _load(session, f"symdiff_{digest}", source, modules)
+                record = _record_path(modules, source, entries, level)
+                out = _direct(device_kind, source, modules, entries, level)
                 front = time.perf_counter()
-                out = {}
-                for entry in entries:
-                    out[entry] = device.create_compute_kernel(_linked(session, module, entry, level))
-                    out[entry].pipeline  # the backend compile now, not at first dispatch (lavapipe still
-                    # compiles its shader code there: measured, bench.first_call's cold run)
+                if out is None:
+                    session = _session(device_kind, device, modules)
+                    module = _load(session, f"symdiff_{digest}", source, modules)
+                    front = time.perf_counter()
+                    with _library_told(record) as told:
+                        out = {}
+                        for entry in entries:
+                            out[entry] = device.create_compute_kernel(_linked(session, module, entry, level))
+                            out[entry].pipeline  # the backend compile now, not at first dispatch (lavapipe
+                            # still compiles its shader code there: measured, bench.first_call's cold run)
+                    _keep_record(record, told, out)
         except spy.SlangCompileError as exc:
             raise SlangGenerationError(_quote(source, str(exc))) from None
         except RuntimeError as exc:
@@ -215,6 +221,84 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
         _modules[key] = out
         _seconds[key] = end - start
         return out
+
+
+def _record_path(modules: Path | None, source: str, entries: list[str], level: str) -> Path | None:
+    """Where a module of one entry (the CPU device's program) loaded from files
+    (``modules``, the disk cache on) keeps its ``direct_program`` record, else None."""
+    if modules is None or len(entries) != 1:
+        return None
+    return direct_program.record_path(modules / "direct-programs", _digest(source), level)
+
+
+def _direct(device_kind: str, source: str, modules: Path | None, entries: list[str], level: str) -> dict | None:
+    """The module's one entry called straight from its stored library (``direct_program``),
+    where an earlier process recorded it or, at maximal, its -O3 library was built later
+    (``_direct_later``), else None (compiled through slangpy)."""
+    record = _record_path(modules, source, entries, level)
+    program = None if record is None else direct_program.load(record, entries[0])
+    if program is None and record is not None and level == "maximal":
+        program = _direct_later(device_kind, source, record, _record_path(modules, source, entries, "none"),
+                                entries[0])
+    if program is None:
+        return None
+    stats["direct_loads"] = stats.get("direct_loads", 0) + 1
+    return {entries[0]: program}
+
+
+def _direct_later(device_kind: str, source: str, record: Path, unoptimised_record: Path,
+                  entry: str) -> "direct_program.DirectProgram | None":
+    """The -O3 library the g++ wrapper built after this module's -O0 compile (its path in
+    ``later_marker``), called with the -O0 record's layout (Slang writes the same C++ at
+    either level), and recorded as the module's maximal one: the runtime's switch to -O3
+    (``runtime``'s tiered compile) costs no Slang code generation."""
+    marker = later_marker(device_kind, source)
+    try:
+        library = marker.read_text().strip() if marker is not None else ""
+    except OSError:
+        return None
+    unoptimised = direct_program.layout_in(unoptimised_record)
+    if not library or library == compiler_cache.FAILED or unoptimised is None:
+        return None
+    direct_program.record(record, library, unoptimised)
+    return direct_program.load(record, entry)
+
+
+@contextlib.contextmanager
+def _library_told(record: Path | None):
+    """Around a compile: the file the g++ wrapper writes its stored library's path into
+    (``library_store.MODULE_ENV``), yielded, and removed after; None without a record."""
+    if record is None:
+        yield None
+        return
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        fd, told = tempfile.mkstemp(dir=record.parent, prefix=".told-")
+        os.close(fd)
+    except OSError:
+        yield None
+        return
+    os.environ[library_store.MODULE_ENV] = told
+    try:
+        yield Path(told)
+    finally:
+        os.environ.pop(library_store.MODULE_ENV, None)
+
+
+def _keep_record(record: Path | None, told: Path | None, kernels: dict) -> None:
+    """Record the module just compiled for later processes (``direct_program.record``) where
+    the wrapper told its library and its entry's parameters have a layout a direct call fills."""
+    if told is None:
+        return
+    try:
+        library = told.read_text().strip()
+        told.unlink()
+    except OSError:
+        return
+    (kernel,) = kernels.values()
+    layout = direct_program.layout_of(kernel.program)
+    if library and layout is not None:
+        direct_program.record(record, library, layout)
 
 
 def _key(device_kind: str, source: str, level: str) -> tuple[str, str, str]:

@@ -199,7 +199,7 @@ def _optimise_later(compiler: str, args: list[str], directory: Path, marker: Pat
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
         if entry.is_file():
-            marker.touch()
+            _atomic_write(marker, str(entry).encode())
             return
         work = Path(tempfile.mkdtemp(prefix=".later-", dir=directory))
         source = _source_index(optimised)
@@ -221,8 +221,9 @@ def _in_background(*args: str) -> None:
 
 
 def _build_later(compiler: str, job: dict) -> int:
-    """``_optimise_later``'s detached half: compile, store, mark (``FAILED`` in the
-    mark if the compile failed, so that nobody waits for it and the module stays at -O0)."""
+    """``_optimise_later``'s detached half: compile, store, mark (the stored library's path
+    in the mark, ``lowering.direct_program`` calls it from there; ``FAILED`` if the compile
+    failed, so that nobody waits for it and the module stays at -O0)."""
     args, entry, status = job["args"], Path(job["entry"]), 1
     try:
         status = _compile(compiler, args, entry.parent.parent)
@@ -232,7 +233,7 @@ def _build_later(compiler: str, job: dict) -> int:
     finally:
         shutil.rmtree(job["work"], ignore_errors=True)
         try:
-            _atomic_write(Path(job["marker"]), b"" if status == 0 else FAILED.encode())
+            _atomic_write(Path(job["marker"]), str(entry).encode() if status == 0 else FAILED.encode())
         except OSError:
             pass
 

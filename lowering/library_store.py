@@ -20,6 +20,7 @@ SOURCES = (".cpp", ".cc", ".cxx", ".c++")
 NO_STORE = "-"  # the directory argument of a wrapper that stores nothing
 EXTRA_ENV = "SYMDIFF_CXX_EXTRA"  # the wrapper's extra flags, space-separated
 LATER_ENV = "SYMDIFF_CXX_LATER"  # set around a -O0 compile: the file to create once its -O3 library is stored
+MODULE_ENV = "SYMDIFF_CXX_MODULE"  # set around a module's compile: the file to write its stored library's path in
 UNOPTIMISED, OPTIMISED = "-O0", "-O3"  # the g++ levels the CPU device compiles at (``CpuBackend.optimization``)
 
 
@@ -154,7 +155,25 @@ def main(argv: list[str]) -> int:
     if argv and argv[0].startswith("--"):
         return sibling("compiler_cache").main(argv)
     request = Request(argv)
-    return 0 if served(request) else sibling("compiler_cache").run(request)
+    status = 0 if served(request) else sibling("compiler_cache").run(request)
+    if status == 0:
+        tell_module(request)
+    return status
+
+
+def tell_module(request: Request) -> None:
+    """Write where ``request``'s library is stored into ``$SYMDIFF_CXX_MODULE``'s file
+    (``lowering.direct_program`` calls it from there in a later process)."""
+    told = os.environ.get(MODULE_ENV)
+    if not told or request.directory == NO_STORE or request.found is None:
+        return
+    entry = entry_path(request.directory, request.found[0])
+    if os.path.isfile(entry):
+        try:
+            with open(told, "w") as f:
+                f.write(entry)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

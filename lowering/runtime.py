@@ -40,6 +40,7 @@ from .buffer_plan import STORAGE, BufferPlan, buffer_bytes, plan_buffers
 from .codegen import PROGRAM, KernelEntry, Module, generate, identifier
 from .collector import fewer_collections
 from .deterministic import check_atomic_free, owner_computes
+from .direct_program import DirectProgram
 from .host_products import HostProduct
 from .plan import plan
 from .plan_types import LoweringError, Plan
@@ -438,8 +439,8 @@ class Executable:
         With the disk cache on, the g++ wrapper compiles the same C++ at -O3 in
         a detached process on the other core as soon as the -O0 library is
         built (``cache.later_marker``; Slang's C++ does not depend on its own
-        level), and the switch costs a library-cache hit: Slang's C++ generation
-        again, about 0.1 s.  Without it, a program called long enough pays for
+        level), and the switch loads that library (``lowering.direct_program``:
+        no Slang code generation).  Without it, a program called long enough pays for
         the slower compile: switching once the calls at -O0 have cost twice that
         compile spends at most about twice the better of never and at once (the
         ski-rental rule)."""
@@ -670,13 +671,16 @@ class Executable:
 
     def recordable(self, sizes: Mapping[str, int] | None = None, check_bounds: bool = True) -> bool:
         """Whether ``record`` runs this executable's calls for ``sizes``: not on the numpy
-        device, and not where the kernels check data-dependent indices and ``check_bounds``
-        wants the check read after each call (``record`` reads nothing)."""
+        device, not where the kernels check data-dependent indices and ``check_bounds``
+        wants the check read after each call (``record`` reads nothing), and not where the
+        program is called from its stored library (``direct_program``: no launch to encode)."""
         if self.backend.interprets:
             return False
         with self._lock:
-            module = self._instance({**self.sizes, **(sizes or {})}).module
-            return not (check_bounds and module.checks) and not any(e.host for e in module.kernels)
+            inst = self._instance({**self.sizes, **(sizes or {})})
+            module = inst.module
+            return (not (check_bounds and module.checks) and not any(e.host for e in module.kernels)
+                    and not any(isinstance(k, DirectProgram) for k in inst.kernels.values()))
 
     def _spare(self, size: int) -> spy.Buffer:
         """A buffer of ``size`` bytes from this executable's spares, or a new one."""
@@ -831,10 +835,14 @@ class Executable:
                     enc, pending = self._finished(enc), False
                 self._kept(inst, len(launches), key, buffers, lambda: self._host_run(d, bindings))()
                 continue
+            params = lambda: {**uniforms, **d.params, **{n: bindings[a] for n, a in d.per_call.items()}}  # noqa: E731
+            if isinstance(d.kernel, DirectProgram):  # a call on the host, as a host product's
+                if pending:
+                    enc, pending = self._finished(enc), False
+                self._kept(inst, len(launches), key, buffers, lambda: d.kernel.bind(params()))()
+                continue
             pending = True
-            root = self._kept(inst, len(launches), key, buffers,
-                              lambda: self._root(d, {**uniforms, **d.params, **{
-                                  n: bindings[a] for n, a in d.per_call.items()}}))
+            root = self._kept(inst, len(launches), key, buffers, lambda: self._root(d, params()))
             compute = enc.begin_compute_pass()
             compute.bind_pipeline(d.kernel.pipeline, root)
             compute.dispatch(d.thread_count)
