@@ -15,7 +15,8 @@ Only accumulating tasklets (products, reductions) are batched: their copies
 are where the work is, and an elementwise copy already fuses with its readers.
 A group is batched where nothing else tells its members apart, so that the
 batched tasklet computes exactly what they did: the same source line, domain,
-body, condition and write index; reads of the same versions at the same
+body, condition, notes and write index (and no ``sd.custom_vjp`` call's: its
+rule differentiates them as they are); reads of the same versions at the same
 indices but for integer offsets that step evenly from member to member; and
 each member writing a transient of its own that only tasklets read.
 """
@@ -65,8 +66,8 @@ def _signature(graph: DataflowGraph, t: Tasklet, versions: dict[str, int]) -> tu
     for an accumulating tasklet whose output a batch can hold (``versions``: how many
     each container has), else None."""
     writes = graph.writes(t.name)
-    if t.backward or len(writes) != 1 or len(t.body) != 1:
-        return None
+    if t.backward or len(writes) != 1 or len(t.body) != 1 or notes.custom_vjp_call(t):
+        return None  # (a user's backward rule differentiates a custom_vjp call's tasklets as they are)
     out, written = writes[0]
     container = graph.containers[written.container]
     if (written.accumulate != "sum" or container.role != "transient" or versions[container.name] != 1 or out != f"{container.name}#0"
@@ -79,7 +80,7 @@ def _signature(graph: DataflowGraph, t: Tasklet, versions: dict[str, int]) -> tu
         reads.append((m.connector, access, tuple(p for p, _ in parts)))
         offsets.extend(c for _, c in parts)
     key = (t.source, t.domain, tuple(t.body.items()), t.condition, container.shape, container.dtype,
-           written.index, written.connector, tuple(reads))
+           written.index, written.connector, tuple(reads), repr(sorted(t.meta.items())))
     return key, tuple(offsets)
 
 

@@ -166,7 +166,7 @@ def _gather(graph: DataflowGraph, access: str, targets: tuple, candidates: list)
     first = candidates[0][0]
     forward = list(dict.fromkeys(notes.forward_tasklet(t) for t, _, _ in candidates))
     values = {notes.forward_values(t) or "none" for t, _, _ in candidates}
-    forward_values = next(v for v in ("stored", "recompute", "none") if v in values)
+    forward_values = next(v for v in notes.FORWARD_VALUES if v in values)  # the first that any term does
     gather = graph.add_tasklet(
         f"gather_{container.name}", tuple((o, 0, n) for o, n in zip(targets, container.shape)),
         {"d": total}, reads.reads, {"d": (access, targets, None if sole else "sum")},

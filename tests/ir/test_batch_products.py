@@ -111,3 +111,21 @@ def test_products_written_as_results_are_left_alone():
                      sd.f32[STEPS, 4, 5], sd.f32[5, 6])
     assert batch_products(graph) == 0 and len(_products(graph)) == 2
 
+
+
+def test_the_products_of_custom_vjp_calls_are_left_to_their_rule():
+    """A ``custom_vjp`` function called on each step's slice: its rule (here, twice the
+    true gradient) differentiates each call's tasklets as they are."""
+    @sd.custom_vjp
+    def project(x, w):
+        return x @ w
+
+    project.defvjp(lambda x, w: (x @ w, (x, w)), lambda res, g: (2 * g @ res[1].T, 2 * res[0].T @ g))
+
+    def f(xs: sd.f64[STEPS, 4, 5], w: sd.f64[5, 6]):
+        return sum(np.sum(project(xs[t], w)) for t in range(STEPS))
+    program = sd.differentiable_program(f)
+    assert not [t for t in program.graph.tasklets() if notes.batched(t)]
+    xs, w = np.random.default_rng(1).standard_normal((STEPS, 4, 5)), np.ones((5, 6))
+    grads = program.grad(xs, w, device="numpy")
+    np.testing.assert_allclose(grads["w"], 2 * xs.sum(axis=(0, 1))[:, None] * np.ones((1, 6)))

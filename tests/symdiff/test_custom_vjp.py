@@ -292,3 +292,20 @@ def test_explain_lists_the_custom_backward_at_the_call():
     text = str(explanation)
     assert text.count("by the custom backward of softmax#0") == len(views) - 1
     assert "not on a path" not in text
+
+
+def test_two_calls_adding_into_one_weights_gradient():
+    """Both calls' rules add into the shared weight's gradient at the same elements: the
+    reverse pass gathers them (symdiff.transpose), which had no forward-values note to
+    give a gather of custom rules' tasklets and raised StopIteration."""
+    @sd.custom_vjp
+    def project(x, w):
+        return x @ w
+
+    project.defvjp(lambda x, w: (x @ w, (x, w)), lambda res, g: (2 * g @ res[1].T, 2 * res[0].T @ g))
+
+    def f(a: sd.f64[4, 5], b: sd.f64[4, 5], w: sd.f64[5, 6]):
+        return np.sum(project(a, w)) + np.sum(project(b, w))
+    a, b = np.random.default_rng(0).standard_normal((2, 4, 5))
+    grads = sd.differentiable_program(f).grad(a, b, np.ones((5, 6)), device="numpy")
+    np.testing.assert_allclose(grads["w"], np.repeat(2 * (a + b).sum(axis=0)[:, None], 6, axis=1))  # twice the truth
