@@ -6,8 +6,9 @@ max-subtractions over different axes, reductions feeding each other) are out of
 its reach.  This generator composes *blocks* instead: dense layers,
 normalisations (layer, batch, RMS, over any axis), softmax and logsumexp with
 max-subtraction over any axis, attention-like contractions (``@`` or einsum), pairwise
-broadcasts over 3-4 axes, nested reductions, masked and piecewise terms, and
-unrolled residual loops of such blocks, ending in a scalar loss.
+broadcasts over 3-4 axes, nested reductions, masked and piecewise terms,
+unrolled residual loops of such blocks, and unrolled RNNs over a sequence,
+ending in a scalar loss.
 
 Programs are ordinary ``gen.Program`` objects (one ``Assign`` per named
 intermediate, ``Loop`` for loops), so ``check``, ``runner`` and ``minimize``
@@ -38,6 +39,7 @@ FEATURES = (3, 4, 5, 8, 12, 16)
 COMPONENTS = (4, 7, 9, 33)
 EDGE_P = 0.1                  # inputs drawn from gen.EDGE_VALUES (ties in max, zeros in abs)
 SECOND_P = 0.04               # checked to second order (compile time doubles: rare)
+RECURRENT_P = 0.3             # an unrolled RNN over a sequence before the loss
 
 
 @dataclass
@@ -424,6 +426,31 @@ class ModelGenerator:
         self.out.append(Loop(times, body))
         return h
 
+    def recurrent(self, x: Arg) -> Arg:
+        """An Elman RNN over a sequence the model also reads, from the stream as its state:
+        ``for _t in range(T): h = act(seq[_t] @ wx * c + h @ wh * c (+ b))`` (weights shared by
+        the steps; the input products differ only in the slice: ``ir.batch_products``)."""
+        if len(x.shape) != 2:
+            return x
+        steps, width, fan_in = int(self.rng.integers(2, 5)), x.shape[-1], self.features()
+        if not self.fits((steps,) + x.shape[:1] + (fan_in,)):
+            return x
+        seq = self.param((steps,) + x.shape[:1] + (fan_in,), "x")
+        wx, wh = self.param((fan_in, width), "w"), self.param((width, width), "w")
+        h = self.let(ew("(1.0 * {0})", x))
+        body, outer = [], self.out
+        self.out = body
+        step = Node("{0}[_t]", [seq], seq.shape[1:], view=True)
+        pre = ew("({0} + {1})", ew(f"({{0}} * {1 / math.sqrt(fan_in):.6g})", matmul(step, wx)),
+                 ew(f"({{0}} * {1 / math.sqrt(width):.6g})", matmul(h, wh)))
+        if self.p(0.6):
+            pre = ew("({0} + {1})", pre, self.param((width,), "b"))
+        self.let(self.activation(pre), h.name)
+        self.out = outer
+        self.ops += (steps - 1) * sum(stmt_ops(s) for s in body)
+        self.out.append(Loop(steps, body))
+        return h
+
     # -- the whole program
     def stream(self) -> Arg:
         """The data the model reads: rows of features, sometimes batched."""
@@ -491,6 +518,9 @@ class ModelGenerator:
             if self.ops >= target:
                 break
             x = self.block(x)
+        # a stream of its own: the blocks above stay what they were before this one was added
+        if np.random.default_rng([self.seed, 0x726E6E]).random() < RECURRENT_P and self.ops < OPS_RANGE[1] - 25:
+            x = self.recurrent(x)
         loss = self.loss(x)
         stmts = self.out
         outs = [loss.name] + self.dead_locals(stmts, loss.name)
