@@ -26,7 +26,10 @@ the rest of the kernel's literals may still be lifted: the backward steps of
 an unrolled RNN, register tiles differing only in the time step's offset,
 share one function), and every literal of a kernel with workgroup scratch or
 wave operations.  A large kernel's loops run faster with constant bounds and
-strides, so its literals all stay.
+strides, so its literals stay but for offsets, terms added last to an index
+or a value outside a loop's header (``a[256*i + j + 16384]``: the steps of an
+RNN reading their slice of a batched product, ``ir.batch_products``), which
+cost the same as parameters.
 Comments are left out of the key; the shared text keeps the first kernel's
 and names the others.
 """
@@ -41,6 +44,7 @@ _TOKEN = re.compile(r"(//[^\n]*)|([A-Za-z_]\w*)|((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?
 _CONSTANT_KERNEL = re.compile(r"groupshared|Wave|Barrier")
 # a line whose integer literals Slang needs at compile time: an unrolled loop's bound, an array's size
 _CONSTANT_LINE = re.compile(r"\[(?:ForceUnroll|unroll)|^\s*(?:static\s+|const\s+)*\w+ \w+\[")
+_LOOP_LINE = re.compile(r"\b(?:for|while)\s*\(")  # a loop's header: its literals are its bounds and steps
 LIFTED = "constant"  # a lifted literal's parameter: constant0, constant1, ...
 SHARED_BY = "//   the same code runs as "  # the shared function's comment line naming the other kernels
 
@@ -71,8 +75,9 @@ def kernel_code(body: str, buffers: list[str], tasklets: list[str], extra: tuple
     renamed: dict[str, str] = {}
     order: list[str] = []
     literals: list[int] = []
-    liftable = work <= max_work and not _CONSTANT_KERNEL.search(body)
-    fixed = _constant_lines(body) if liftable else []
+    constant_kernel = bool(_CONSTANT_KERNEL.search(body))
+    liftable = work <= max_work and not constant_kernel
+    fixed = [] if constant_kernel else _constant_lines(body)
 
     def rename(match: re.Match) -> str:
         comment, word, number = match.groups()
@@ -82,7 +87,8 @@ def kernel_code(body: str, buffers: list[str], tasklets: list[str], extra: tuple
             if not _is_int_literal(number):
                 return number
             literals.append(int(number))
-            kept = not liftable or any(start <= match.start() < end for start, end in fixed)
+            kept = (not (liftable or (not constant_kernel and _offset(body, match.start(), match.end())))
+                    or any(start <= match.start() < end for start, end in fixed))
             return number if kept else "@n"
         known = renamed.get(word)
         if known is None:
@@ -101,6 +107,18 @@ def kernel_code(body: str, buffers: list[str], tasklets: list[str], extra: tuple
     text = _TOKEN.sub(rename, body)
     order += sorted(own_buffers - set(order))  # a parameter the body never names still has its place
     return KernelCode((text, extra), literals, order, liftable)
+
+
+def _offset(body: str, start: int, end: int) -> bool:
+    """Whether the literal at ``body[start:end]`` is a term added or subtracted last
+    (``a[256*i + j + 16384]``): an offset costs the same passed as a parameter, where a
+    stride or a loop's bound does not."""
+    before, after = body[:start].rstrip(), body[end:].lstrip()
+    line = body[body.rfind("\n", 0, start) + 1:start]
+    return (before.endswith(("+", "-")) and not before.endswith(("++", "--", "(+", "(-", "=+", "=-"))
+            and before[:-1].rstrip()[-1:] not in ("", "(", "[", ",", "=", "*", "/", "%", "<", ">", "?", ":")
+            and after[:1] in ("]", ")", ";", ",", "+", "-") and not after.startswith(("++", "--"))
+            and not _LOOP_LINE.search(line))
 
 
 def _constant_lines(body: str) -> list[tuple[int, int]]:

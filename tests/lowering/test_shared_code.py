@@ -131,6 +131,21 @@ def test_only_plain_small_integer_literals_are_lifted():
     assert not _key(scratch).liftable and _key(scratch).key != _key(scratch.replace("4*", "7*")).key
 
 
+def test_a_large_kernel_lifts_only_its_offsets():
+    """Over ``lift_max_work`` a kernel keeps its strides and loop bounds, but an offset
+    added last (an unrolled step's slice of a batched product) is lifted."""
+    big = LIFT_MAX_WORK + 1
+    body = ("    for (int k = 0; k < 64; k++)\n        acc += a_v0[256*add_3_i0 + k + 16384];\n"
+            "    b_v1[add_3_i0 - 1] = acc;")
+    assert _key(body, work=big).key == _key(body.replace("16384", "32768"), work=big).key
+    assert _key(body, work=big).key == _key(body.replace("i0 - 1]", "i0 - 2]"), work=big).key
+    assert _key(body, work=big).key != _key(body.replace("256*", "512*"), work=big).key    # a stride
+    assert _key(body, work=big).key != _key(body.replace("k < 64", "k < 32"), work=big).key  # a loop bound
+    assert _key(body, work=big).key != _key(body.replace("+ 16384]", "+ 16384*k]"), work=big).key
+    scaled = body.replace("k + 16384]", "k + 3*add_3_i0]")  # a factor, not an offset
+    assert _key(scaled, work=big).key != _key(scaled.replace("3*", "4*"), work=big).key
+
+
 def test_only_differing_literals_become_parameters():
     body = "    b_v1[{i}] = a_v0[{i} + 3];"
     codes = [_key(body.format(i=i)) for i in (2, 5)] + [_key(body.format(i=2).replace("+ 3", "+ 4"))]
