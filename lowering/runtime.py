@@ -671,16 +671,14 @@ class Executable:
 
     def recordable(self, sizes: Mapping[str, int] | None = None, check_bounds: bool = True) -> bool:
         """Whether ``record`` runs this executable's calls for ``sizes``: not on the numpy
-        device, not where the kernels check data-dependent indices and ``check_bounds``
-        wants the check read after each call (``record`` reads nothing), and not where the
-        program is called from its stored library (``direct_program``: no launch to encode)."""
+        device, and not where the kernels check data-dependent indices and ``check_bounds``
+        wants the check read after each call (``record`` reads nothing) or a product runs
+        on the host."""
         if self.backend.interprets:
             return False
         with self._lock:
-            inst = self._instance({**self.sizes, **(sizes or {})})
-            module = inst.module
-            return (not (check_bounds and module.checks) and not any(e.host for e in module.kernels)
-                    and not any(isinstance(k, DirectProgram) for k in inst.kernels.values()))
+            module = self._instance({**self.sizes, **(sizes or {})}).module
+            return not (check_bounds and module.checks) and not any(e.host for e in module.kernels)
 
     def _spare(self, size: int) -> spy.Buffer:
         """A buffer of ``size`` bytes from this executable's spares, or a new one."""
@@ -754,15 +752,17 @@ class Executable:
         weakref.finalize(array, _forget, weakref.ref(inst), key)
 
     def record(self, enc: spy.CommandEncoder, inputs: Mapping[str, np.ndarray | DeviceArray],
-               sizes: Mapping[str, int] | None = None) -> dict[str, DeviceArray]:
+               sizes: Mapping[str, int] | None = None) -> tuple[dict[str, DeviceArray], spy.CommandEncoder]:
         """Record one call into the caller's command encoder ``enc`` without submitting it
         or waiting: the loops of ``symdiff.loop_runtime`` record many iterations and submit
         them at once.  ``inputs``: ``DeviceArray``s of this device, or small numpy arrays
         (a loop's iteration index), uploaded through ``enc`` in order with the commands
         around them.  Results come back as ``DeviceArray``s in buffers of this executable's
         spares (back to them when dropped, as in ``_hand_over``); a result that is an
-        argument returned unchanged is that argument's array.  The caller submits ``enc``
-        before calling this executable otherwise.
+        argument returned unchanged is that argument's array.  With them, the encoder the
+        caller goes on with: ``enc``, or a new one where the program is called from its
+        stored library (``direct_program``), which submits what ``enc`` holds and runs at
+        once.  The caller submits the encoder before calling this executable otherwise.
 
         Launches are bound as a call's are (``_record``)."""
         with self._lock:
@@ -786,16 +786,16 @@ class Executable:
                 bindings[access] = buffer
                 dtype = g.containers[r].dtype
                 results[r] = DeviceArray.pooled_in(spares, buffer, inst.shapes[access], dtype, self.device)
-            self._stats["dispatches"], _ = self._record(enc, inst, bindings)  # recordable(): no host step
-            return results
+            self._stats["dispatches"], enc = self._record(enc, inst, bindings)  # recordable(): no host product
+            return results, enc
 
     def _record(self, enc: spy.CommandEncoder, inst: _Instance,
                 bindings: dict[str, spy.Buffer]) -> tuple[int, spy.CommandEncoder]:
         """Record the fills and kernel dispatches of one call; returns their count
         and the encoder the caller goes on with.  A product the host computes
-        (``lowering.host_products``) submits what is recorded so far, waits, runs
-        on the buffers' memory and starts a new encoder (consecutive products
-        submit and wait once).
+        (``lowering.host_products``), and a program called from its stored library
+        (``direct_program``), submits what is recorded so far, waits, runs on the
+        buffers' memory and starts a new encoder (consecutive ones submit and wait once).
         A zero fill comes before every launch, or, for a version sharing its
         buffer (``lowering.buffer_plan``), just before the launch that first
         binds it, once the slot's earlier tenants are done: a filled version is

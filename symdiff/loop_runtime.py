@@ -206,7 +206,7 @@ class _Calls:
     def __call__(self, exe: Any, args: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, Any]:
         if self.device is None:
             return exe(args, sizes, check_bounds=self.check_bounds, return_device_arrays=self.on_device)
-        out = exe.record(self._encoder(), args, sizes)
+        out, self.enc = exe.record(self._encoder(), args, sizes)
         self.recorded += 1
         if self.recorded >= RECORDED_CALLS:
             self.submit()

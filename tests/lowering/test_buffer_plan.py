@@ -174,7 +174,7 @@ def test_a_gradient_is_written_over_the_upload_of_x_never_over_the_callers_x():
     (exe,) = [e for e in _tanh_x._executables.values() if e.device == "cpu"]  # a loop records its calls
     dev = lowering.backends.of("cpu").device()
     enc = dev.create_command_encoder()
-    recorded = exe.record(enc, {"x": x, **{s: np.ones((), np.float32) for s in exe.graph.meta["seeds"].values()}})
+    recorded, enc = exe.record(enc, {"x": x, **{s: np.ones((), np.float32) for s in exe.graph.meta["seeds"].values()}})
     dev.wait_for_submit(dev.submit_command_buffer(enc.finish()))
     np.testing.assert_array_equal(again["x"], held)
     np.testing.assert_allclose(np.asarray(recorded[exe.graph.meta["gradients"]["x"]]), want, rtol=1e-5, atol=1e-12)

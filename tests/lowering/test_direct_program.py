@@ -115,3 +115,42 @@ def test_a_program_with_global_parameters_has_no_layout():
     assert direct_program.layout_of(_program(
         "RWStructuredBuffer<float> g;\n[shader(\"compute\")] [numthreads(1, 1, 1)]\n"
         "void run_program(uniform int first, RWStructuredBuffer<float> a) { a[0] = g[0]; }\n")) is None
+
+
+LOOP = """
+import json
+import numpy as np
+import symdiff as sd
+from symdiff.lowering import cache
+
+def step(t, state):
+    a, b = state
+    b[1:-1] = 0.5 * (a[:-2] + a[2:]) + 0.01 * t
+    a[1:-1] = np.tanh(b[1:-1])
+    return a, b
+
+@sd.differentiable_program
+def loop(a: sd.f32[32], b: sd.f32[32]):
+    a, b = sd.fori_loop(0, 12, step, (a, b))
+    return np.sum(a * a)
+
+x = np.linspace(-1, 1, 32, dtype=np.float32)
+value, grads = loop.value_and_grad(x, x.copy(), device="cpu")
+assert cache.wait_for_later(120)
+print(json.dumps({"value": float(value), "a": np.asarray(grads["a"]).tolist(), "direct": cache.stats.get("direct_loads", 0)}))
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the g++ wrapper is a POSIX script")
+def test_a_loop_records_its_body_called_from_the_stored_library(tmp_path):
+    """``sd.fori_loop`` records its body's calls (``Executable.record``): a body called
+    from its library runs at once, after what was recorded before it, and the loop
+    goes on with a new encoder."""
+    env = dict(os.environ, SYMDIFF_CACHE_DIR=str(tmp_path))
+    env.pop("SYMDIFF_DISK_CACHE", None)
+    runs = [json.loads(subprocess.run([sys.executable, "-c", LOOP], cwd=ROOT, env=env, capture_output=True,
+                                      text=True, timeout=600, check=True).stdout.strip().splitlines()[-1])
+            for _ in range(2)]
+    assert runs[1]["direct"] >= 1
+    assert runs[1]["value"] == pytest.approx(runs[0]["value"], rel=1e-6)
+    np.testing.assert_allclose(runs[1]["a"], runs[0]["a"], rtol=1e-5, atol=1e-7)

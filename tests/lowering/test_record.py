@@ -36,7 +36,7 @@ def test_recorded_calls_give_the_results_of_calls_made_one_by_one(device):
     enc = backends.of(device).device().create_command_encoder()
     ra, rb = a0, b0
     for i in range(40):
-        res = exe.record(enc, {"i": np.int32(i), "a": ra, "b": rb})
+        res, enc = exe.record(enc, {"i": np.int32(i), "a": ra, "b": rb})
         ra, rb = res[out_a], res[out_b]
     backends.of(device).device().submit_command_buffer(enc.finish())
     assert isinstance(ra, lowering.DeviceArray)
@@ -51,7 +51,7 @@ def test_alternating_buffers_reuse_kept_bindings_and_spares(device):
     for _ in range(3):  # three runs of 50 recorded iterations, each submitted once
         enc = backends.of(device).device().create_command_encoder()
         for i in range(50):
-            res = exe.record(enc, {"i": np.int32(i), "a": state[0], "b": state[1]})
+            res, enc = exe.record(enc, {"i": np.int32(i), "a": state[0], "b": state[1]})
             state = [res[out_a], res[out_b]]
         backends.of(device).device().submit_command_buffer(enc.finish())
         state = [np.asarray(s) for s in state]
