@@ -194,7 +194,7 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
             with backend.compiling(), _optimised_later(later_marker(device_kind, source) if level == "none" else None):
                 modules = backend.modules_folder()
                 record = _record_path(modules, source, entries, level)
-                out = _direct(device_kind, source, modules, entries, level)
+                out = _direct(device_kind, source, modules, record, entries, level)
                 front = time.perf_counter()
                 if out is None:
                     session = _session(device_kind, device, modules)
@@ -231,11 +231,11 @@ def _record_path(modules: Path | None, source: str, entries: list[str], level: s
     return direct_program.record_path(modules / "direct-programs", _digest(source), level)
 
 
-def _direct(device_kind: str, source: str, modules: Path | None, entries: list[str], level: str) -> dict | None:
+def _direct(device_kind: str, source: str, modules: Path | None, record: Path | None, entries: list[str],
+            level: str) -> dict | None:
     """The module's one entry called straight from its stored library (``direct_program``),
-    where an earlier process recorded it or, at maximal, its -O3 library was built later
-    (``_direct_later``), else None (compiled through slangpy)."""
-    record = _record_path(modules, source, entries, level)
+    where an earlier process recorded it (``record``, ``_record_path``) or, at maximal, its
+    -O3 library was built later (``_direct_later``), else None (compiled through slangpy)."""
     program = None if record is None else direct_program.load(record, entries[0])
     if program is None and record is not None and level == "maximal":
         program = _direct_later(device_kind, source, record, _record_path(modules, source, entries, "none"),

@@ -86,30 +86,29 @@ def record(path: Path, library: str, layout: Layout) -> None:
         pass  # a read-only or full disk: later processes compile through slangpy
 
 
-def layout_in(path: Path) -> Layout | None:
-    """The layout of the record at ``path``, or None where there is none."""
+def _read(path: Path) -> tuple[str, Layout] | None:
+    """The library and layout of the record at ``path``, or None where there is none."""
     try:
         found = json.loads(path.read_text())
-        return Layout(found["size"], {name: (offset, kind) for name, (offset, kind) in found["parameters"].items()})
+        return found["library"], Layout(found["size"], {name: (offset, kind)
+                                                        for name, (offset, kind) in found["parameters"].items()})
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def layout_in(path: Path) -> Layout | None:
+    """The layout of the record at ``path``, or None where there is none."""
+    found = _read(path)
+    return None if found is None else found[1]
 
 
 def load(path: Path, entry: str) -> "DirectProgram | None":
     """Entry point ``entry`` of the record at ``path``, or None where there is none or its
-    library is not the one stored (``library_store.hit``'s checksum)."""
-    layout = layout_in(path)
-    try:
-        library = json.loads(path.read_text())["library"]
-        with open(library, "rb") as f:
-            data = f.read()
-        with open(library_store.checksum_path(library)) as f:
-            intact = hashlib.sha256(data).hexdigest() == f.read().strip()
-    except (OSError, ValueError, KeyError, TypeError):
+    library is not the one stored (``library_store.intact``: an altered one is dropped)."""
+    found = _read(path)
+    if found is None or library_store.intact(found[0]) is None:
         return None
-    if layout is None or not intact:
-        return None
-    return DirectProgram(library, entry, layout)
+    return DirectProgram(found[0], entry, found[1])
 
 
 class DirectProgram:

@@ -85,23 +85,32 @@ def entry_path(directory: str, key: str) -> str:
 
 def hit(entry: str, output: str) -> bool:
     """Copy a stored library to ``output`` if it is intact; drop it if not."""
+    data = intact(entry)
+    if data is None:
+        return False
+    with open(output, "wb") as f:
+        f.write(data)
+    return True
+
+
+def intact(entry: str) -> bytes | None:
+    """The bytes of the library stored at ``entry`` where they match its checksum; None
+    where it is not there, or altered (then dropped, checksum and all)."""
     try:
         with open(entry, "rb") as f:
             data = f.read()
         with open(checksum_path(entry)) as f:
             recorded = f.read().strip()
     except OSError:
-        return False
+        return None
     if hashlib.sha256(data).hexdigest() != recorded:
         for path in (entry, checksum_path(entry)):
             try:
                 os.unlink(path)
             except OSError:
                 pass
-        return False
-    with open(output, "wb") as f:
-        f.write(data)
-    return True
+        return None
+    return data
 
 
 def checksum_path(entry: str) -> str:
