@@ -46,8 +46,8 @@ def batch_products(graph: DataflowGraph) -> int:
             groups[found[0]].append((t, found[1]))
     batched = 0
     for members in groups.values():
-        steps = _steps(members)
-        if len(members) >= MIN_GROUP and steps is not None:
+        steps = _steps(members) if len(members) >= MIN_GROUP else None
+        if steps is not None:
             _batch(graph, [t for t, _ in members], steps)
             batched += 1
     return batched
@@ -85,11 +85,9 @@ def _signature(graph: DataflowGraph, t: Tasklet, versions: dict[str, int]) -> tu
 
 
 def _steps(members: list[tuple[Tasklet, tuple[int, ...]]]) -> tuple[tuple[int, int], ...] | None:
-    """Each read index offset's ``(first, step)`` from member to member, or None
-    where one does not step evenly or none differs (copies of one computation)."""
+    """Each read index offset's ``(first, step)`` from member to member (two or more), or
+    None where one does not step evenly or none differs (copies of one computation)."""
     first = members[0][1]
-    if len(members) < 2:
-        return None
     steps = tuple(b - a for a, b in zip(first, members[1][1]))
     for k, (_, offsets) in enumerate(members):
         if any(o != f + k * s for o, f, s in zip(offsets, first, steps)):

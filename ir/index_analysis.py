@@ -172,6 +172,15 @@ def injective(index: Sequence, symbols: Iterable[sympy.Symbol]) -> bool:
     return shifts is not None and {s for s, _ in shifts if s is not None} == set(symbols)
 
 
+def apart(indices: Sequence[Sequence]) -> bool:
+    """Writes at ``indices`` cannot meet: one component is a different integer in
+    each (the steps of a batched product, ``ir.batch_products``, each writing a
+    slice of its own)."""
+    return any(all(sympy.sympify(index[k]).is_Integer for index in indices)
+               and len({int(index[k]) for index in indices}) == len(indices)
+               for k in range(len(indices[0])))
+
+
 def covers(index: Sequence, domain: Sequence[tuple], shape: Sequence) -> bool:
     """Every element of a container of ``shape`` is hit exactly once by the
     points of ``domain`` (``(symbol, begin, end)`` ranges): unit shifts over

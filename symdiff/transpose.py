@@ -25,7 +25,7 @@ import sympy
 
 from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph, Memlet, Tasklet, connector_symbol, index_symbol
-from symdiff.ir.index_analysis import holds_on_ranges, solve_shifts, unit_shift
+from symdiff.ir.index_analysis import apart, holds_on_ranges, solve_shifts, unit_shift
 from symdiff.ir.rewrite import drop_outputs
 
 
@@ -47,8 +47,8 @@ def shift_solution(index: Sequence[sympy.Expr], domain: Sequence[tuple],
 
 def gather_stencils(graph: DataflowGraph) -> list[str]:
     """Rewrite every gradient version with at least two shifted accumulating
-    writes (``grad[i + c] += ...``) into one gather tasklet; returns the new
-    tasklets' names."""
+    writes (``grad[i + c] += ...``) that may meet (``index_analysis.apart``)
+    into one gather tasklet; returns the new tasklets' names."""
     made = []
     for node in graph.access_nodes():
         access = node.id
@@ -62,19 +62,10 @@ def gather_stencils(graph: DataflowGraph) -> list[str]:
                 solved = shift_solution(m.index, t.domain, targets)
                 if solved is not None:
                     candidates.append((t, m, solved))
-        if len(candidates) >= 2 and not _disjoint([m.index for _, m, _ in candidates]):
+        # writes that cannot meet need no gather, which would read every one's contribution for every element
+        if len(candidates) >= 2 and not apart([m.index for _, m, _ in candidates]):
             made.append(_gather(graph, access, targets, candidates))
     return made
-
-
-def _disjoint(indices: list[tuple]) -> bool:
-    """Whether writes at ``indices`` cannot meet: one component is a different
-    integer in each (the steps of a batched product, ``ir.batch_products``,
-    each add into a slice of their own).  They need no gather, and a gather
-    would read every slice's contribution for every element."""
-    return any(all(sympy.sympify(index[k]).is_Integer for index in indices)
-               and len({int(index[k]) for index in indices}) == len(indices)
-               for k in range(len(indices[0])))
 
 
 class _GatherReads:

@@ -10,7 +10,7 @@ import pytest
 import sympy
 
 from symdiff.ir import connector_symbol, index_symbol, size_symbol
-from symdiff.ir.index_analysis import (FLOOR_DIVIDE, Unanalysable, cancel_floors, covers, holds_on_ranges, exact_integer_division, injective, injective_over, replaced,
+from symdiff.ir.index_analysis import (FLOOR_DIVIDE, Unanalysable, apart, cancel_floors, covers, holds_on_ranges, exact_integer_division, injective, injective_over, replaced,
                                solve_shifts, unit_shift, unit_shifts, written_elements)
 
 i, j, k = index_symbol("i"), index_symbol("j"), index_symbol("k")
@@ -265,3 +265,12 @@ def test_cached_answers_are_keyed_by_the_symbols_themselves():
     clamped = sympy.Min(sympy.Max(i - 1, 0), 5)
     assert replaced(clamped, {i: j}) == clamped.xreplace({i: j}) == sympy.Min(sympy.Max(j - 1, 0), 5)
     assert replaced(clamped, {i: k}) == sympy.Min(sympy.Max(k - 1, 0), 5)
+
+
+def test_writes_apart_by_a_constant_component():
+    i, j = index_symbol("i"), index_symbol("j")
+    assert apart([(0, i, j), (1, i, j), (2, i, j)])
+    assert apart([(i, 3), (i + 1, 5)])                       # the constant component decides
+    assert not apart([(0, i), (0, i + 1)])                    # the same constant: they may meet
+    assert not apart([(0, i), (1, i), (0, j)])
+    assert not apart([(i, j), (i + 1, j)])                    # shifts (a stencil's): they meet
