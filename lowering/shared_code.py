@@ -45,6 +45,8 @@ _CONSTANT_KERNEL = re.compile(r"groupshared|Wave|Barrier")
 # a line whose integer literals Slang needs at compile time: an unrolled loop's bound, an array's size
 _CONSTANT_LINE = re.compile(r"\[(?:ForceUnroll|unroll)|^\s*(?:static\s+|const\s+)*\w+ \w+\[")
 _LOOP_LINE = re.compile(r"\b(?:for|while)\s*\(")  # a loop's header: its literals are its bounds and steps
+_NO_OPERAND = ("", "(", "[", ",", "=", "*", "/", "%", "<", ">", "?", ":")  # what ends text before a unary sign
+_WINDOW = 64  # characters either side of a literal that _offset reads
 LIFTED = "constant"  # a lifted literal's parameter: constant0, constant1, ...
 SHARED_BY = "//   the same code runs as "  # the shared function's comment line naming the other kernels
 
@@ -113,10 +115,11 @@ def _offset(body: str, start: int, end: int) -> bool:
     """Whether the literal at ``body[start:end]`` is a term added or subtracted last
     (``a[256*i + j + 16384]``): an offset costs the same passed as a parameter, where a
     stride or a loop's bound does not."""
-    before, after = body[:start].rstrip(), body[end:].lstrip()
+    # a window around it, not the body's whole prefix: a large kernel asks this of every literal
+    before, after = body[max(0, start - _WINDOW):start].rstrip(), body[end:end + _WINDOW].lstrip()
     line = body[body.rfind("\n", 0, start) + 1:start]
-    return (before.endswith(("+", "-")) and not before.endswith(("++", "--", "(+", "(-", "=+", "=-"))
-            and before[:-1].rstrip()[-1:] not in ("", "(", "[", ",", "=", "*", "/", "%", "<", ">", "?", ":")
+    binary = before[:-1].rstrip()[-1:] not in _NO_OPERAND  # a unary sign has no term before it
+    return (before.endswith(("+", "-")) and not before.endswith(("++", "--")) and binary
             and after[:1] in ("]", ")", ";", ",", "+", "-") and not after.startswith(("++", "--"))
             and not _LOOP_LINE.search(line))
 
