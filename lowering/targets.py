@@ -277,6 +277,20 @@ class Tuning:
     split_k_min_length: int = 4096
     split_k_target_workgroups: int = 264
     split_k_min_slice: int = 512
+    # -- TF32 tensor-core products (lowering.kernels.tensor_tiles) --
+    # A workgroup's tile of outputs along the product's (outer, inner) axes and its
+    # warps along them: each warp sums a (tile / warps) block as 16x8 mma.sync
+    # fragments, staged through groupshared memory ``tensor_tile_k`` k's at a time
+    # (a multiple of the instruction's 8).  Not yet timed on a GPU: 128x128 over
+    # 2x4 warps (64x32 a warp, 16 mma's a staged 8 k's, 64 sums a thread) is the
+    # usual Ampere/Hopper mma.sync starting point; bench.gpu_session's sweep times
+    # others.  Products with at most ``group_narrow`` outputs along one axis take
+    # ``tensor_narrow_tile`` over ``tensor_narrow_warps`` (wide axis, narrow axis).
+    tensor_tile: tuple[int, int] = (128, 128)
+    tensor_warps: tuple[int, int] = (2, 4)
+    tensor_tile_k: int = 16
+    tensor_narrow_tile: tuple[int, int] = (256, 16)
+    tensor_narrow_warps: tuple[int, int] = (8, 1)
 
     @property
     def row_threads(self) -> int:
@@ -356,6 +370,11 @@ class Target:
     # products run as numpy.matmul (the host's BLAS) on them between the Slang
     # launches of a call (lowering.host_products).
     host_blas: bool = False
+    # Tensor cores for float32 products at ``matmul_precision="tf32"``
+    # (lowering.kernels.tensor_tiles): warp-wide ``mma.sync`` TF32 instructions
+    # through inline PTX, so CUDA only.  (Vulkan's cooperative matrices would
+    # reach them too; Slang 2026.12 has CoopMat for half, not for TF32.)
+    tensor_cores: bool = False
     # The numbers plans and kernels are sized by (split sizes, thread and row
     # limits, tile sizes).
     tuning: Tuning = TUNING

@@ -12,7 +12,8 @@ from .slangpy_base import SlangpyBackend
 # No float atomic max/min in nvrtc (they are compare-and-swap loops on every
 # concurrent target anyway: lowering.targets).
 TARGET = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False, workgroup_reductions=True,
-                recompute_transcendentals=True, wave_operations=True, single_pass_reductions=True)
+                recompute_transcendentals=True, wave_operations=True, single_pass_reductions=True,
+                tensor_cores=True)
 
 
 class CudaBackend(SlangpyBackend):

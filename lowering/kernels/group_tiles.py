@@ -182,7 +182,7 @@ class GroupTiles(RegisterTiles):
         return group_tiling(shape) is not None
 
     def write(self, w: KernelWriter) -> None:
-        gt = group_tiling(w)
+        gt = self.tiling(w)
         self.take_threads(w, gt)
         for line in w.mapping.open("global_thread"):
             w.emit(line, 1)
@@ -195,11 +195,21 @@ class GroupTiles(RegisterTiles):
         for a, (n, stride) in enumerate(zip(gt.grid, strides)):
             quotient = f"lin / {stride}" if stride > 1 else "lin"
             w.emit(f"int g{a} = {quotient if a == 0 else f'({quotient}) % {n}'};", 1)
+        self.thread_place(w, gt)
+        self.accumulate(w, gt)
+        self.per_output(w, gt)
+
+    @staticmethod
+    def tiling(shape: KernelShape) -> GroupTiling:
+        """The tiling this form writes ``shape``'s kernel in."""
+        return group_tiling(shape)
+
+    @staticmethod
+    def thread_place(w: KernelWriter, gt: GroupTiling) -> None:
+        """The thread's place in its workgroup's tile (``point`` reads it)."""
         across = gt.threads_along(gt.inner)
         w.emit(f"int mm_tx = group_thread % {across};  // the thread's place along the tile's inner axis", 1)
         w.emit(f"int mm_ty = group_thread / {across};", 1)
-        self.accumulate(w, gt)
-        self.per_output(w, gt)
 
     @staticmethod
     def take_threads(w: KernelWriter, gt: GroupTiling) -> None:
@@ -212,43 +222,63 @@ class GroupTiles(RegisterTiles):
 
     def accumulate(self, w: KernelWriter, gt: GroupTiling) -> None:
         step = gt.step
-        t = step.tasklet
-        p = identifier(t.name)
-        tm, tn = gt.per_thread
-        acc_type = self.sum_type(w, gt)
-        unroll = self.unrolled(w)
-        bm, bn = gt.tile[gt.axis(gt.outer)], gt.tile[gt.axis(gt.inner)]
-        w.emit(tasklet_comment(t) + f": a {bm}x{bn} tile of outputs over ({gt.outer}, {gt.inner}) a workgroup, "
-               f"{gt.k_tile} {gt.shape.k}'s at a time through groupshared memory, {tm}x{tn} a thread in registers", 1)
-        w.emit(f"{acc_type} {p}_acc[{tm}][{tn}];", 1)
-        w.emit(f"{unroll}for (int mm_u = 0; mm_u < {tm}; mm_u++) {unroll}for (int mm_v = 0; "
-               f"mm_v < {tn}; mm_v++) {p}_acc[mm_u][mm_v] = {SlangPrinter(acc_type).literal(0)};", 1)
+        p = identifier(step.tasklet.name)
+        w.emit(tasklet_comment(step.tasklet) + ": " + self.described(gt), 1)
+        self.zero_sums(w, gt, p)
         outer_read, inner_read = self.operands(gt)
         tiles = {gt.outer: f"{p}_outer_tile", gt.inner: f"{p}_inner_tile"}
-        for axis, read, n in ((gt.outer, outer_read, bm), (gt.inner, inner_read, bn)):
-            # one column of padding: threads storing along k hit distinct banks
-            w.emit(f"static groupshared {w.operand_type(read)} {tiles[axis]}[{gt.k_tile}][{n + 1}];", 1)
-        length = extent(step.loop[0])
-        w.emit(f"{w.kept}for (int mm_k = 0; mm_k < {length}; mm_k += {gt.k_tile})", 1)
+        for axis, read in ((gt.outer, outer_read), (gt.inner, inner_read)):
+            n = gt.tile[gt.axis(axis)]
+            w.emit(f"static groupshared {w.operand_type(read)} {tiles[axis]}[{gt.k_tile}][{n + self.padding(n)}];", 1)
+        w.emit(f"{w.kept}for (int mm_k = 0; mm_k < {extent(step.loop[0])}; mm_k += {gt.k_tile})", 1)
         w.emit("{", 1)
         for axis, read in ((gt.outer, outer_read), (gt.inner, inner_read)):
             self.stage(w, gt, axis, read, tiles[axis])
         w.emit("GroupMemoryBarrierWithGroupSync();", 2)
+        self.tile_sums(w, gt, p, tiles[gt.outer], tiles[gt.inner])
+        w.emit("GroupMemoryBarrierWithGroupSync();  // the tiles are read before the next ones overwrite them", 2)
+        w.emit("}", 1)
+
+    @staticmethod
+    def described(gt: GroupTiling) -> str:
+        """The comment naming the tile and how its sums are kept."""
+        (tm, tn), bm, bn = gt.per_thread, gt.tile[gt.axis(gt.outer)], gt.tile[gt.axis(gt.inner)]
+        return (f"a {bm}x{bn} tile of outputs over ({gt.outer}, {gt.inner}) a workgroup, {gt.k_tile} "
+                f"{gt.shape.k}'s at a time through groupshared memory, {tm}x{tn} a thread in registers")
+
+    @staticmethod
+    def padding(n: int) -> int:
+        """Unused columns after a staged tile's ``n``: one, so that threads
+        storing along ``k`` hit distinct banks."""
+        return 1
+
+    def zero_sums(self, w: KernelWriter, gt: GroupTiling, p: str) -> None:
+        """The thread's sums, in registers, at zero."""
+        tm, tn = gt.per_thread
+        acc_type, unroll = self.sum_type(w, gt), self.unrolled(w)
+        w.emit(f"{acc_type} {p}_acc[{tm}][{tn}];", 1)
+        w.emit(f"{unroll}for (int mm_u = 0; mm_u < {tm}; mm_u++) {unroll}for (int mm_v = 0; "
+               f"mm_v < {tn}; mm_v++) {p}_acc[mm_u][mm_v] = {SlangPrinter(acc_type).literal(0)};", 1)
+
+    def tile_sums(self, w: KernelWriter, gt: GroupTiling, p: str, outer_tile: str, inner_tile: str) -> None:
+        """The staged k's added into the thread's sums: per k, the thread's
+        operands along both axes into registers, then every pair's product."""
+        tm, tn = gt.per_thread
+        unroll = self.unrolled(w)
+        outer_read, inner_read = self.operands(gt)
         w.emit(f"{unroll}for (int mm_kk = 0; mm_kk < {gt.k_tile}; mm_kk++)", 2)
         w.emit("{", 2)
         regs = {}
-        for axis, read, count, var, thread in ((gt.outer, outer_read, tm, "mm_u", "mm_ty"),
-                                               (gt.inner, inner_read, tn, "mm_v", "mm_tx")):
+        for axis, read, tile, count, var, thread in ((gt.outer, outer_read, outer_tile, tm, "mm_u", "mm_ty"),
+                                                     (gt.inner, inner_read, inner_tile, tn, "mm_v", "mm_tx")):
             # the thread's outputs along an axis lie threads_along apart (``point``)
             regs[axis] = f"{p}_{identifier(read.connector)}"
             w.emit(f"{w.operand_type(read)} {regs[axis]}[{count}];", 3)
             w.emit(f"{unroll}for (int {var} = 0; {var} < {count}; {var}++) {regs[axis]}[{var}] = "
-                   f"{tiles[axis]}[mm_kk][{thread} + {gt.threads_along(axis)} * {var}];", 3)
+                   f"{tile}[mm_kk][{thread} + {gt.threads_along(axis)} * {var}];", 3)
         w.emit(f"{unroll}for (int mm_u = 0; mm_u < {tm}; mm_u++) {unroll}for (int mm_v = 0; "
                f"mm_v < {tn}; mm_v++) {p}_acc[mm_u][mm_v] += {regs[gt.outer]}[mm_u] * {regs[gt.inner]}[mm_v];", 3)
         w.emit("}", 2)
-        w.emit("GroupMemoryBarrierWithGroupSync();  // the tiles are read before the next ones overwrite them", 2)
-        w.emit("}", 1)
 
     @staticmethod
     def unrolled(w: KernelWriter) -> str:
@@ -294,13 +324,17 @@ class GroupTiles(RegisterTiles):
         if length % gt.k_tile:
             value = f"mm_k + mm_kk < {length} ? {value} : {kind}(0)"
         if width == 1:
-            w.emit(f"{tile}[mm_kk][mm_at] = {value};", 3)
+            w.emit(f"{tile}[mm_kk][mm_at] = {self.staged(w, value)};", 3)
         else:
             w.emit(f"{kind} mm_q = {value};", 3)
             for c, part in enumerate("xyzw"):
                 place = f"[mm_kk + {c}][mm_at]" if k_fastest else f"[mm_kk][mm_at + {c}]"
-                w.emit(f"{tile}{place} = mm_q.{part};", 3)
+                w.emit(f"{tile}{place} = {self.staged(w, f'mm_q.{part}')};", 3)
         w.emit("}", 2)
+
+    def staged(self, w: KernelWriter, value: str) -> str:
+        """What is stored in a tile for an operand element ``value``: itself."""
+        return value
 
     @staticmethod
     def stage_names(gt: GroupTiling, axis: sympy.Symbol, at: str, k: str, width: int = 1) -> dict[sympy.Symbol, str]:

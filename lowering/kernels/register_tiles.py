@@ -138,6 +138,11 @@ class RegisterTiles(BodyForm):
         w.indent -= 1
         w.emit("}", 1)
 
+    @staticmethod
+    def sum_at(p: str) -> str:
+        """The thread's sum for output (``mm_u``, ``mm_v``) of its tile."""
+        return f"{p}_acc[mm_u][mm_v]"
+
     def tiled_output(self, w: KernelWriter, tl: Tiling, step: Step) -> None:
         """The matmul step at one output of the tile: its sum, scaled, stored."""
         t = step.tasklet
@@ -148,7 +153,7 @@ class RegisterTiles(BodyForm):
         (c, var), coeff = w.outputs(t).popitem(), tl.shape.coeff
         out_type = w.out_type(t, c)
         scale = "" if coeff == 1 else f"{SlangPrinter(out_type).doprint(coeff)} * "
-        acc = f"{p}_acc[mm_u][mm_v]"
+        acc = self.sum_at(p)
         if self.sum_type(w, tl) != out_type:
             acc = f"{out_type}({acc})"
         w.emit(f"{out_type} {var} = {scale}{acc};", 1)

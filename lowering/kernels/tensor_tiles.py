@@ -1,0 +1,249 @@
+"""TF32 tensor-core products: a float32 product in a program compiled at
+``matmul_precision="tf32"`` (``precision``) on a target with tensor cores
+(``Target.tensor_cores``: CUDA) sums its tiles with the warp-wide
+``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`` instruction, as JAX's
+and PyTorch's default float32 matmuls do on an H100: inputs rounded to TF32
+(10 of float32's 23 mantissa bits, round to nearest), sums in float32.  The
+exact float32 product ran at 30-170x JAX's time there (issue 36); the
+instruction does 16x8x8 multiply-adds a warp at once.
+
+The workgroup tile is staged through groupshared memory as ``group_tiles``
+stages it (every transpose form and batched products read through the
+operand's own index, ragged edges clamped, ``k``'s past the end zeros), each
+element rounded to TF32 once as it is stored.  The workgroup's warps split
+the tile (``Tuning.tensor_tile`` over ``tensor_warps``: 128x128 over 2x4, a
+warp 64x32); per staged 8 ``k``'s each warp loads its fragments from the
+tiles and issues one instruction per 16x8 block of its outputs, whose sums
+each thread keeps as ``float4`` accumulators (``c0``..``c3`` of the
+instruction).  Tile rows are padded to a multiple of 32 plus 8 floats, so a
+fragment load (lanes ``g + 8t`` apart) touches 32 distinct banks.
+
+Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32), with
+``g = lane / 4`` and ``t = lane % 4``: A (16x8, rows along the tile's outer
+axis) ``a0 = A[g][t]``, ``a1 = A[g+8][t]``, ``a2 = A[g][t+4]``, ``a3 =
+A[g+8][t+4]``; B (8x8) ``b0 = B[t][g]``, ``b1 = B[t+4][g]``; C/D (16x8) ``c0
+= C[g][2t]``, ``c1 = C[g][2t+1]``, ``c2 = C[g+8][2t]``, ``c3 = C[g+8][2t+1]``.
+
+On CUDA the two helpers are inline PTX (``cvt.rna.tf32.f32`` and the
+``mma.sync``).  On other targets they compute the same thing in plain Slang:
+the rounding with integer operations, the instruction through per-warp
+groupshared scratch (every lane writes its fragments where the layout puts
+them, then reads back its four sums).  No other target claims tensor cores,
+so nothing runs that path but the tests, which force the form on lavapipe:
+there the tiles, fragments and accumulators run and are checked against
+float64, and only the instruction itself is left to a GPU.  The CUDA text is
+compiled for sm_90 here (tests/lowering/kernels/test_tensor_tiles_cuda.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import targets
+from . import precision, tile_shapes
+from .group_tiles import GroupTiles, GroupTiling, group_tiling
+from .tile_shapes import MMA_COLS, MMA_K, MMA_ROWS, WARP
+from .writer import FUNCTION, KernelShape, KernelWriter
+
+# The CUDA of both helpers (``declaration``): Slang passes it through as prelude text.
+_CUDA = r"""
+__device__ __forceinline__ float symdiff_tf32_round(float x)
+{
+    unsigned int r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+}
+__device__ __forceinline__ float4 symdiff_mma_tf32(uint4 a, uint2 b, float4 c)
+{
+    float4 d;
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                 : "=f"(d.x), "=f"(d.y), "=f"(d.z), "=f"(d.w)
+                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y),
+                   "f"(c.x), "f"(c.y), "f"(c.z), "f"(c.w));
+    return d;
+}
+"""
+
+
+@dataclass
+class TensorTiling(GroupTiling):
+    """A workgroup's tile split among ``warps`` (along outer, inner); each
+    thread holds ``per_thread`` = (2 x row fragments, 2 x column fragments)
+    sums of its warp's block: two rows and two columns of each fragment."""
+
+    warps: tuple[int, int] = (1, 1)
+
+    @property
+    def warp_block(self) -> tuple[int, int]:
+        """A warp's outputs along (outer, inner)."""
+        return (self.tile[self.axis(self.outer)] // self.warps[0], self.tile[self.axis(self.inner)] // self.warps[1])
+
+    @property
+    def fragments(self) -> tuple[int, int]:
+        """A warp's 16x8 instruction blocks along (outer, inner)."""
+        rows, cols = self.warp_block
+        return rows // MMA_ROWS, cols // MMA_COLS
+
+
+def tensor_tiling(shape: KernelShape) -> TensorTiling | None:
+    """The tensor-core tiling of ``shape``'s kernel, or None: a float32
+    product that ``group_tiles`` would tile, at ``matmul_precision="tf32"``,
+    on a target with tensor cores."""
+    if not shape.target.tensor_cores or precision.of(shape.g) != "tf32":
+        return None
+    gt = group_tiling(shape)
+    if gt is None or any(shape.g.containers[a.memlet.container].dtype != "float32"
+                         for a in (*gt.step.reads, *gt.step.writes)):
+        return None
+    tuning = shape.target.tuning
+    tile_shapes.check_tensor(tuning)
+    o, i = gt.axis(gt.outer), gt.axis(gt.inner)
+    (bm, bn), warps = tile_shapes.tensor_tile(tuning, gt.box[o], gt.box[i])
+    tile = list(gt.tile)
+    tile[o], tile[i] = bm, bn
+    rows, cols = bm // warps[0] // MMA_ROWS, bn // warps[1] // MMA_COLS
+    return TensorTiling(gt.step, gt.shape, gt.outer, gt.inner, tuple(tile), gt.box, k_tile=tuning.tensor_tile_k,
+                        per_thread=(2 * rows, 2 * cols), warps=warps)
+
+
+class TensorTiles(GroupTiles):
+    name = "tensor_tiles"
+    declares = FUNCTION
+
+    def applies(self, shape: KernelShape) -> bool:
+        return tensor_tiling(shape) is not None
+
+    @staticmethod
+    def tiling(shape: KernelShape) -> TensorTiling:
+        return tensor_tiling(shape)
+
+    @staticmethod
+    def thread_place(w: KernelWriter, gt: TensorTiling) -> None:
+        w.emit(f"int mm_warp = group_thread / {WARP}, mm_lane = group_thread % {WARP};", 1)
+        w.emit(f"int mm_wo = mm_warp / {gt.warps[1]}, mm_wi = mm_warp % {gt.warps[1]};  "
+               "// the warp's block of the tile", 1)
+        w.emit("int mm_g = mm_lane / 4, mm_t = mm_lane % 4;  // the lane's rows and columns in a fragment", 1)
+
+    @staticmethod
+    def described(gt: TensorTiling) -> str:
+        (bm, bn), (wm, wn) = gt.warp_block, gt.warps
+        return (f"a {bm * wm}x{bn * wn} tile of outputs over ({gt.outer}, {gt.inner}) a workgroup, {gt.k_tile} "
+                f"{gt.shape.k}'s at a time through groupshared memory, {wm}x{wn} warps each summing {bm}x{bn} "
+                f"in {MMA_ROWS}x{MMA_COLS} TF32 tensor-core fragments")
+
+    @staticmethod
+    def padding(n: int) -> int:
+        return (8 - n) % 32
+
+    def staged(self, w: KernelWriter, value: str) -> str:
+        w.declare(self, ("round", 0))
+        return f"tf32_round({value})"
+
+    def zero_sums(self, w: KernelWriter, gt: TensorTiling, p: str) -> None:
+        rows, cols = gt.fragments
+        unroll = self.unrolled(w)
+        w.emit(f"float4 {p}_acc[{rows}][{cols}];  // c0..c3 of each of the warp's fragments", 1)
+        w.emit(f"{unroll}for (int mm_i = 0; mm_i < {rows}; mm_i++) {unroll}for (int mm_j = 0; mm_j < {cols}; "
+               f"mm_j++) {p}_acc[mm_i][mm_j] = float4(0.0f);", 1)
+
+    def tile_sums(self, w: KernelWriter, gt: TensorTiling, p: str, outer_tile: str, inner_tile: str) -> None:
+        rows, cols = gt.fragments
+        (block_o, block_i), warps = gt.warp_block, gt.warps[0] * gt.warps[1]
+        unroll = self.unrolled(w)
+        w.declare(self, ("mma", warps))
+        w.emit(f"{unroll}for (int mm_kk = 0; mm_kk < {gt.k_tile}; mm_kk += {MMA_K})", 2)
+        w.emit("{", 2)
+        w.emit(f"uint4 {p}_frag_a[{rows}];", 3)
+        w.emit(f"{unroll}for (int mm_i = 0; mm_i < {rows}; mm_i++)", 3)
+        w.emit("{", 3)
+        w.emit(f"int mm_r = mm_wo * {block_o} + mm_i * {MMA_ROWS} + mm_g;", 4)
+        w.emit(f"{p}_frag_a[mm_i] = uint4(asuint({outer_tile}[mm_kk + mm_t][mm_r]), "
+               f"asuint({outer_tile}[mm_kk + mm_t][mm_r + 8]), asuint({outer_tile}[mm_kk + mm_t + 4][mm_r]), "
+               f"asuint({outer_tile}[mm_kk + mm_t + 4][mm_r + 8]));", 4)
+        w.emit("}", 3)
+        w.emit(f"uint2 {p}_frag_b[{cols}];", 3)
+        w.emit(f"{unroll}for (int mm_j = 0; mm_j < {cols}; mm_j++)", 3)
+        w.emit("{", 3)
+        w.emit(f"int mm_c = mm_wi * {block_i} + mm_j * {MMA_COLS} + mm_g;", 4)
+        w.emit(f"{p}_frag_b[mm_j] = uint2(asuint({inner_tile}[mm_kk + mm_t][mm_c]), "
+               f"asuint({inner_tile}[mm_kk + mm_t + 4][mm_c]));", 4)
+        w.emit("}", 3)
+        w.emit(f"{unroll}for (int mm_i = 0; mm_i < {rows}; mm_i++) {unroll}for (int mm_j = 0; mm_j < {cols}; mm_j++)",
+               3)
+        w.emit(f"{p}_acc[mm_i][mm_j] = mma_tf32_{warps}w({p}_frag_a[mm_i], {p}_frag_b[mm_j], {p}_acc[mm_i][mm_j], "
+               "mm_warp, mm_lane);", 4)
+        w.emit("}", 2)
+
+    @staticmethod
+    def sum_at(p: str) -> str:
+        return f"{p}_acc[mm_u / 2][mm_v / 2][(mm_u % 2) * 2 + mm_v % 2]"
+
+    @staticmethod
+    def point(tl: TensorTiling, a: int) -> str:
+        """Box coordinate along axis ``a`` of sum (``mm_u``, ``mm_v``) of the
+        thread's: row ``g`` or ``g + 8`` of fragment ``mm_u / 2``, column
+        ``2t`` or ``2t + 1`` of fragment ``mm_v / 2``."""
+        s = [s for s, _, _ in tl.step.parallel][a]
+        block_o, block_i = tl.warp_block
+        if s == tl.outer:
+            return f"g{a} * {tl.tile[a]} + mm_wo * {block_o} + (mm_u / 2) * {MMA_ROWS} + (mm_u % 2) * 8 + mm_g"
+        if s == tl.inner:
+            return f"g{a} * {tl.tile[a]} + mm_wi * {block_i} + (mm_v / 2) * {MMA_COLS} + mm_t * 2 + mm_v % 2"
+        return f"g{a}"
+
+    def declaration(self, key: tuple[str, int], target: targets.Target) -> str:
+        """``tf32_round`` (key ``("round", 0)``) or the instruction for
+        workgroups of ``warps`` warps (``("mma", warps)``: its stand-in's
+        scratch has a block per warp)."""
+        kind, warps = key
+        if kind == "round":
+            return f"""// TF32 rounding (lowering.kernels.tensor_tiles): cvt.rna.tf32.f32 on CUDA, elsewhere the
+// same in integers: to nearest, ties away from zero, 13 low mantissa bits cleared
+float tf32_round(float x)
+{{
+    __target_switch
+    {{
+    case cuda:
+        __requirePrelude(R"({_CUDA})");
+        __intrinsic_asm "symdiff_tf32_round($0)";
+    default:
+        return isfinite(x) ? asfloat((asuint(x) + 0x1000u) & 0xFFFFE000u) : x;
+    }}
+}}"""
+        scratch_a, scratch_b = f"mma_a_{warps}w", f"mma_b_{warps}w"
+        return f"""// D = A B + C over a 16x8x8 block, a warp's lanes each holding its fragments
+// (lowering.kernels.tensor_tiles): the mma.sync instruction on CUDA; elsewhere the same
+// sums through groupshared memory, a block per warp of a {warps}-warp workgroup
+groupshared float {scratch_a}[{warps}][{MMA_ROWS}][{MMA_K}];
+groupshared float {scratch_b}[{warps}][{MMA_K}][{MMA_COLS}];
+float4 mma_tf32_{warps}w(uint4 a, uint2 b, float4 c, int warp, int lane)
+{{
+    __target_switch
+    {{
+    case cuda:
+        __requirePrelude(R"({_CUDA})");
+        __intrinsic_asm "symdiff_mma_tf32($0, $1, $2)";
+    default:
+        int g = lane / 4, t = lane % 4;
+        {scratch_a}[warp][g][t] = asfloat(a.x);
+        {scratch_a}[warp][g + 8][t] = asfloat(a.y);
+        {scratch_a}[warp][g][t + 4] = asfloat(a.z);
+        {scratch_a}[warp][g + 8][t + 4] = asfloat(a.w);
+        {scratch_b}[warp][t][g] = asfloat(b.x);
+        {scratch_b}[warp][t + 4][g] = asfloat(b.y);
+        GroupMemoryBarrierWithGroupSync();
+        float4 d = c;
+        for (int k = 0; k < {MMA_K}; k++)
+        {{
+            d.x += {scratch_a}[warp][g][k] * {scratch_b}[warp][k][2 * t];
+            d.y += {scratch_a}[warp][g][k] * {scratch_b}[warp][k][2 * t + 1];
+            d.z += {scratch_a}[warp][g + 8][k] * {scratch_b}[warp][k][2 * t];
+            d.w += {scratch_a}[warp][g + 8][k] * {scratch_b}[warp][k][2 * t + 1];
+        }}
+        GroupMemoryBarrierWithGroupSync();  // read before the next block overwrites it
+        return d;
+    }}
+}}"""
+
+
+FORM = TensorTiles()

@@ -1,0 +1,149 @@
+"""TF32 tensor-core products (lowering.kernels.tensor_tiles): chosen only at
+``matmul_precision="tf32"`` on a target with tensor cores, and, forced on
+lavapipe (where the instruction's plain-Slang stand-in runs the same
+fragments), every product form, batched, narrow and split-K products give
+what TF32 arithmetic gives: the product of operands rounded to TF32, summed
+in float32.  That model is computed here in float64 from a rounding written
+apart from the kernel's (``tf32``), and each result is also checked to
+differ from the exact product by far more than the tolerance, so a kernel
+that skipped the rounding would fail.
+"""
+# (no ``from __future__ import annotations``: the programs' shape annotations close over local sizes)
+from dataclasses import replace
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import symdiff as sd
+from symdiff.lowering import backends, targets
+from symdiff.lowering.kernels import precision, tile_shapes
+from symdiff.lowering.kernels.registry import choose
+from symdiff.lowering.kernels.writer import KernelShape
+from symdiff.lowering.plan import plan
+from symdiff.lowering.plan_types import HostKernel
+
+from .test_group_tiles import B, K, M, N, close_to_jax, gpu_form, products, rand
+
+MARK = "TF32 tensor-core fragments"  # the comment opening a tensor-core product's sums
+# Small tiles over the workgroup's 8 warps: 32x32 over 2x4 warps (a fragment a warp), and
+# 64x64 over 2x4 (2x2 fragments a warp, so fragment rows and columns are both indexed);
+# narrow products 128x16 over 8x1 warps (1x2 fragments).
+SMALL = dict(tensor_tile=(32, 32), tensor_warps=(2, 4), tensor_tile_k=8, tensor_narrow_tile=(128, 16),
+             tensor_narrow_warps=(8, 1), split_k_min_length=512, split_k_min_slice=64, split_k_target_workgroups=16)
+OTHER = dict(tensor_tile=(64, 64), tensor_warps=(2, 4), tensor_tile_k=16)
+
+
+def tensor_form(monkeypatch, **tuning) -> None:
+    """lavapipe in the GPU form, claiming tensor cores."""
+    gpu_form(monkeypatch, **tuning)
+    vulkan = type(backends.of("vulkan"))
+    forced = vulkan.target
+    monkeypatch.setattr(vulkan, "target", lambda backend: replace(forced(backend), tensor_cores=True))
+
+
+def tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32 (10 mantissa bits; to nearest, ties away
+    from zero), as float64: through the exponent, not the bits."""
+    m, e = np.frexp(np.asarray(x, dtype=np.float64))  # x = m 2^e, 0.5 <= |m| < 1
+    return np.sign(m) * np.floor(np.abs(m) * 2.0 ** 11 + 0.5) * 2.0 ** (e - 11)
+
+
+def assert_tf32_product(got, a, b, exact):
+    """``got`` is TF32 ``a @ b`` (float32 sums of rounded operands), not the
+    exact product: each element within a float32 sum's rounding of the model
+    (8 sqrt(K) units of its terms' root-sum-square), and most elements further
+    from the exact product than four times that (the TF32 rounding is 2^13
+    units of float32's: it did happen)."""
+    model = tf32(a) @ tf32(b)
+    tol = 8 * np.sqrt(a.shape[-1]) * 2.0 ** -24 * np.sqrt(tf32(a) ** 2 @ tf32(b) ** 2)
+    assert np.all(np.abs(got - model) <= tol), np.max(np.abs(got - model) / tol)
+    assert np.mean(np.abs(got - exact) > 4 * tol) > 0.5
+
+
+@pytest.mark.vulkan
+@pytest.mark.parametrize("tuning", [SMALL, OTHER], ids=["fragment-a-warp", "2x2-fragments"])
+def test_a_product_and_both_gradients_are_tf32_products(monkeypatch, tuning):
+    tensor_form(monkeypatch, **tuning)
+
+    def f(x: sd.f32[M, K], y: sd.f32[K, N], z: sd.f32[M, N]):
+        return np.sum(z * (x @ y))
+    prog = sd.differentiable_program(f, matmul_precision="tf32")
+    x, y, z = rand([(M, K), (K, N), (M, N)], seed=3)
+    _, grads = prog.value_and_grad(x, y, z, device="vulkan")
+    assert prog.slang_source(device="vulkan").count(MARK) == 3
+    x64, y64, z64 = (v.astype(np.float64) for v in (x, y, z))
+    assert_tf32_product(grads["z"], x, y, x64 @ y64)  # the forward product, kept
+    assert_tf32_product(grads["x"], z, y.T, z64 @ y64.T)  # G B^T
+    assert_tf32_product(grads["y"], x.T, z, x64.T @ z64)  # A^T G
+
+
+@pytest.mark.vulkan
+def test_every_product_form_and_batches_match_jax_to_tf32_precision(monkeypatch):
+    tensor_form(monkeypatch, **OTHER)
+
+    def f(x: sd.f32[M, K], y: sd.f32[K, N], z: sd.f32[M, N], u: sd.f32[B, M, K], v: sd.f32[B, K, N]):
+        return products(np, x, y, z, u, v)
+    prog = sd.differentiable_program(f, matmul_precision="tf32")
+    args = rand([(M, K), (K, N), (M, N), (B, M, K), (B, K, N)])
+    value, grads = prog.value_and_grad(*args, device="vulkan")
+    assert prog.slang_source(device="vulkan").count(MARK) == 6
+    # TF32 keeps 11 significant bits: a few 2^-11 relative over sums of K = 23 terms
+    close_to_jax(lambda *a: products(jnp, *a), args, value, grads, "xyzuv", rtol=4e-3)
+
+
+R, D = 1536, 37
+
+
+@pytest.mark.vulkan
+def test_narrow_and_split_k_products_are_tf32_products(monkeypatch):
+    """An MLP's last layer: x @ w with 10 outputs a row (the narrow tile),
+    its weight gradient x^T g over 1536 rows cut into slices (split-K), whose
+    partial products take the tensor-core form too, and g w^T."""
+    tensor_form(monkeypatch, **SMALL)
+
+    def f(x: sd.f32[R, D], w: sd.f32[D, 10], g: sd.f32[R, 10]):
+        return np.sum(g * (x @ w))
+    prog = sd.differentiable_program(f, matmul_precision="tf32")
+    target = backends.of("vulkan").target()
+    p = plan(precision.with_precision(prog.backward_graph(wrt=["x", "w", "g"]), "tf32"), {}, target)
+    forms = {k.name: choose(KernelShape(p, k, target)).body.name for k in p.kernels if not isinstance(k, HostKernel)}
+    # x @ w, g w^T, and x^T g's 16 slices (then summed over the slices)
+    tensor = [name for name, form in forms.items() if form == "tensor_tiles"]
+    assert len(tensor) == 3 and any(name.endswith("_d_b_stage1") for name in tensor), forms
+    x, w, g = rand([(R, D), (D, 10), (R, 10)], seed=4)
+    _, grads = prog.value_and_grad(x, w, g, device="vulkan")
+    x64, w64, g64 = (v.astype(np.float64) for v in (x, w, g))
+    assert_tf32_product(grads["g"], x, w, x64 @ w64)
+    assert_tf32_product(grads["w"], x.T, g, x64.T @ g64)
+    assert_tf32_product(grads["x"], g, w.T, g64 @ w64.T)
+
+
+def test_chosen_only_at_tf32_on_tensor_core_targets_for_float32():
+    n = 256
+
+    def f(x: sd.f32[n, n], y: sd.f32[n, n]):
+        return np.tanh(x @ y)
+
+    def g(x: sd.f64[n, n], y: sd.f64[n, n]):
+        return np.tanh(x @ y)
+
+    def bodies(fn, target, at):
+        p = plan(precision.with_precision(sd.differentiable_program(fn).graph, at), {}, target)
+        return [choose(KernelShape(p, k, target)).body.name for k in p.kernels if not isinstance(k, HostKernel)]
+    assert bodies(f, backends.cuda.TARGET, "tf32") == ["tensor_tiles"]
+    assert bodies(f, backends.cuda.TARGET, "highest") == ["group_tiles"]  # exact float32 by default
+    assert bodies(g, backends.cuda.TARGET, "tf32") == ["group_tiles"]  # float64 is never rounded
+    assert bodies(f, backends.vulkan.TARGET, "tf32") == ["group_tiles"]  # no tensor cores claimed
+
+
+def test_tensor_tiles_split_into_whole_fragments_or_are_refused_by_name():
+    tuning = targets.TUNING
+    assert tile_shapes.tensor_tile(tuning, 4096, 4096) == ((128, 128), (2, 4))
+    assert tile_shapes.tensor_tile(tuning, 65536, 10) == ((256, 16), (8, 1))
+    assert tile_shapes.tensor_tile(tuning, 10, 512) == ((16, 256), (1, 8))
+    tile_shapes.check_tensor(tuning)
+    with pytest.raises(ValueError, match=r"tensor_tile/tensor_warps = \(128, 128\)/\(16, 1\)"):
+        tile_shapes.check_tensor(replace(tuning, tensor_warps=(16, 1)))  # 8 rows a warp: half a fragment
+    with pytest.raises(ValueError, match="tensor_tile_k = 12"):
+        tile_shapes.check_tensor(replace(tuning, tensor_tile_k=12))
