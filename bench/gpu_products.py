@@ -2,12 +2,15 @@
 65536x512 -> 512 -> 10 and a 4096^3 gemm, as ``bench.gpu`` rows (symdiff's
 value_and_grad against JAX ``jit`` and PyTorch on the same device) with TFLOP/s.
 
-Precision: symdiff's ``matmul_precision="tf32"`` (``lowering.kernels.precision``)
-exists but no kernel form uses tensor cores yet, so symdiff's products are exact
-float32 and these rows are fp32 only, the peers held to fp32 too: JAX's default
-float32 matmul on an H100 is TF32 (``../shared/notes/gpu.md``), so this module sets
-``jax_default_matmul_precision="highest"`` and turns torch's TF32 off.  Run it
-in its own process (``bench.gpu_session`` does): both settings are global.
+Precision (``--precision``): ``fp32`` (the default) holds every side to exact
+float32: symdiff's default ``matmul_precision``, JAX's
+``jax_default_matmul_precision="highest"`` (its default float32 matmul on an
+H100 is TF32, ``../shared/notes/gpu.md``) and torch's TF32 off.  ``tf32`` lets
+every side use TF32 tensor cores: symdiff's ``matmul_precision="tf32"``
+(``lowering.kernels.tensor_tiles`` on CUDA), JAX's ``"tensorfloat32"`` and
+torch's TF32 on; gradients are then checked against JAX at ``TF32_TOLERANCE``
+(TF32 keeps 11 significant bits).  Run it in its own process
+(``bench.gpu_session`` does): the settings are global.
 ``--tuning JSON`` overrides the device's ``Tuning`` fields for one variant of
 ``bench.gpu_session``'s sweep.
 """
@@ -26,8 +29,18 @@ from symdiff.lowering import targets
 from . import gpu, report
 from .workloads import fan_in, mlp_softmax_xent, normal, one_hot
 
-PRECISION_NOTE = ("fp32 only: symdiff's matmul_precision=\"tf32\" has no tensor-core form yet (exact fp32), "
-                  "peers held to fp32")
+PRECISIONS = ("fp32", "tf32")
+# Relative error of a TF32 row's gradients against JAX's (TF32 on a GPU, exact float32 on a
+# CPU).  Not 2^-11: where TF32 moves a pre-activation across 0, the MLP's ReLU mask flips
+# and that gradient element changes whole, so the error grows as the square root of the
+# flipped fraction.  A float64 model of the 256-row MLP with every product's operands
+# rounded to TF32 is 1.2e-2 from the exact gradients of x and w1 (symdiff's TF32 kernels on
+# lavapipe are 1.4e-5 from that model: tests/lowering/kernels/test_tensor_tiles.py checks
+# them against such a model).
+TF32_TOLERANCE = 5e-2
+PRECISION_NOTE = {"fp32": "fp32: every side exact float32 (JAX \"highest\", torch TF32 off)",
+                  "tf32": "tf32: every side on TF32 tensor cores (symdiff matmul_precision=\"tf32\", "
+                          f"JAX \"tensorfloat32\", torch allow_tf32), checked at {TF32_TOLERANCE:g}"}
 
 
 def gemm_loss(xp, a, b, c):
@@ -76,23 +89,27 @@ def use_tuning(overrides: dict[str, Any]) -> dict[str, Any]:
     return applied
 
 
-def hold_peers_to_fp32() -> None:
+def use_precision(precision: str) -> None:
+    """Every side's float32 products at ``precision`` (module docstring)."""
+    import symdiff as sd
+    tf32 = precision == "tf32"
+    sd.set_matmul_precision("tf32" if tf32 else "highest")
     try:
         import jax
-        jax.config.update("jax_default_matmul_precision", "highest")
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "highest")
     except ImportError:
         pass
     try:
         import torch
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
     except ImportError:
         pass
 
 
-def with_tflops(row: dict[str, Any]) -> dict[str, Any]:
+def with_tflops(row: dict[str, Any], precision: str) -> dict[str, Any]:
     work = flops(row["workload"], row["shapes"])
-    row["flops"], row["precision"] = work, "fp32"
+    row["flops"], row["precision"] = work, precision
     for entry in [row["symdiff"], *row["peers"].values()]:
         if entry.get("ms"):
             entry["tflops"] = work / (entry["ms"] * 1e-3) / 1e12
@@ -110,7 +127,8 @@ def render(results: dict[str, Any]) -> str:
                       gpu._num(row.get("x_torch"), ".2f"), gpu._num(s.get("tflops"), ".3g"),
                       gpu._num(j.get("tflops"), ".3g"), gpu._num(t.get("tflops"), ".3g"),
                       gpu._num(s.get("grad_error"), ".1e")])
-    return "\n\n".join([f"symdiff on `{results['device']}`, scale {results['scale']:g}. {PRECISION_NOTE}.",
+    return "\n\n".join([f"symdiff on `{results['device']}`, scale {results['scale']:g}. "
+                         f"{PRECISION_NOTE[results['precision']]}.",
                         report._table(header, lines)])
 
 
@@ -127,20 +145,23 @@ def main(argv: list[str]) -> dict[str, Any]:
     p.add_argument("--tuning", type=json.loads, default={}, metavar="JSON",
                    help='Tuning fields to override, e.g. \'{"group_tile": [128, 64], "group_thread_tile": [8, 4]}\'')
     p.add_argument("--peers", default="jax,torch", help="comma-separated peers to time (the first is the reference)")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32: exact float32 everywhere; tf32: TF32 tensor cores everywhere")
     args = p.parse_args(argv)
     if args.gpu_form:
         gpu.use_gpu_form()
     tuning = use_tuning(args.tuning)
-    hold_peers_to_fp32()
+    use_precision(args.precision)
     wanted = [q for q in args.peers.split(",") if q]
     peers = [q for q in (gpu.JaxPeer(), gpu.TorchPeer()) if q.name in wanted and q.available()]
-    settings = gpu.Settings(budget=args.budget)
+    settings = gpu.Settings(budget=args.budget,
+                            tolerance=TF32_TOLERANCE if args.precision == "tf32" else gpu.TOLERANCE)
     specs = [w for w in PRODUCTS if not args.workload or w.name in args.workload]
-    rows = [with_tflops(gpu.run_row(spec, args.scale, args.device, peers, settings, bandwidth=math.inf))
-            for spec in specs]
+    rows = [with_tflops(gpu.run_row(spec, args.scale, args.device, peers, settings, bandwidth=math.inf),
+                        args.precision) for spec in specs]
     platform_of = dict(zip(("jax", "torch"), gpu.peer_devices(args.device)))
     results = {"device": args.device + (" (GPU form)" if args.gpu_form else ""), "scale": args.scale,
-               "tuning": tuning, "precision_note": PRECISION_NOTE,
+               "tuning": tuning, "precision": args.precision, "precision_note": PRECISION_NOTE[args.precision],
                "peers": gpu.peer_names({q.name: platform_of[q.name] for q in peers}),
                "available_devices": lowering.available_devices(), "rows": rows}
     return report.publish(results, render(results), args.json)

@@ -25,15 +25,17 @@ budget (``--budget STAGE=SECONDS`` overrides one):
 3. ``fuzz``: a 200-program differential fuzz campaign on the device
    (``python -m tests.fuzz``) in chunks of consecutive seeds, so running out of
    time loses one chunk, not the campaign; ``OUTDIR/fuzz/``.
-4. ``bench``: ``bench.gpu_products`` (MLP and gemm, fp32 with TFLOP/s:
-   symdiff's ``matmul_precision="tf32"`` has no tensor-core form yet, so no
-   TF32 rows; the JSON says so) then every memory-bound row of ``bench.gpu``,
-   one process per row; ``OUTDIR/bench/``.
-5. ``sweep``: product variants (``SWEEP_VARIANTS``: group tile shapes, k
-   tiles, split-K targets), each ``bench.gpu_products`` in its own process
-   with the device's ``lowering.targets.Tuning`` overridden (``--tuning``),
-   checked against JAX; ``OUTDIR/sweep/``.  The fastest variant per product
-   is the one to write into ``Tuning`` (CUDA's, or GPU Vulkan's).
+4. ``bench``: ``bench.gpu_products`` (MLP and gemm with TFLOP/s, at fp32
+   and then at TF32: symdiff's ``matmul_precision="tf32"`` on tensor cores
+   against JAX's and torch's TF32) then every memory-bound row of
+   ``bench.gpu``, one process per row; ``OUTDIR/bench/``.
+5. ``sweep``: product variants (``SWEEP_VARIANTS``: group and tensor-core
+   tile shapes, k tiles, split-K targets), each ``bench.gpu_products`` in its
+   own process with the device's ``lowering.targets.Tuning`` overridden
+   (``--tuning``) at the variant's precision (``fp32`` unless it says
+   ``"precision": "tf32"``), checked against JAX; ``OUTDIR/sweep/``.  The
+   fastest variant per product and precision is the one to write into
+   ``Tuning`` (CUDA's, or GPU Vulkan's).
 
 A stage's commands run as child processes: at the end of its budget a child
 gets SIGINT (pytest then still writes its XML), then SIGKILL, and the session
@@ -69,7 +71,7 @@ MIN_CHUNK_S = 20.0       # a fuzz chunk is not started with less time than this 
 FUZZ_FAILURES = ("wrong", "crash", "error")   # tests.fuzz.runner.FAILURES
 
 # budgets in seconds per stage: full adds up to 7.5 minutes, with the grace inside each
-BUDGETS = {"auto": 40.0, "tests": 115.0, "interop": 35.0, "fuzz": 70.0, "bench": 145.0, "sweep": 70.0}
+BUDGETS = {"auto": 40.0, "tests": 115.0, "interop": 35.0, "fuzz": 60.0, "bench": 160.0, "sweep": 65.0}
 QUICK_BUDGETS = {"auto": 40.0, "tests": 60.0, "interop": 35.0, "fuzz": 60.0, "bench": 100.0, "sweep": 60.0}
 TEST_PATHS = ("tests/lowering", "tests/symdiff")
 QUICK_TEST_PATHS = ("tests/lowering/test_dlpack.py", "tests/lowering/test_matmul.py")
@@ -253,12 +255,13 @@ def fuzz_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
 
 def bench_jobs(s: Session) -> list[tuple[str, list[str]]]:
     """(name, command) per bench process: the products first (the issue's
-    targets), then each memory-bound row of bench.gpu alone."""
+    targets), at fp32 then TF32, then each memory-bound row of bench.gpu alone."""
     from . import gpu, gpu_products
 
     common = ["--device", s.device, "--scale", f"{s.scale:g}", "--budget", f"{s.measure_budget:g}"]
-    jobs = [(w.name, [s.python, "-m", "bench.gpu_products", "--workload", w.name, *common])
-            for w in gpu_products.PRODUCTS]
+    jobs = [(f"{w.name}-{precision}", [s.python, "-m", "bench.gpu_products", "--workload", w.name,
+                                       "--precision", precision, *common])
+            for precision in gpu_products.PRECISIONS for w in gpu_products.PRODUCTS]
     jobs += [(w.name, [s.python, "-m", "bench.gpu", "--workload", w.name, *common]) for w in gpu.WORKLOADS]
     return jobs
 
@@ -288,7 +291,6 @@ def json_run(cmd: list[str], path: Path, log: Path, deadline: Deadline, runs: li
 
 def bench_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
     from .gpu import geomean
-    from .gpu_products import PRECISION_NOTE
 
     rows, runs, missing = [], [], []
     for name, cmd in bench_jobs(s):
@@ -304,19 +306,25 @@ def bench_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
         "failures" if wrong or missing else "ok"
     gm = geomean(memory_bound)
     return {"status": status, "rows": rows, "missing": missing, "not ok": wrong, "runs": runs,
-            "geomean_x_jax_memory_bound": gm, "tf32": PRECISION_NOTE,
+            "geomean_x_jax_memory_bound": gm,
             "detail": f"{len(rows)} rows, memory-bound x JAX geomean "
                       f"{'-' if gm is None else format(gm, '.2f')} over {len(memory_bound)}; "
-                      f"not ok: {wrong or 'none'}; missing: {missing or 'none'}; no TF32 rows (no tensor-core form)"}
+                      f"not ok: {wrong or 'none'}; missing: {missing or 'none'}"}
 
 
 # -- stage 5: sweep -----------------------------------------------------------------------
 
 # Tuning overrides per variant, in the order they run, the likeliest gains first (a
-# stage out of time loses the last); the first is the target's own numbers, the
-# baseline.  lowering.targets.Tuning says what each field does.
+# stage out of time loses the last); the first of each precision is the target's own
+# numbers, that precision's baseline.  A variant's "precision" (default "fp32") is
+# bench.gpu_products' --precision, not a Tuning field.  lowering.targets.Tuning says
+# what each field does.
 SWEEP_VARIANTS: list[dict[str, Any]] = [
     {},
+    {"precision": "tf32"},                                      # tensor cores' baseline
+    {"precision": "tf32", "tensor_tile": [128, 64], "tensor_warps": [4, 2]},   # 32x32 a warp
+    {"precision": "tf32", "tensor_tile_k": 32},                 # half the barriers
+    {"precision": "tf32", "tensor_tile": [64, 64], "tensor_warps": [2, 4]},    # 32x16 a warp, more workgroups
     {"group_tile": [128, 64], "group_thread_tile": [8, 4]},     # 32 sums a thread
     {"group_tile": [128, 128], "group_thread_tile": [8, 8]},    # 64 sums a thread, 16 KiB of tiles
     {"group_narrow_tile": [128, 32], "group_narrow_thread_tile": [8, 2]},  # the MLP's 10-wide products
@@ -344,8 +352,10 @@ def sweep_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
     software = s.device == "vulkan" and _software_vulkan()
     rows, runs, missing = [], [], []
     for n, variant in enumerate(variants):
+        tuning = {k: v for k, v in variant.items() if k != "precision"}
         cmd = [s.python, "-m", "bench.gpu_products", "--device", s.device, "--scale", f"{s.scale:g}",
-               "--budget", f"{s.measure_budget:g}", "--peers", "jax", "--tuning", json.dumps(variant),
+               "--budget", f"{s.measure_budget:g}", "--peers", "jax", "--tuning", json.dumps(tuning),
+               "--precision", precision_of(variant),
                *[a for w in names for a in ("--workload", w)], *(["--gpu-form"] if software else [])]
         results = json_run(cmd, s.out / "sweep" / f"variant-{n}.json", s.out / "logs" / f"sweep-{n}.log", deadline,
                            runs)
@@ -357,20 +367,28 @@ def sweep_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
             row[f"{r['workload']}_ms"] = r["symdiff"].get("ms")
             row[f"{r['workload']}_status"] = r["symdiff"].get("status")
         rows.append(row)
-    base = rows[0] if rows and rows[0]["variant"] == {} else None
+    bases = {precision_of(r["variant"]): r for r in rows if set(r["variant"]) <= {"precision"}}
     for row in rows:
+        base = bases.get(precision_of(row["variant"]))
         for w in names:
             ms, base_ms = row.get(f"{w}_ms"), base and base.get(f"{w}_ms")
             row[f"{w}_x_base"] = ms / base_ms if ms and base_ms else None
     wrong = [r["variant"] for r in rows if any(r.get(f"{w}_status") != "ok" for w in names)]
     status = "out of time" if missing and deadline.remaining() <= MIN_CHUNK_S else \
         "failures" if wrong or missing else "ok"
-    best = {w: min((r for r in rows if r.get(f"{w}_ms")), key=lambda r: r[f"{w}_ms"], default=None) for w in names}
+    best = {(w, p): min((r for r in rows if r.get(f"{w}_ms") and precision_of(r["variant"]) == p),
+                        key=lambda r: r[f"{w}_ms"], default=None)
+            for w in names for p in sorted({precision_of(r["variant"]) for r in rows})}
     return {"status": status, "rows": rows, "missing": missing, "not ok": wrong, "runs": runs,
             "detail": f"{len(rows)}/{len(variants)} variants on {', '.join(names)}; fastest: "
-                      + "; ".join(f"{w} {json.dumps(b['variant'])} {b[f'{w}_ms']:.3g} ms" if b else f"{w} none"
-                                  for w, b in best.items())
+                      + "; ".join(f"{w} {json.dumps(b['variant'])} {b[f'{w}_ms']:.3g} ms" if b else f"{w} {p} none"
+                                  for (w, p), b in best.items())
                       + (f"; not ok: {wrong}" if wrong else "")}
+
+
+def precision_of(variant: dict[str, Any]) -> str:
+    """The products' precision a sweep variant runs at."""
+    return variant.get("precision", "fp32")
 
 
 def _software_vulkan() -> bool:

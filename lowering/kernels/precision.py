@@ -1,12 +1,12 @@
 """``matmul_precision``: what a program's float32 matrix products may compute in.
 
 ``"highest"`` (the default) is exact float32: every product's sums are
-float32 multiply-adds, as on every target today.  ``"tf32"`` allows tensor
-cores' TF32 inputs (10-bit mantissas, float32 sums), as JAX's default float32
-matmul on an H100 does (its MLP gradients then differ from float64 by 2.6e-3,
-``../shared/notes/gpu.md``); no kernel form uses it yet, so results are still
-exact float32, but a tensor-core form (``CoopMat`` on CUDA) may apply where it
-is set and nowhere else.
+float32 multiply-adds.  ``"tf32"`` allows tensor cores' TF32 inputs (10-bit
+mantissas, float32 sums), as JAX's default float32 matmul on an H100 does
+(its MLP gradients then differ from float64 by 2.6e-3,
+``../shared/notes/gpu.md``): on a target with tensor cores (CUDA) float32
+products then take ``tensor_tiles``; elsewhere results stay exact float32.
+The tensor-core form applies where it is set and nowhere else.
 
 As in JAX, it is set per program (``sd.differentiable_program(...,
 matmul_precision="tf32")``), globally (``sd.set_matmul_precision``, as

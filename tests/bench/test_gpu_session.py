@@ -100,17 +100,21 @@ def test_a_sweep_variant_naming_no_tuning_field_is_refused():
 
 
 def test_every_sweep_variant_is_a_tuning_that_makes_workgroups():
-    """A variant GPU time would be spent on names real Tuning fields and tiles
-    that split into a workgroup's threads (lowering.kernels.tile_shapes)."""
+    """A variant GPU time would be spent on names real Tuning fields (and
+    perhaps a precision) and tiles that split into a workgroup's threads and
+    warps (lowering.kernels.tile_shapes)."""
     from dataclasses import fields, replace
     from symdiff.lowering import backends, targets
     from symdiff.lowering.kernels import tile_shapes
     names = {f.name for f in fields(targets.Tuning)}
     assert gs.SWEEP_VARIANTS[0] == {} and len({json.dumps(v) for v in gs.SWEEP_VARIANTS}) == len(gs.SWEEP_VARIANTS)
+    assert {gs.precision_of(v) for v in gs.SWEEP_VARIANTS} == {"fp32", "tf32"}
+    assert {"precision": "tf32"} in gs.SWEEP_VARIANTS  # the tensor cores' baseline
     for variant in gs.SWEEP_VARIANTS:
-        assert set(variant) <= names, variant
-        tile_shapes.check(replace(backends.cuda.TARGET.tuning, **{k: tuple(v) if isinstance(v, list) else v
-                                                                  for k, v in variant.items()}))
+        tuning = {k: tuple(v) if isinstance(v, list) else v for k, v in variant.items() if k != "precision"}
+        assert set(tuning) <= names, variant
+        tile_shapes.check(replace(backends.cuda.TARGET.tuning, **tuning))
+        tile_shapes.check_tensor(replace(backends.cuda.TARGET.tuning, **tuning))
 
 
 def test_interop_is_skipped_without_cuda_and_judged_by_its_rows(tmp_path):

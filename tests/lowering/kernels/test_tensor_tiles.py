@@ -119,6 +119,41 @@ def test_narrow_and_split_k_products_are_tf32_products(monkeypatch):
     assert_tf32_product(grads["x"], g, w.T, g64 @ w64.T)
 
 
+@pytest.mark.vulkan
+def test_an_mlps_gradients_are_those_of_tf32_products(monkeypatch):
+    """Products with fused epilogues (bias, ReLU mask) and a softmax between:
+    the gradients match a float64 model whose every product rounds its
+    operands to TF32 (an exact float32 run is 1e-2 from that model: ReLU
+    masks flip where TF32 moves a pre-activation across 0)."""
+    tensor_form(monkeypatch, **OTHER)
+    rows, d, hidden, classes = 96, 40, 48, 10
+
+    def mlp(xp, x, w1, b1, w2, y):
+        pre = x @ w1 + b1
+        logits = xp.maximum(pre, 0.0) @ w2
+        shifted = logits - xp.max(logits, axis=1, keepdims=True)
+        return -xp.mean(xp.sum(y * (shifted - xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))), axis=1))
+
+    def f(x: sd.f32[rows, d], w1: sd.f32[d, hidden], b1: sd.f32[hidden], w2: sd.f32[hidden, classes],
+          y: sd.f32[rows, classes]):
+        return mlp(np, x, w1, b1, w2, y)
+    prog = sd.differentiable_program(f, matmul_precision="tf32")
+    x, w1, b1, w2 = rand([(rows, d), (d, hidden), (hidden,), (hidden, classes)], seed=5)
+    y = np.eye(classes, dtype=np.float32)[np.random.default_rng(5).integers(0, classes, rows)]
+    _, grads = prog.value_and_grad(x, w1, b1, w2, y, wrt=["x", "w1", "b1", "w2"], device="vulkan")
+    assert prog.slang_source(device="vulkan").count(MARK) >= 5
+    X, W1, B1, W2, Y = (a.astype(np.float64) for a in (x, w1, b1, w2, y))
+    pre = tf32(X) @ tf32(W1) + B1
+    h = np.maximum(pre, 0.0)
+    logits = tf32(h) @ tf32(W2)
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    dl = (p / p.sum(1, keepdims=True) - Y) / rows
+    dh = (tf32(dl) @ tf32(W2.T)) * (pre > 0)
+    model = {"x": tf32(dh) @ tf32(W1.T), "w1": tf32(X.T) @ tf32(dh), "b1": dh.sum(0), "w2": tf32(h.T) @ tf32(dl)}
+    for name, want in model.items():
+        assert np.linalg.norm(grads[name] - want) <= 1e-5 * np.linalg.norm(want), name
+
+
 def test_chosen_only_at_tf32_on_tensor_core_targets_for_float32():
     n = 256
 
