@@ -446,12 +446,13 @@ def table(summary: dict[str, Any]) -> str:
     rows = summary["stages"].get("bench", {}).get("rows", [])
     if rows:
         lines.append("")
-        lines.append(f"{'workload':<20} {'size':<14} {'symdiff ms':>10} {'JAX ms':>8} {'torch ms':>8} {'x JAX':>6} "
-                     f"{'TFLOP/s':>8}")
+        lines.append(f"{'workload':<20} {'size':<14} {'prec':<4} {'symdiff ms':>10} {'JAX ms':>8} {'torch ms':>8} "
+                     f"{'x JAX':>6} {'TFLOP/s':>8}")
         for r in rows:
             ms = _ms(r["symdiff_ms"]) if r["symdiff"] == "ok" else str(r["symdiff"])[:10]
-            lines.append(f"{r['workload']:<20} {r['size']:<14} {ms:>10} {_ms(r.get('jax_ms')):>8} "
-                         f"{_ms(r.get('torch_ms')):>8} {_ms(r.get('x_jax')):>6} {_ms(r.get('symdiff_tflops')):>8}")
+            lines.append(f"{r['workload']:<20} {r['size']:<14} {r.get('precision', '-'):<4} {ms:>10} "
+                         f"{_ms(r.get('jax_ms')):>8} {_ms(r.get('torch_ms')):>8} {_ms(r.get('x_jax')):>6} "
+                         f"{_ms(r.get('symdiff_tflops')):>8}")
     sweep = summary["stages"].get("sweep", {}).get("rows", [])
     if sweep:
         names = sorted({k[:-3] for r in sweep for k in r if k.endswith("_ms")})
