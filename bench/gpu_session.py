@@ -322,10 +322,12 @@ def bench_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
 SWEEP_VARIANTS: list[dict[str, Any]] = [
     {},
     {"precision": "tf32"},                                      # tensor cores' baseline
+    {"precision": "tf32", "group_prefetch": True},              # the next k's load during the sums
     {"precision": "tf32", "tensor_tile": [128, 64], "tensor_warps": [4, 2]},   # 32x32 a warp
     {"precision": "tf32", "tensor_tile_k": 32},                 # half the barriers
     {"precision": "tf32", "tensor_tile": [64, 64], "tensor_warps": [2, 4]},    # 32x16 a warp, more workgroups
     {"group_tile": [128, 64], "group_thread_tile": [8, 4]},     # 32 sums a thread
+    {"group_prefetch": True},                                   # the next k's load during the sums
     {"group_tile": [128, 128], "group_thread_tile": [8, 8]},    # 64 sums a thread, 16 KiB of tiles
     {"group_narrow_tile": [128, 32], "group_narrow_thread_tile": [8, 2]},  # the MLP's 10-wide products
     {"split_k_target_workgroups": 132},                         # split-K: one workgroup an H100 SM

@@ -267,6 +267,12 @@ class Tuning:
     group_narrow: int = 16
     group_narrow_tile: tuple[int, int] = (256, 16)
     group_narrow_thread_tile: tuple[int, int] = (16, 1)
+    # Register double buffering of both product forms' tiles (group_tiles, tensor_tiles):
+    # each thread reads its share of the next k tile into registers before summing
+    # the staged one, so global memory's latency hides behind the sums, for as many
+    # registers more (16 floats a thread at the default tiles).  Off until a GPU
+    # times it: bench.gpu_session's sweep has it on in a variant.
+    group_prefetch: bool = False
     # -- split-K (lowering.kernels.split_k) --
     # A product whose output tiles are too few for a GPU, over a contraction at least
     # ``split_k_min_length`` long (an MLP's weight gradients: 512x10 outputs, 8 tiles,

@@ -50,6 +50,9 @@ from . import thread_loop, tile_shapes
 from .register_tiles import RegisterTiles
 from .writer import KernelShape, KernelWriter, identifier, tasklet_comment
 
+# ``GroupTiles.stage``'s phases: read and store at once, or (prefetching) read into registers, then store
+BOTH, LOAD, STORE = "both", "load", "store"
+
 
 @dataclass
 class GroupTiling(Tiling):
@@ -230,11 +233,31 @@ class GroupTiles(RegisterTiles):
         for axis, read in ((gt.outer, outer_read), (gt.inner, inner_read)):
             n = gt.tile[gt.axis(axis)]
             w.emit(f"static groupshared {w.operand_type(read)} {tiles[axis]}[{gt.k_tile}][{n + self.padding(n)}];", 1)
-        w.emit(f"{w.kept}for (int mm_k = 0; mm_k < {extent(step.loop[0])}; mm_k += {gt.k_tile})", 1)
+        operands = ((gt.outer, outer_read), (gt.inner, inner_read))
+        length = extent(step.loop[0])
+        prefetch = w.target.tuning.group_prefetch and length > gt.k_tile
+        if prefetch:  # register double buffering: the next k's load while these are summed
+            for axis, read in operands:
+                self.held(w, gt, axis, read, tiles[axis])
+            w.emit("{", 1)
+            w.emit("int mm_k0 = 0;", 2)
+            for axis, read in operands:
+                self.stage(w, gt, axis, read, tiles[axis], LOAD, "mm_k0")
+            w.emit("}", 1)
+        w.emit(f"{w.kept}for (int mm_k = 0; mm_k < {length}; mm_k += {gt.k_tile})", 1)
         w.emit("{", 1)
-        for axis, read in ((gt.outer, outer_read), (gt.inner, inner_read)):
-            self.stage(w, gt, axis, read, tiles[axis])
+        for axis, read in operands:
+            self.stage(w, gt, axis, read, tiles[axis], STORE if prefetch else BOTH)
         w.emit("GroupMemoryBarrierWithGroupSync();", 2)
+        if prefetch:
+            w.emit(f"if (mm_k + {gt.k_tile} < {length})", 2)
+            w.emit("{", 2)
+            w.emit(f"int mm_k0 = mm_k + {gt.k_tile};", 3)
+            w.indent += 1
+            for axis, read in operands:
+                self.stage(w, gt, axis, read, tiles[axis], LOAD, "mm_k0")
+            w.indent -= 1
+            w.emit("}", 2)
         self.tile_sums(w, gt, p, tiles[gt.outer], tiles[gt.inner])
         w.emit("GroupMemoryBarrierWithGroupSync();  // the tiles are read before the next ones overwrite them", 2)
         w.emit("}", 1)
@@ -288,13 +311,16 @@ class GroupTiles(RegisterTiles):
         of 35 for a fuzz program of 13 small products unrolled, at load 20)."""
         return w.kept or "[ForceUnroll] "
 
-    def stage(self, w: KernelWriter, gt: GroupTiling, axis: sympy.Symbol, read, tile: str) -> None:
+    def stage(self, w: KernelWriter, gt: GroupTiling, axis: sympy.Symbol, read, tile: str,
+              phase: str = BOTH, k0: str = "mm_k") -> None:
         """The workgroup's threads copy one operand's ``k_tile`` x (tile along
-        ``axis``) elements into ``tile``: neighbouring threads take neighbouring
-        elements along the operand's memory (its index's last component: ``k``
-        or ``axis``), out-of-box positions clamped, ``k``'s past the end zeros.
-        Where ``quad_loads`` allows, each thread takes four neighbours in one
-        16-byte load."""
+        ``axis``) elements, from ``k0`` on, into ``tile``: neighbouring threads
+        take neighbouring elements along the operand's memory (its index's last
+        component: ``k`` or ``axis``), out-of-box positions clamped, ``k``'s
+        past the end zeros.  Where ``quad_loads`` allows, each thread takes four
+        neighbours in one 16-byte load.  ``phase``: ``LOAD`` only reads the
+        thread's elements into registers (``<tile>_next``), ``STORE`` only
+        writes those into the tile (``Tuning.group_prefetch``), ``BOTH`` both."""
         step = gt.step
         a = gt.axis(axis)
         n = gt.tile[a]
@@ -302,10 +328,15 @@ class GroupTiles(RegisterTiles):
         k_fastest = gt.shape.k in sympy.sympify(read.memlet.index[-1]).free_symbols
         width = 4 if quad_loads(w.g, gt, axis, read, k_fastest) else 1
         loads = n * gt.k_tile // width
-        w.emit(f"// {read.connector}: its {n}x{gt.k_tile} tile into groupshared memory"
-               + (", 16 bytes a load" if width > 1 else ""), 2)
         group = w.layout.size
-        w.emit(f"{self.unrolled(w)}for (int mm_l = 0; mm_l < {-(-loads // group)}; mm_l++)", 2)
+        rounds = -(-loads // group)
+        kind = w.operand_type(read) + ("4" if width > 1 else "")
+        held = f"{tile}_next"  # the thread's elements between a LOAD and its STORE
+        if phase != STORE:
+            w.emit(f"// {read.connector}: its {n}x{gt.k_tile} tile " + ("into groupshared memory" if phase == BOTH
+                                                                      else "into registers, for the next k's")
+                   + (", 16 bytes a load" if width > 1 else ""), 2)
+        w.emit(f"{self.unrolled(w)}for (int mm_l = 0; mm_l < {rounds}; mm_l++)", 2)
         w.emit("{", 2)
         w.emit(f"int mm_e = min(group_thread + mm_l * {group}, {loads - 1});  // a last partial "
                "round copies its last element again", 3)
@@ -316,21 +347,34 @@ class GroupTiles(RegisterTiles):
             kk, at = (f"({kk}) * {width}", at) if k_fastest else (kk, f"({at}) * {width}")
         w.emit(f"int mm_kk = {kk}, mm_at = {at};", 3)
         last_k = length - (width if k_fastest else 1)
-        names = self.stage_names(gt, axis, "mm_at", "mm_k + mm_kk" if length % gt.k_tile == 0
-                                 else f"min(mm_k + mm_kk, {last_k})", 1 if k_fastest else width)
+        names = self.stage_names(gt, axis, "mm_at", f"{k0} + mm_kk" if length % gt.k_tile == 0
+                                 else f"min({k0} + mm_kk, {last_k})", 1 if k_fastest else width)
         index = w.flat_index(read.memlet, names)
-        kind = w.operand_type(read) + ("4" if width > 1 else "")
         value = f"{w.buffer(read.access)}[{index}]" if width == 1 else f"{w.quad_buffer(read.access)}[({index}) / 4]"
         if length % gt.k_tile:
-            value = f"mm_k + mm_kk < {length} ? {value} : {kind}(0)"
-        if width == 1:
-            w.emit(f"{tile}[mm_kk][mm_at] = {self.staged(w, value)};", 3)
+            value = f"{k0} + mm_kk < {length} ? {value} : {kind}(0)"
+        if phase == LOAD:
+            w.emit(f"{held}[mm_l] = {value};", 3)
         else:
-            w.emit(f"{kind} mm_q = {value};", 3)
-            for c, part in enumerate("xyzw"):
-                place = f"[mm_kk + {c}][mm_at]" if k_fastest else f"[mm_kk][mm_at + {c}]"
-                w.emit(f"{tile}{place} = {self.staged(w, f'mm_q.{part}')};", 3)
+            source = f"{held}[mm_l]" if phase == STORE else value
+            if width == 1:
+                w.emit(f"{tile}[mm_kk][mm_at] = {self.staged(w, source)};", 3)
+            else:
+                if phase == BOTH:
+                    w.emit(f"{kind} mm_q = {value};", 3)
+                    source = "mm_q"
+                for c, part in enumerate("xyzw"):
+                    place = f"[mm_kk + {c}][mm_at]" if k_fastest else f"[mm_kk][mm_at + {c}]"
+                    w.emit(f"{tile}{place} = {self.staged(w, f'{source}.{part}')};", 3)
         w.emit("}", 2)
+
+    def held(self, w: KernelWriter, gt: GroupTiling, axis: sympy.Symbol, read, tile: str) -> None:
+        """The registers a prefetching thread holds its share of ``tile`` in (``stage``'s ``LOAD``)."""
+        n = gt.tile[gt.axis(axis)]
+        k_fastest = gt.shape.k in sympy.sympify(read.memlet.index[-1]).free_symbols
+        width = 4 if quad_loads(w.g, gt, axis, read, k_fastest) else 1
+        rounds = -(-(n * gt.k_tile // width) // w.layout.size)
+        w.emit(f"{w.operand_type(read)}{'4' if width > 1 else ''} {tile}_next[{rounds}];", 1)
 
     def staged(self, w: KernelWriter, value: str) -> str:
         """What is stored in a tile for an operand element ``value``: itself."""

@@ -98,20 +98,23 @@ def test_operands_whose_rows_align_are_staged_16_bytes_a_load(monkeypatch):
 
 @pytest.mark.vulkan
 def test_the_tile_shape_changes_no_bit(monkeypatch):
-    """Each output sums its k's in order in whichever tile: the same bits."""
+    """Each output sums its k's in order in whichever tile, staged with or
+    without prefetching the next k's into registers: the same bits."""
     def make():
         def f(x: sd.f32[M, K], y: sd.f32[N, K]):
             return np.sum(np.tanh(x @ y.T))
         return sd.differentiable_program(f)
     args = rand([(M, K), (N, K)], seed=1)
     results = []
-    for tuning in (SMALL, OTHER):
+    for tuning in (SMALL, OTHER, dict(OTHER, group_prefetch=True)):
         gpu_form(monkeypatch, **tuning)
         prog = make()
         results.append(prog.value_and_grad(*args, device="vulkan"))
-        assert prog.slang_source(device="vulkan").count(MARK) == 3
-    (v1, g1), (v2, g2) = results
-    assert v1 == v2 and all(np.array_equal(g1[n], g2[n]) for n in g1)
+        source = prog.slang_source(device="vulkan")
+        prefetched = source.count("for the next k's")  # two loads a tile: before the loop and in it
+        assert source.count(MARK) == 3 and prefetched == (12 if "group_prefetch" in tuning else 0)
+    (v1, g1) = results[0]
+    assert all(v == v1 and all(np.array_equal(g[n], g1[n]) for n in g1) for v, g in results[1:])
     close_to_jax(lambda x, y: jnp.sum(jnp.tanh(x @ y.T)), args, v1, g1, "xy")
 
 

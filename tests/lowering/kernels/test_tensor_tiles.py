@@ -62,7 +62,8 @@ def assert_tf32_product(got, a, b, exact):
 
 
 @pytest.mark.vulkan
-@pytest.mark.parametrize("tuning", [SMALL, OTHER], ids=["fragment-a-warp", "2x2-fragments"])
+@pytest.mark.parametrize("tuning", [SMALL, OTHER, dict(OTHER, group_prefetch=True)],
+                         ids=["fragment-a-warp", "2x2-fragments", "prefetching"])
 def test_a_product_and_both_gradients_are_tf32_products(monkeypatch, tuning):
     tensor_form(monkeypatch, **tuning)
 

@@ -2,12 +2,14 @@
 test_group_tiles_cuda.py reads the exact form's): nvcc for sm_90 must keep
 the inline PTX, one ``mma.sync ... .tf32`` per 16x8 fragment of a warp's
 block per 8 staged k's, one ``cvt.rna.tf32.f32`` per element a thread
-stages, no spills, registers for two workgroups a multiprocessor, and
+stages (prefetching the next k's into registers or not), no spills,
+registers for two workgroups a multiprocessor, and
 groupshared memory for the two padded tiles only (the instruction's
 stand-in scratch for other targets is not in the CUDA).  Skips where nvcc
 or the compiler library is missing."""
 # (no ``from __future__ import annotations``: the programs' shape annotations close over local sizes)
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -25,13 +27,14 @@ from .test_group_tiles_cuda import cuda_resources, pytestmark  # noqa: F401  (th
 MMA = r"\bmma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32\b"
 
 
-def test_the_tf32_products_compile_to_tensor_core_instructions_without_spills(tmp_path):
+@pytest.mark.parametrize("prefetch", [False, True], ids=["staged", "prefetching"])
+def test_the_tf32_products_compile_to_tensor_core_instructions_without_spills(tmp_path, prefetch):
     n = 512
 
     def f(a: sd.f32[n, n], b: sd.f32[n, n], c: sd.f32[n, n]):
         return np.sum(c * (a @ b))
     graph = precision.with_precision(sd.differentiable_program(f).backward_graph(wrt=["a", "b", "c"]), "tf32")
-    target = backends.cuda.TARGET
+    target = replace(backends.cuda.TARGET, tuning=replace(backends.cuda.TARGET.tuning, group_prefetch=prefetch))
     module = generate(plan(graph, {}, target), target)
     entries = [e for e in module.entry_points(False) if "matmul" in e]
     assert len(entries) == 3  # a @ b, and both gradients
