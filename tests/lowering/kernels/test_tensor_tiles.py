@@ -1,7 +1,8 @@
 """TF32 tensor-core products (lowering.kernels.tensor_tiles): chosen only at
 ``matmul_precision="tf32"`` on a target with tensor cores, and, forced on
 lavapipe (where the instruction's plain-Slang stand-in runs the same
-fragments), every product form, batched, narrow and split-K products give
+fragments) and on CUDA where a GPU is at hand (the instruction itself, the
+same small tiles), every product form, batched, narrow and split-K products give
 what TF32 arithmetic gives: the product of operands rounded to TF32, summed
 in float32.  That model is computed here in float64 from a rounding written
 apart from the kernel's (``tf32``), and each result is also checked to
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 import symdiff as sd
+from symdiff import lowering
 from symdiff.lowering import backends, targets
 from symdiff.lowering.kernels import precision, tile_shapes
 from symdiff.lowering.kernels.registry import choose
@@ -23,7 +25,7 @@ from symdiff.lowering.kernels.writer import KernelShape
 from symdiff.lowering.plan import plan
 from symdiff.lowering.plan_types import HostKernel
 
-from .test_group_tiles import B, K, M, N, close_to_jax, gpu_form, products, rand
+from .test_group_tiles import B, K, M, N, close_to_jax, products, rand
 
 MARK = "TF32 tensor-core fragments"  # the comment opening a tensor-core product's sums
 # Small tiles over the workgroup's 8 warps: 32x32 over 2x4 warps (a fragment a warp), and
@@ -34,12 +36,19 @@ SMALL = dict(tensor_tile=(32, 32), tensor_warps=(2, 4), tensor_tile_k=8, tensor_
 OTHER = dict(tensor_tile=(64, 64), tensor_warps=(2, 4), tensor_tile_k=16)
 
 
-def tensor_form(monkeypatch, **tuning) -> None:
-    """lavapipe in the GPU form, claiming tensor cores."""
-    gpu_form(monkeypatch, **tuning)
-    vulkan = type(backends.of("vulkan"))
-    forced = vulkan.target
-    monkeypatch.setattr(vulkan, "target", lambda backend: replace(forced(backend), tensor_cores=True))
+DEVICES = [pytest.param("vulkan", marks=pytest.mark.vulkan, id="vulkan"), pytest.param("cuda", id="cuda")]
+
+
+def tensor_form(monkeypatch, device, **tuning) -> str:
+    """``device`` in the GPU form with tensor cores and ``tuning``: lavapipe
+    runs the instruction's stand-in, CUDA (on a GPU machine) the instruction."""
+    if device not in lowering.available_devices():
+        pytest.skip(f"no {device} device here")
+    backend = type(backends.of(device))
+    own = backend.target
+    monkeypatch.setattr(backend, "target", lambda b: replace(
+        own(b), workgroup_reductions=True, tensor_cores=True, tuning=replace(own(b).tuning, **tuning)))
+    return device
 
 
 def tf32(x: np.ndarray) -> np.ndarray:
@@ -61,18 +70,18 @@ def assert_tf32_product(got, a, b, exact):
     assert np.mean(np.abs(got - exact) > 4 * tol) > 0.5
 
 
-@pytest.mark.vulkan
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("tuning", [SMALL, OTHER, dict(OTHER, group_prefetch=True)],
                          ids=["fragment-a-warp", "2x2-fragments", "prefetching"])
-def test_a_product_and_both_gradients_are_tf32_products(monkeypatch, tuning):
-    tensor_form(monkeypatch, **tuning)
+def test_a_product_and_both_gradients_are_tf32_products(monkeypatch, tuning, device):
+    device = tensor_form(monkeypatch, device, **tuning)
 
     def f(x: sd.f32[M, K], y: sd.f32[K, N], z: sd.f32[M, N]):
         return np.sum(z * (x @ y))
     prog = sd.differentiable_program(f, matmul_precision="tf32")
     x, y, z = rand([(M, K), (K, N), (M, N)], seed=3)
-    _, grads = prog.value_and_grad(x, y, z, device="vulkan")
-    assert prog.slang_source(device="vulkan").count(MARK) == 3
+    _, grads = prog.value_and_grad(x, y, z, device=device)
+    assert prog.slang_source(device=device).count(MARK) == 3
     x64, y64, z64 = (v.astype(np.float64) for v in (x, y, z))
     assert_tf32_product(grads["z"], x, y, x64 @ y64)  # the forward product, kept
     assert_tf32_product(grads["x"], z, y.T, z64 @ y64.T)  # G B^T
@@ -81,7 +90,7 @@ def test_a_product_and_both_gradients_are_tf32_products(monkeypatch, tuning):
 
 @pytest.mark.vulkan
 def test_every_product_form_and_batches_match_jax_to_tf32_precision(monkeypatch):
-    tensor_form(monkeypatch, **OTHER)
+    tensor_form(monkeypatch, "vulkan", **OTHER)
 
     def f(x: sd.f32[M, K], y: sd.f32[K, N], z: sd.f32[M, N], u: sd.f32[B, M, K], v: sd.f32[B, K, N]):
         return products(np, x, y, z, u, v)
@@ -96,37 +105,37 @@ def test_every_product_form_and_batches_match_jax_to_tf32_precision(monkeypatch)
 R, D = 1536, 37
 
 
-@pytest.mark.vulkan
-def test_narrow_and_split_k_products_are_tf32_products(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_narrow_and_split_k_products_are_tf32_products(monkeypatch, device):
     """An MLP's last layer: x @ w with 10 outputs a row (the narrow tile),
     its weight gradient x^T g over 1536 rows cut into slices (split-K), whose
     partial products take the tensor-core form too, and g w^T."""
-    tensor_form(monkeypatch, **SMALL)
+    device = tensor_form(monkeypatch, device, **SMALL)
 
     def f(x: sd.f32[R, D], w: sd.f32[D, 10], g: sd.f32[R, 10]):
         return np.sum(g * (x @ w))
     prog = sd.differentiable_program(f, matmul_precision="tf32")
-    target = backends.of("vulkan").target()
+    target = backends.of(device).target()
     p = plan(precision.with_precision(prog.backward_graph(wrt=["x", "w", "g"]), "tf32"), {}, target)
     forms = {k.name: choose(KernelShape(p, k, target)).body.name for k in p.kernels if not isinstance(k, HostKernel)}
     # x @ w, g w^T, and x^T g's 16 slices (then summed over the slices)
     tensor = [name for name, form in forms.items() if form == "tensor_tiles"]
     assert len(tensor) == 3 and any(name.endswith("_d_b_stage1") for name in tensor), forms
     x, w, g = rand([(R, D), (D, 10), (R, 10)], seed=4)
-    _, grads = prog.value_and_grad(x, w, g, device="vulkan")
+    _, grads = prog.value_and_grad(x, w, g, device=device)
     x64, w64, g64 = (v.astype(np.float64) for v in (x, w, g))
     assert_tf32_product(grads["g"], x, w, x64 @ w64)
     assert_tf32_product(grads["w"], x.T, g, x64.T @ g64)
     assert_tf32_product(grads["x"], g, w.T, g64 @ w64.T)
 
 
-@pytest.mark.vulkan
-def test_an_mlps_gradients_are_those_of_tf32_products(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_mlps_gradients_are_those_of_tf32_products(monkeypatch, device):
     """Products with fused epilogues (bias, ReLU mask) and a softmax between:
     the gradients match a float64 model whose every product rounds its
     operands to TF32 (an exact float32 run is 1e-2 from that model: ReLU
     masks flip where TF32 moves a pre-activation across 0)."""
-    tensor_form(monkeypatch, **OTHER)
+    device = tensor_form(monkeypatch, device, **OTHER)
     rows, d, hidden, classes = 96, 40, 48, 10
 
     def mlp(xp, x, w1, b1, w2, y):
@@ -141,8 +150,8 @@ def test_an_mlps_gradients_are_those_of_tf32_products(monkeypatch):
     prog = sd.differentiable_program(f, matmul_precision="tf32")
     x, w1, b1, w2 = rand([(rows, d), (d, hidden), (hidden,), (hidden, classes)], seed=5)
     y = np.eye(classes, dtype=np.float32)[np.random.default_rng(5).integers(0, classes, rows)]
-    _, grads = prog.value_and_grad(x, w1, b1, w2, y, wrt=["x", "w1", "b1", "w2"], device="vulkan")
-    assert prog.slang_source(device="vulkan").count(MARK) >= 5
+    _, grads = prog.value_and_grad(x, w1, b1, w2, y, wrt=["x", "w1", "b1", "w2"], device=device)
+    assert prog.slang_source(device=device).count(MARK) >= 5
     X, W1, B1, W2, Y = (a.astype(np.float64) for a in (x, w1, b1, w2, y))
     pre = tf32(X) @ tf32(W1) + B1
     h = np.maximum(pre, 0.0)
