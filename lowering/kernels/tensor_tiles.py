@@ -153,26 +153,29 @@ class TensorTiles(GroupTiles):
         w.declare(self, ("mma", warps))
         w.emit(f"{unroll}for (int mm_kk = 0; mm_kk < {gt.k_tile}; mm_kk += {MMA_K})", 2)
         w.emit("{", 2)
-        w.emit(f"uint4 {p}_frag_a[{rows}];", 3)
-        w.emit(f"{unroll}for (int mm_i = 0; mm_i < {rows}; mm_i++)", 3)
-        w.emit("{", 3)
-        w.emit(f"int mm_r = mm_wo * {block_o} + mm_i * {MMA_ROWS} + mm_g;", 4)
-        w.emit(f"{p}_frag_a[mm_i] = uint4(asuint({outer_tile}[mm_kk + mm_t][mm_r]), "
-               f"asuint({outer_tile}[mm_kk + mm_t][mm_r + 8]), asuint({outer_tile}[mm_kk + mm_t + 4][mm_r]), "
-               f"asuint({outer_tile}[mm_kk + mm_t + 4][mm_r + 8]));", 4)
-        w.emit("}", 3)
-        w.emit(f"uint2 {p}_frag_b[{cols}];", 3)
-        w.emit(f"{unroll}for (int mm_j = 0; mm_j < {cols}; mm_j++)", 3)
-        w.emit("{", 3)
-        w.emit(f"int mm_c = mm_wi * {block_i} + mm_j * {MMA_COLS} + mm_g;", 4)
-        w.emit(f"{p}_frag_b[mm_j] = uint2(asuint({inner_tile}[mm_kk + mm_t][mm_c]), "
-               f"asuint({inner_tile}[mm_kk + mm_t + 4][mm_c]));", 4)
-        w.emit("}", 3)
+        # the PTX layout (module docstring): a's rows g and g + 8, b's column g; k's t and t + 4
+        self.fragments(w, f"{p}_frag_a", "uint4", rows, "mm_i", f"mm_wo * {block_o} + mm_i * {MMA_ROWS} + mm_g",
+                       [f"{outer_tile}[mm_kk + {k}][mm_at + {r}]" for k in ("mm_t", "mm_t + 4") for r in (0, 8)])
+        self.fragments(w, f"{p}_frag_b", "uint2", cols, "mm_j", f"mm_wi * {block_i} + mm_j * {MMA_COLS} + mm_g",
+                       [f"{inner_tile}[mm_kk + {k}][mm_at]" for k in ("mm_t", "mm_t + 4")])
         w.emit(f"{unroll}for (int mm_i = 0; mm_i < {rows}; mm_i++) {unroll}for (int mm_j = 0; mm_j < {cols}; mm_j++)",
                3)
         w.emit(f"{p}_acc[mm_i][mm_j] = mma_tf32_{warps}w({p}_frag_a[mm_i], {p}_frag_b[mm_j], {p}_acc[mm_i][mm_j], "
                "mm_warp, mm_lane);", 4)
         w.emit("}", 2)
+
+    def fragments(self, w: KernelWriter, array: str, vector: str, count: int, var: str, at: str,
+                  elements: list[str]) -> None:
+        """A warp's ``count`` fragments of one operand, the lane's
+        ``elements`` of the staged tile (``mm_at``: the fragment's row or
+        column ``at``) in ``array``, as the instruction's 32-bit registers."""
+        unroll = self.unrolled(w)
+        w.emit(f"{vector} {array}[{count}];", 3)
+        w.emit(f"{unroll}for (int {var} = 0; {var} < {count}; {var}++)", 3)
+        w.emit("{", 3)
+        w.emit(f"int mm_at = {at};", 4)
+        w.emit(f"{array}[{var}] = {vector}({', '.join(f'asuint({e})' for e in elements)});", 4)
+        w.emit("}", 3)
 
     @staticmethod
     def sum_at(p: str) -> str:
