@@ -155,7 +155,7 @@ class TensorTiles(GroupTiles):
         w.emit("{", 2)
         # the PTX layout (module docstring): a's rows g and g + 8, b's column g; k's t and t + 4
         self.fragments(w, f"{p}_frag_a", "uint4", rows, "mm_i", f"mm_wo * {block_o} + mm_i * {MMA_ROWS} + mm_g",
-                       [f"{outer_tile}[mm_kk + {k}][mm_at + {r}]" for k in ("mm_t", "mm_t + 4") for r in (0, 8)])
+                       [f"{outer_tile}[mm_kk + {k}][{r}]" for k in ("mm_t", "mm_t + 4") for r in ("mm_at", "mm_at + 8")])
         self.fragments(w, f"{p}_frag_b", "uint2", cols, "mm_j", f"mm_wi * {block_i} + mm_j * {MMA_COLS} + mm_g",
                        [f"{inner_tile}[mm_kk + {k}][mm_at]" for k in ("mm_t", "mm_t + 4")])
         w.emit(f"{unroll}for (int mm_i = 0; mm_i < {rows}; mm_i++) {unroll}for (int mm_j = 0; mm_j < {cols}; mm_j++)",
