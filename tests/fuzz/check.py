@@ -35,6 +35,12 @@ RTOL64 = 1e-9       # numpy device (float64) against JAX float64: rounding is ~1
 # reductions, recomputed transcendentals: lowering.targets), which lavapipe's own
 # target does not choose for speed; so campaigns here check the GPU kernels' logic.
 GPU_FORM = "+gpu-form"
+# "vulkan+tensor-form": the GPU form with CUDA's tensor-core products (lowering.kernels.
+# tensor_tiles, the instruction's plain-Slang stand-in on lavapipe) at every product of
+# every size, each program at matmul_precision="tf32" with the rounding to TF32 left out,
+# so that a product differs from float32 only in its order of sums: the float32 oracle then
+# checks the form's tiles, fragments, edges and fused epilogues on every program.
+TENSOR_FORM = "+tensor-form"
 # "cpu+recompute" (any device + "+recompute"): every value lowering.rematerialise can
 # recompute is recomputed where it is read, as the tightest memory budget would
 # choose (symdiff.memory_budget), so campaigns check that rewrite on every program.
@@ -175,6 +181,27 @@ def gpu_form():
 
 
 @contextlib.contextmanager
+def tensor_form():
+    """``gpu_form`` with tensor cores at every product (small tiles, no least
+    size) and every program at ``matmul_precision="tf32"``, its operands not
+    rounded (``TENSOR_FORM``), for the duration."""
+    import symdiff as sd
+    from symdiff.lowering import backends
+    from symdiff.lowering.kernels import precision, tensor_tiles
+    own_staged, own_precision = tensor_tiles.TensorTiles.staged, precision.current()
+    tensor_tiles.TensorTiles.staged = lambda self, w, value: value
+    sd.set_matmul_precision("tf32")
+    try:
+        with gpu_form(), backends.targets_changed(lambda t: replace(t, tensor_cores=True, tuning=replace(
+                t.tuning, min_tiled_outputs=1, tensor_tile=(32, 32), tensor_warps=(2, 4), tensor_tile_k=8,
+                tensor_narrow_tile=(128, 16), tensor_narrow_warps=(8, 1)))):
+            yield
+    finally:
+        tensor_tiles.TensorTiles.staged = own_staged
+        sd.set_matmul_precision(own_precision)
+
+
+@contextlib.contextmanager
 def recompute_everything():
     """Every plan made for the duration recomputes all it can where it is read."""
     from symdiff.lowering import cost_model, rematerialise, runtime
@@ -193,6 +220,9 @@ def symdiff_result(prog: Program, inputs: dict, device: str) -> dict[str, np.nda
     if device.endswith(GPU_FORM):
         with gpu_form():
             return symdiff_result(prog, inputs, device[:-len(GPU_FORM)])
+    if device.endswith(TENSOR_FORM):
+        with tensor_form():
+            return symdiff_result(prog, inputs, device[:-len(TENSOR_FORM)])
     if device.endswith(RECOMPUTE):
         with recompute_everything():
             return symdiff_result(prog, inputs, device[:-len(RECOMPUTE)])
