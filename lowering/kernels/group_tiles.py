@@ -30,7 +30,11 @@ a kernel whose first qualifying step is a product of two float buffers
 tile's shape is ``tile_shapes.workgroup_tile``'s.  A float32 operand whose
 rows start at multiples of 4 elements is staged 16 bytes a load (``quad_loads``:
 CUDA's ``ld.global.v4.f32``), through a second parameter bound to its buffer
-as 4-vectors (``KernelWriter.quad_buffer``); others one element a load."""
+as 4-vectors (``KernelWriter.quad_buffer``); others one element a load.
+With ``Tuning.group_prefetch`` each thread reads its share of the next k
+tile into registers before the staged one is summed (register double
+buffering), and stores it after the next barrier: the same sums, in the
+same order."""
 from __future__ import annotations
 
 import math
@@ -230,10 +234,10 @@ class GroupTiles(RegisterTiles):
         self.zero_sums(w, gt, p)
         outer_read, inner_read = self.operands(gt)
         tiles = {gt.outer: f"{p}_outer_tile", gt.inner: f"{p}_inner_tile"}
-        for axis, read in ((gt.outer, outer_read), (gt.inner, inner_read)):
+        operands = ((gt.outer, outer_read), (gt.inner, inner_read))
+        for axis, read in operands:
             n = gt.tile[gt.axis(axis)]
             w.emit(f"static groupshared {w.operand_type(read)} {tiles[axis]}[{gt.k_tile}][{n + self.padding(n)}];", 1)
-        operands = ((gt.outer, outer_read), (gt.inner, inner_read))
         length = extent(step.loop[0])
         prefetch = w.target.tuning.group_prefetch and length > gt.k_tile
         if prefetch:  # register double buffering: the next k's load while these are summed
@@ -321,16 +325,11 @@ class GroupTiles(RegisterTiles):
         neighbours in one 16-byte load.  ``phase``: ``LOAD`` only reads the
         thread's elements into registers (``<tile>_next``), ``STORE`` only
         writes those into the tile (``Tuning.group_prefetch``), ``BOTH`` both."""
-        step = gt.step
-        a = gt.axis(axis)
-        n = gt.tile[a]
-        length = extent(step.loop[0])
-        k_fastest = gt.shape.k in sympy.sympify(read.memlet.index[-1]).free_symbols
-        width = 4 if quad_loads(w.g, gt, axis, read, k_fastest) else 1
-        loads = n * gt.k_tile // width
+        n = gt.tile[gt.axis(axis)]
+        length = extent(gt.step.loop[0])
+        k_fastest, width, loads, kind = self.staging(w, gt, axis, read)
         group = w.layout.size
         rounds = -(-loads // group)
-        kind = w.operand_type(read) + ("4" if width > 1 else "")
         held = f"{tile}_next"  # the thread's elements between a LOAD and its STORE
         if phase != STORE:
             w.emit(f"// {read.connector}: its {n}x{gt.k_tile} tile " + ("into groupshared memory" if phase == BOTH
@@ -370,11 +369,18 @@ class GroupTiles(RegisterTiles):
 
     def held(self, w: KernelWriter, gt: GroupTiling, axis: sympy.Symbol, read, tile: str) -> None:
         """The registers a prefetching thread holds its share of ``tile`` in (``stage``'s ``LOAD``)."""
-        n = gt.tile[gt.axis(axis)]
+        _, _, loads, kind = self.staging(w, gt, axis, read)
+        w.emit(f"{kind} {tile}_next[{-(-loads // w.layout.size)}];", 1)
+
+    @staticmethod
+    def staging(w: KernelWriter, gt: GroupTiling, axis: sympy.Symbol, read) -> tuple[bool, int, int, str]:
+        """How one operand's tile is staged: whether its memory runs along
+        ``k``, elements a load (4 where ``quad_loads``), loads a tile, and the
+        type a load reads."""
         k_fastest = gt.shape.k in sympy.sympify(read.memlet.index[-1]).free_symbols
         width = 4 if quad_loads(w.g, gt, axis, read, k_fastest) else 1
-        rounds = -(-(n * gt.k_tile // width) // w.layout.size)
-        w.emit(f"{w.operand_type(read)}{'4' if width > 1 else ''} {tile}_next[{rounds}];", 1)
+        kind = w.operand_type(read) + ("4" if width > 1 else "")
+        return k_fastest, width, gt.tile[gt.axis(axis)] * gt.k_tile // width, kind
 
     def staged(self, w: KernelWriter, value: str) -> str:
         """What is stored in a tile for an operand element ``value``: itself."""
