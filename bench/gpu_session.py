@@ -276,6 +276,8 @@ def row_summary(row: dict[str, Any]) -> dict[str, Any]:
             cells[key] = row[key]
     if "tflops" in row["symdiff"]:
         cells["symdiff_tflops"] = row["symdiff"]["tflops"]
+    if "timing" in row["symdiff"]:  # the warm-up call: a cold compile (a fresh machine's caches) and a run
+        cells["symdiff_first_s"] = row["symdiff"]["timing"]["first"]
     return cells
 
 
@@ -449,12 +451,12 @@ def table(summary: dict[str, Any]) -> str:
     if rows:
         lines.append("")
         lines.append(f"{'workload':<20} {'size':<14} {'prec':<4} {'symdiff ms':>10} {'JAX ms':>8} {'torch ms':>8} "
-                     f"{'x JAX':>6} {'TFLOP/s':>8}")
+                     f"{'x JAX':>6} {'TFLOP/s':>8} {'first s':>7}")
         for r in rows:
             ms = _ms(r["symdiff_ms"]) if r["symdiff"] == "ok" else str(r["symdiff"])[:10]
             lines.append(f"{r['workload']:<20} {r['size']:<14} {r.get('precision', '-'):<4} {ms:>10} "
                          f"{_ms(r.get('jax_ms')):>8} {_ms(r.get('torch_ms')):>8} {_ms(r.get('x_jax')):>6} "
-                         f"{_ms(r.get('symdiff_tflops')):>8}")
+                         f"{_ms(r.get('symdiff_tflops')):>8} {_ms(r.get('symdiff_first_s')):>7}")
     sweep = summary["stages"].get("sweep", {}).get("rows", [])
     if sweep:
         names = sorted({k[:-3] for r in sweep for k in r if k.endswith("_ms")})
