@@ -243,11 +243,7 @@ class GroupTiles(RegisterTiles):
         if prefetch:  # register double buffering: the next k's load while these are summed
             for axis, read in operands:
                 self.held(w, gt, axis, read, tiles[axis])
-            w.emit("{", 1)
-            w.emit("int mm_k0 = 0;", 2)
-            for axis, read in operands:
-                self.stage(w, gt, axis, read, tiles[axis], LOAD, "mm_k0")
-            w.emit("}", 1)
+            self.load_next(w, gt, operands, tiles, "0", 1)
         w.emit(f"{w.kept}for (int mm_k = 0; mm_k < {length}; mm_k += {gt.k_tile})", 1)
         w.emit("{", 1)
         for axis, read in operands:
@@ -255,16 +251,21 @@ class GroupTiles(RegisterTiles):
         w.emit("GroupMemoryBarrierWithGroupSync();", 2)
         if prefetch:
             w.emit(f"if (mm_k + {gt.k_tile} < {length})", 2)
-            w.emit("{", 2)
-            w.emit(f"int mm_k0 = mm_k + {gt.k_tile};", 3)
-            w.indent += 1
-            for axis, read in operands:
-                self.stage(w, gt, axis, read, tiles[axis], LOAD, "mm_k0")
-            w.indent -= 1
-            w.emit("}", 2)
+            self.load_next(w, gt, operands, tiles, f"mm_k + {gt.k_tile}", 2)
         self.tile_sums(w, gt, p, tiles[gt.outer], tiles[gt.inner])
         w.emit("GroupMemoryBarrierWithGroupSync();  // the tiles are read before the next ones overwrite them", 2)
         w.emit("}", 1)
+
+    def load_next(self, w: KernelWriter, gt: GroupTiling, operands, tiles: dict, start: str, depth: int) -> None:
+        """A block reading each operand's share of the k tile from ``start`` on into
+        its registers (``stage``'s ``LOAD``), at ``depth``."""
+        w.emit("{", depth)
+        w.emit(f"int mm_k0 = {start};", depth + 1)
+        w.indent += depth - 1  # ``stage`` writes its lines one and two deeper than a k loop's body
+        for axis, read in operands:
+            self.stage(w, gt, axis, read, tiles[axis], LOAD, "mm_k0")
+        w.indent -= depth - 1
+        w.emit("}", depth)
 
     @staticmethod
     def described(gt: GroupTiling) -> str:

@@ -36,7 +36,7 @@ compiled for sm_90 here (tests/lowering/kernels/test_tensor_tiles_cuda.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import targets
 from . import precision, tile_shapes
@@ -101,9 +101,10 @@ def tensor_tiling(shape: KernelShape) -> TensorTiling | None:
     (bm, bn), warps = tile_shapes.tensor_tile(tuning, gt.box[o], gt.box[i])
     tile = list(gt.tile)
     tile[o], tile[i] = bm, bn
-    rows, cols = bm // warps[0] // MMA_ROWS, bn // warps[1] // MMA_COLS
-    return TensorTiling(gt.step, gt.shape, gt.outer, gt.inner, tuple(tile), gt.box, k_tile=tuning.tensor_tile_k,
-                        per_thread=(2 * rows, 2 * cols), warps=warps)
+    tt = TensorTiling(gt.step, gt.shape, gt.outer, gt.inner, tuple(tile), gt.box, k_tile=tuning.tensor_tile_k,
+                      warps=warps)
+    rows, cols = tt.fragments
+    return replace(tt, per_thread=(2 * rows, 2 * cols))
 
 
 class TensorTiles(GroupTiles):

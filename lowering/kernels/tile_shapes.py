@@ -48,7 +48,8 @@ def check_tensor(tuning: targets.Tuning) -> None:
             raise ValueError(f"Tuning {fields} = {tile}/{warps}: the warps must make a workgroup of "
                              f"{tuning.group_size} threads (group_size), {tuning.group_size // WARP} warps of {WARP}")
         # a narrow tile may put its wide side on either axis: both orientations must split
-        for (m, n), (a, b) in (((bm, bn), (wm, wn)),) + ((((bn, bm), (wn, wm)),) if swapped else ()):
+        orientations = [((bm, bn), (wm, wn))] + ([((bn, bm), (wn, wm))] if swapped else [])
+        for (m, n), (a, b) in orientations:
             if m % (a * MMA_ROWS) or n % (b * MMA_COLS):
                 raise ValueError(f"Tuning {fields} = {tile}/{warps}: each warp's block must be whole "
                                  f"{MMA_ROWS}x{MMA_COLS} fragments along both orientations; e.g. "
