@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import symdiff as sd
 from symdiff import lowering
 from symdiff.lowering import targets
 
@@ -91,7 +92,6 @@ def use_tuning(overrides: dict[str, Any]) -> dict[str, Any]:
 
 def use_precision(precision: str) -> None:
     """Every side's float32 products at ``precision`` (module docstring)."""
-    import symdiff as sd
     tf32 = precision == "tf32"
     sd.set_matmul_precision("tf32" if tf32 else "highest")
     try:

@@ -30,14 +30,17 @@ SMALL = dict(group_tile=(32, 16), group_thread_tile=(2, 1), group_tile_k=4,
 OTHER = dict(group_tile=(16, 16), group_thread_tile=(1, 1), group_tile_k=8)
 
 
-def gpu_form(monkeypatch, **tuning) -> None:
-    """lavapipe in the GPU form (its own target keeps thread-per-output products), with ``tuning``."""
-    if "vulkan" not in lowering.available_devices():
-        pytest.skip("no vulkan device here")
-    vulkan = type(backends.of("vulkan"))
-    own = vulkan.target
-    monkeypatch.setattr(vulkan, "target", lambda backend: replace(
-        own(backend), workgroup_reductions=True, tuning=replace(own(backend).tuning, **tuning)))
+def gpu_form(monkeypatch, device: str = "vulkan", tensor_cores: bool = False, **tuning) -> str:
+    """``device`` in the GPU form (lavapipe's own target keeps thread-per-output
+    products), claiming ``tensor_cores`` or not, with ``tuning``; skipped where absent."""
+    if device not in lowering.available_devices():
+        pytest.skip(f"no {device} device here")
+    backend = type(backends.of(device))
+    own = backend.target
+    monkeypatch.setattr(backend, "target", lambda b: replace(
+        own(b), workgroup_reductions=True, tensor_cores=tensor_cores or own(b).tensor_cores,
+        tuning=replace(own(b).tuning, **tuning)))
+    return device
 
 
 def rand(shapes, seed=0):

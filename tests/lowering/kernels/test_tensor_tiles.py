@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import symdiff as sd
-from symdiff import lowering
 from symdiff.lowering import backends, targets
 from symdiff.lowering.kernels import precision, tile_shapes
 from symdiff.lowering.kernels.registry import choose
@@ -25,7 +24,7 @@ from symdiff.lowering.kernels.writer import KernelShape
 from symdiff.lowering.plan import plan
 from symdiff.lowering.plan_types import HostKernel
 
-from .test_group_tiles import B, K, M, N, close_to_jax, products, rand
+from .test_group_tiles import B, K, M, N, close_to_jax, gpu_form, products, rand
 
 MARK = "TF32 tensor-core fragments"  # the comment opening a tensor-core product's sums
 # Small tiles over the workgroup's 8 warps: 32x32 over 2x4 warps (a fragment a warp), and
@@ -42,13 +41,7 @@ DEVICES = [pytest.param("vulkan", marks=pytest.mark.vulkan, id="vulkan"), pytest
 def tensor_form(monkeypatch, device, **tuning) -> str:
     """``device`` in the GPU form with tensor cores and ``tuning``: lavapipe
     runs the instruction's stand-in, CUDA (on a GPU machine) the instruction."""
-    if device not in lowering.available_devices():
-        pytest.skip(f"no {device} device here")
-    backend = type(backends.of(device))
-    own = backend.target
-    monkeypatch.setattr(backend, "target", lambda b: replace(
-        own(b), workgroup_reductions=True, tensor_cores=True, tuning=replace(own(b).tuning, **tuning)))
-    return device
+    return gpu_form(monkeypatch, device, tensor_cores=True, **tuning)
 
 
 def tf32(x: np.ndarray) -> np.ndarray:
