@@ -41,6 +41,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import ml_dtypes
 import networkx as nx
 import numpy as np
 import sympy
@@ -50,8 +51,12 @@ DTYPES: dict[str, type] = {
     "float64": np.float64,
     "int32": np.int32,
     "bool": np.bool_,
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
 }
-FLOAT_DTYPES = ("float32", "float64")
+FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
+# Storage formats: arrays held in 16 bits and computed on in float32 (``ir.storage``).
+STORAGE_FLOATS = ("float16", "bfloat16")
 ROLES = ("argument", "result", "transient")
 ACCUMULATIONS = (None, "sum", "max", "min", "prod")
 ACCUMULATION_IDENTITY = {None: 0.0, "sum": 0.0, "max": -np.inf, "min": np.inf, "prod": 1.0}

@@ -1,4 +1,5 @@
-"""Argument specs: ``sd.f32[64, 16]``, ``sd.f64[N, 3]``, ``sd.i32[...]``, ``sd.f32`` (0-d).
+"""Argument specs: ``sd.f32[64, 16]``, ``sd.f64[N, 3]``, ``sd.f16[...]``, ``sd.bf16[...]``,
+``sd.i32[...]``, ``sd.f32`` (0-d).
 
 A spec is what tracing needs to know of an argument (dtype and shape), so
 a program traced once per spec can be cached and re-run on new values.
@@ -27,7 +28,8 @@ class ArraySpec:
         return ArraySpec(self.dtype, tuple(as_expr(s) for s in shape))
 
     def __repr__(self) -> str:
-        short = {"float32": "f32", "float64": "f64", "int32": "i32", "bool": "bool_"}[self.dtype]
+        short = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int32": "i32",
+                 "bool": "bool_"}[self.dtype]
         return f"sd.{short}[{', '.join(str(s) for s in self.shape)}]" if self.shape else f"sd.{short}"
 
     @property
@@ -37,6 +39,8 @@ class ArraySpec:
 
 f32 = ArraySpec("float32")
 f64 = ArraySpec("float64")
+f16 = ArraySpec("float16")  # 16-bit storage, float32 arithmetic (``ir.storage``)
+bf16 = ArraySpec("bfloat16")
 i32 = ArraySpec("int32")
 bool_ = ArraySpec("bool")
 
@@ -53,7 +57,8 @@ def spec_of(value: Any) -> ArraySpec:
     """The spec a call-time value implies (unannotated arguments).
 
     Python floats become 0-d float32 (the program's default precision);
-    float64 arrays stay float64; integer arrays become int32.
+    float64, float16 and bfloat16 (``ml_dtypes.bfloat16``) arrays keep their
+    dtype; integer arrays become int32.
     """
     if isinstance(value, ArraySpec):
         return value
@@ -65,10 +70,12 @@ def spec_of(value: Any) -> ArraySpec:
         return ArraySpec("float32", ())
     arr = np.asarray(value)
     kind = arr.dtype.kind
-    if kind == "f":
-        dtype = "float64" if arr.dtype == np.float64 else "float32"
+    if arr.dtype.name in ("float64", "float16", "bfloat16"):
+        dtype = arr.dtype.name
+    elif kind == "f":
+        dtype = "float32"
     elif kind in _DTYPE_OF_KIND:
         dtype = _DTYPE_OF_KIND[kind]
     else:
-        raise TypeError(f"unsupported argument dtype {arr.dtype}: pass float32, float64, int32 or bool arrays")
+        raise TypeError(f"unsupported argument dtype {arr.dtype}: pass float32, float64, float16, bfloat16, int32 or bool arrays")
     return ArraySpec(dtype, tuple(sympy.Integer(s) for s in arr.shape))

@@ -45,6 +45,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import ml_dtypes
 import numpy as np
 import sympy
 
@@ -54,7 +55,9 @@ from .codegen import KernelEntry, Module
 from .plan_types import Kernel, Plan, Step
 from .rowfusion import RowKernel
 
-STORAGE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "bool": np.int32}  # bool: 4-byte words
+# bool: 4-byte words; 16-bit floats: 2-byte elements (``ir.storage``)
+STORAGE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "bool": np.int32,
+           "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
 
 def buffer_bytes(dtype: str, count: int) -> int:

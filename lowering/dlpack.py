@@ -43,7 +43,7 @@ from .backends import slangpy_base
 from .slang import spy
 
 CPU = (1, 0)  # (kDLCPU, device id): where every export lives
-_VIEWABLE = ("float32", "float64", "int32")  # stored as they are (bool is stored as int32)
+_VIEWABLE = ("float32", "float64", "float16", "int32")  # stored as they are (bool is stored as int32)
 
 
 class CopyWarning(UserWarning):

@@ -28,6 +28,7 @@ from typing import Callable, Mapping
 
 from symdiff.ir.graph import DataflowGraph
 from symdiff.ir.graph_notes import GraphNotes
+from symdiff.ir.storage import computed_in_float32
 
 from . import targets
 from .bounds_check import FLAG, FLAG_WORDS
@@ -113,7 +114,7 @@ def export(graph: DataflowGraph, sizes: Mapping[str, int] | None = None, target:
     helpers, as in ``lowering.compile``) with its size symbols bound by ``sizes``."""
     # the module runs in the user's own code: every product a Slang kernel, none on symdiff's host
     tgt = replace(targets.of(target), host_blas=False)
-    p = plan(graph, dict(sizes or {}), tgt)
+    p = plan(computed_in_float32(graph), dict(sizes or {}), tgt)
     module = generate(p, tgt)
     g = p.graph
     gradients = GraphNotes(graph).gradients or {}

@@ -29,7 +29,9 @@ from symdiff.ir.scalar_functions import cbrt, fmax, fmin, ieee_float, maximum, m
 
 from . import cpu_math, targets
 
-SLANG_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "bool"}
+# The type a value of each dtype is computed in (16-bit floats: float32, ``ir.storage``)
+SLANG_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "bool", "float16": "float",
+               "bfloat16": "float"}
 
 # Helpers the printed expressions may call, for every target (``prelude``).
 # maximum/minimum/power/sign follow numpy at the points where Slang's built-ins
@@ -48,6 +50,21 @@ float log1p_(float x) { float u = 1.0f + x; return u == 1.0f ? x : log_f32(u) * 
 double log1p_(double x) { double u = 1.0l + x; return u == 1.0l ? x : log(u) * x / (unfolded(u, x) - 1.0l); }
 float expm1_(float x) { float u = exp_f32(x); return u == 1.0f ? x : (u - 1.0f == -1.0f ? -1.0f : (u - 1.0f) * x / log_f32(u)); }
 double expm1_(double x) { double u = exp(x); return u == 1.0l ? x : (u - 1.0l == -1.0l ? -1.0l : (u - 1.0l) * x / log(u)); }
+// 16-bit floats in buffers (ir.storage): widened exactly, rounded to nearest even in integer
+// arithmetic (the CPU device's f32tof16 rounds ties away from even; this is numpy's rounding everywhere)
+float f16_value(uint16_t bits) { return f16tof32(uint(bits)); }
+float bf16_value(uint16_t bits) { return asfloat(uint(bits) << 16); }
+uint16_t f16_bits(float x)
+{
+    uint u = asuint(x), a = u & 0x7fffffffu, sign = (u >> 16) & 0x8000u;
+    if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+    if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // 65520 and past: infinity
+    if (a >= 0x38800000u) { uint m = a - 0x38000000u; return uint16_t(sign | ((m + 0xfffu + ((m >> 13) & 1u)) >> 13)); }
+    uint s = uint(min(126 - int(a >> 23), 25)), mantissa = (a & 0x7fffffu) | 0x800000u;  // a subnormal half
+    uint q = mantissa >> s, rest = mantissa & ((1u << s) - 1u), half = 1u << (s - 1u);
+    return uint16_t(sign | (q + ((rest > half || (rest == half && (q & 1u) != 0u)) ? 1u : 0u)));
+}
+uint16_t bf16_bits(float x) { uint u = asuint(x); return uint16_t(x != x ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 """
 # numpy's maximum/minimum (NaN if either argument is NaN) and power, per float type
 _PER_TYPE = """\

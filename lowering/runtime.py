@@ -32,6 +32,7 @@ import numpy as np
 from symdiff import ir
 from symdiff.ir.graph import DTYPES, DataflowGraph
 from symdiff.ir import tasklet_notes as notes
+from symdiff.ir.storage import computed_in_float32
 
 from . import backends, cache, devices, disk_cache, dlpack, memory
 from .backends.slangpy_base import SlangpyBackend
@@ -918,7 +919,7 @@ def planned_buffers(graph: DataflowGraph, device: str | None, sizes: Mapping[str
     if backend.interprets:
         raise ValueError(f"the {backend.name} device runs the IR interpreter: it plans no buffers")
     target = backend.target()
-    p = plan(graph, dict(sizes), target)
+    p = plan(computed_in_float32(graph), dict(sizes), target)
     return plan_buffers(p, generate(p, target), target.sequential)[0]
 
 
@@ -965,6 +966,7 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
                 f"the {kind} device{software} computes double-precision exp/sin/log/pow/tanh wrongly; "
                 f"tasklets {', '.join(bad)} use them on float64 data. Use device={exact!r}, or float32.")
         kind = exact
+    computed = computed_in_float32(graph)  # 16-bit arrays: float32 arithmetic between 16-bit loads and stores
     if deterministic and not backends.of(kind).orders_colliding_writes():
-        return Executable(owner_computes(graph), kind, sizes, deterministic, source=graph, repeated=repeated)
-    return Executable(graph, kind, sizes, deterministic, repeated=repeated)
+        computed = owner_computes(computed)
+    return Executable(computed, kind, sizes, deterministic, source=graph, repeated=repeated)

@@ -7,7 +7,7 @@ from symdiff.ir import map  # noqa: A004 (sd.map[lo:hi] index-level loops)
 from symdiff.ir import trace
 from symdiff.ir import IndexOutOfRange
 from symdiff.ir.tracer import ImplicitBroadcastError
-from symdiff.ir.specs import ArraySpec, bool_, f32, f64, i32, symbol
+from symdiff.ir.specs import ArraySpec, bf16, bool_, f16, f32, f64, i32, symbol
 from symdiff.lowering import ArgumentError, DeviceArray, asarray, available_devices, cache_limit, set_cache_limit
 from symdiff.lowering.kernels.precision import default_matmul_precision, set_matmul_precision
 
@@ -25,7 +25,7 @@ from .memory_budget import MemoryBudgetError, MemoryPlan
 from .program import DifferentiableProgram, ProgramError, clear_caches, differentiable_program, gradcheck
 from .registry import register_derivative, unregister_derivative
 
-__all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f32", "f64", "i32", "bool_",
+__all__ = ["differentiable_program", "DifferentiableProgram", "map", "trace", "f32", "f64", "f16", "bf16", "i32", "bool_",
            "symbol", "ArraySpec", "add_backward_pass", "add_tangent_pass", "gradcheck", "register_derivative",
            "unregister_derivative", "asarray", "DeviceArray", "available_devices", "ProgramError",
            "DifferentiationError", "GradientCheckError", "IndexOutOfRange", "ArgumentError",

@@ -23,8 +23,9 @@ from .maps import MapValue, as_map_operand
 from .strict import check_ranks
 from .traced_array import TracedArray
 
-_RANK = {"bool": 0, "int32": 1, "float32": 2, "float64": 3}
-_NUMPY_DTYPES = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int32", "bool": "bool"}
+_RANK = {"bool": 0, "int32": 1, "float16": 2, "bfloat16": 2, "float32": 3, "float64": 4}
+_NUMPY_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
+                 "int32": "int32", "int64": "int32", "bool": "bool"}
 
 
 def dtype_name(dtype) -> str:
@@ -34,7 +35,8 @@ def dtype_name(dtype) -> str:
         raise UnsupportedOperationError("dtype", f"{name}: complex numbers are not supported by symdiff; carry "
                                         "the real and imaginary parts as two float arrays")
     if name not in _NUMPY_DTYPES:
-        raise UnsupportedOperationError("dtype", f"{name} is not supported (float32, float64, int32, bool)")
+        raise UnsupportedOperationError("dtype", f"{name} is not supported (float32, float64, float16, bfloat16, "
+                                        "int32, bool)")
     return _NUMPY_DTYPES[name]
 
 
@@ -44,8 +46,10 @@ def is_traced(x) -> bool:
 
 def result_dtype(trace: context.Trace, operands, rule: str) -> str:
     """numpy-like promotion where Python and numpy scalars never widen a float
-    array (float32 stays float32); ``rule`` is "arith" (bool counts as int),
-    "float" (results are floating), "bool", or "same" (no adjustment)."""
+    array (float32 stays float32, float16 float16); ``rule`` is "arith" (bool
+    counts as int), "float" (results are floating), "bool", or "same" (no
+    adjustment).  float16 with bfloat16 gives float32, as in JAX: neither holds
+    the other."""
     if rule == "bool":
         return "bool"
     arrays = [x.dtype_name for x in operands if is_traced(x)]
@@ -54,6 +58,8 @@ def result_dtype(trace: context.Trace, operands, rule: str) -> str:
     has_int = any(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) for s in scalars)
     if arrays:
         best = max(arrays, key=_RANK.__getitem__)
+        if {"float16", "bfloat16"} <= set(arrays) and best in ("float16", "bfloat16"):
+            best = "float32"
         if has_float and _RANK[best] < 2:
             best = trace.float_dtype
         elif has_int and best == "bool":

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import sympy
 from sympy.codegen.cfunctions import exp2, log1p
 
+from ..graph import FLOAT_DTYPES
 from ..scalar_functions import compare, ieee_float, maximum
 from .dispatch import implements
 from .elementwise import _absolute, _power, _quotient, _ufunc_handler, apply, as_arith, result_dtype, trace_of
@@ -146,9 +148,9 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     finite values); gradient 1 where ``x`` is finite, 0 elsewhere."""
     if not isinstance(x, TracedArray):
         raise UnsupportedOperationError("numpy.nan_to_num", "needs a traced array")
-    if x.dtype_name not in ("float32", "float64"):
+    if x.dtype_name not in FLOAT_DTYPES:
         return x if not copy else np.copy(x)
-    big = float(np.finfo(x.dtype).max)
+    big = float(ml_dtypes.finfo(x.dtype).max)
     high = ieee_float(big if posinf is None else posinf)   # an atom: sympy.Float prints the largest float as inf
     low = ieee_float(-big if neginf is None else neginf)
     fill = ieee_float(nan) if not np.isfinite(nan) else sympy.Float(nan)

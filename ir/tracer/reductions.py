@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
+from ..graph import FLOAT_DTYPES
 from .dispatch import implements
 from .creation import constant, full
 from .elementwise import dtype_name
@@ -76,7 +77,7 @@ def reduce(op: str, a, axis, keepdims: bool, accumulate: str, dtype=None, where=
     if dtype is not None:
         out_dtype = dtype_name(dtype)
     elif op == "mean":
-        out_dtype = a.dtype_name if a.dtype_name in ("float32", "float64") else a.trace.float_dtype
+        out_dtype = a.dtype_name if a.dtype_name in FLOAT_DTYPES else a.trace.float_dtype
     elif accumulate in ("sum", "prod") and a.dtype_name == "bool":
         out_dtype = "int32"
     else:

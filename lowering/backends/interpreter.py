@@ -12,6 +12,7 @@ import numpy as np
 
 from symdiff import ir
 from symdiff.ir.graph import DataflowGraph
+from symdiff.ir.storage import computed_in_float32
 
 from .base import Backend
 from .registry import register
@@ -29,7 +30,7 @@ class InterpreterBackend(Backend):
         """``graph`` on host arrays ``inputs`` (already in the graph's dtypes);
         an out-of-range index names the argument's element where one is at fault."""
         try:
-            return ir.run(graph, inputs, sizes)
+            return ir.run(computed_in_float32(graph), inputs, sizes)
         except ir.IndexOutOfRange:
             ir.check_index_arguments(graph, inputs, sizes)
             raise

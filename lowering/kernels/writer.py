@@ -45,8 +45,12 @@ from ..workgroups import layout
 
 
 # Slang type of a buffer element: bools travel as ints (structured buffers of
-# bool are not portable).
-STORAGE_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "int"}
+# bool are not portable), 16-bit floats as their bits (``ir.storage``).
+STORAGE_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "int", "float16": "uint16_t",
+                 "bfloat16": "uint16_t"}
+# How an element read becomes a value (``SLANG_TYPES``), and a value the element stored.
+LOADED = {"bool": "({} != 0)", "float16": "f16_value({})", "bfloat16": "bf16_value({})"}
+STORED = {"bool": "({} ? 1 : 0)", "float16": "f16_bits({})", "bfloat16": "bf16_bits({})"}
 # (a folded producer makes b an expression: a product needs it parenthesised;
 # maximum/minimum are the printer's NaN-propagating helpers, as np.maximum)
 COMBINE = {"sum": "{a} + {b}", "prod": "{a} * ({b})", "max": "maximum({a}, {b})", "min": "minimum({a}, {b})"}
@@ -532,9 +536,7 @@ class KernelWriter(KernelShape):
                 if r.producer is not None:
                     value = f"{identifier(r.producer)}_{identifier(self.producer_connector(r))}"
                 else:
-                    value = self.load(step.tasklet, r, names, depth)
-                    if dtype == "bool":
-                        value = f"({value} != 0)"
+                    value = LOADED.get(dtype, "{}").format(self.load(step.tasklet, r, names, depth))
                 self.emit(f"{SLANG_TYPES[dtype]} {var} = {value};", depth)
                 done.add(step.tasklet.inputs[r.connector])
                 pending.remove(r)
@@ -585,9 +587,7 @@ class KernelWriter(KernelShape):
             if w.access not in self.plan.stored:
                 continue
             dtype = self.g.containers[w.memlet.container].dtype
-            value = outputs[w.memlet.connector]
-            if dtype == "bool":
-                value = f"({value} ? 1 : 0)"
+            value = STORED.get(dtype, "{}").format(outputs[w.memlet.connector])
             buf = self.buffer(w.access)
             idx = self.flat_index(w.memlet, names)
             ok = self.guards.guard(self, step.tasklet, w.memlet, names, depth, write=True)

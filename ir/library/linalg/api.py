@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 from numpy.linalg._linalg import EighResult, QRResult, SlogdetResult, SVDResult
 
@@ -140,7 +141,7 @@ def lstsq(a, b, rcond=None):
     is a traced int32 count of singular values above the cutoff."""
     a = _traced("numpy.linalg.lstsq", a)
     m, n = a.shape[-2:]
-    cutoff = np.finfo(a.dtype).eps * max(m, n) if rcond is None else rcond
+    cutoff = ml_dtypes.finfo(a.dtype).eps * max(m, n) if rcond is None else rcond
     s = spectral.svd(a, False, False)
     x = inverse.pinv(a, cutoff) @ b
     if isinstance(m, int) and isinstance(n, int) and m > n:

@@ -1,0 +1,157 @@
+"""float16 and bfloat16 arrays on every device: exact conversions, and results
+that are the float32 program's rounded once to 16 bits (``ir.storage``).
+
+The oracle is JAX in float64 on the same (16-bit) inputs.  A 16-bit result
+rounded once from float32 arithmetic is within half a 16-bit spacing of it, plus
+the float32 arithmetic's own error (far below that spacing here); arithmetic
+rounded to 16 bits after each operation, or a conversion that truncates
+instead of rounding to nearest even, is not.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import symdiff as sd
+
+jax.config.update("jax_enable_x64", True)
+
+HALVES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+DEVICES = ["numpy", "cpu", pytest.param("vulkan", marks=pytest.mark.vulkan), "cuda"]
+
+
+@pytest.fixture(params=DEVICES)
+def any_device(request) -> str:
+    if request.param != "numpy" and request.param not in sd.available_devices():
+        pytest.skip(f"no {request.param} device here")
+    return request.param
+
+
+def _specials(dtype) -> np.ndarray:
+    """float32 values whose rounding to ``dtype`` is hard to get right: ties to even
+    (in the subnormal range too), overflow to infinity, NaN, signed zeros."""
+    rng = np.random.default_rng(3)
+    half = np.dtype(dtype)
+    grid = rng.standard_normal(2000).astype(half).astype(np.float32)
+    step = np.abs(grid) * np.float32(2.0 ** -(11 if half == np.float16 else 8))
+    tiny = np.float32(2.0 ** -24 if half == np.float16 else 2.0 ** -133)
+    ties = np.concatenate([grid + step / 2, grid - step / 4, grid + step * 0.75,
+                           (rng.integers(-1024, 1024, 500) + 0.5).astype(np.float32) * tiny])
+    finite = float(ml_dtypes.finfo(dtype).max)
+    edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, finite, -finite, finite * 1.0009765625, 1e-30, -1e-40],
+                     np.float32)
+    scattered = (rng.standard_normal(3000) * 2.0 ** rng.integers(-30, 18, 3000)).astype(np.float32)
+    return np.concatenate([ties.astype(np.float32), edges, scattered])
+
+
+def _bits_equal(got: np.ndarray, want: np.ndarray) -> bool:
+    """Equal bit for bit, any NaN matching any NaN (payloads are not kept)."""
+    nan = np.isnan(want.astype(np.float32))
+    same = got.view(f"u{got.itemsize}") == want.view(f"u{want.itemsize}")
+    return bool(np.all(np.where(nan, np.isnan(got.astype(np.float32)), same)))
+
+
+@pytest.mark.parametrize("name", sorted(HALVES))
+def test_stores_round_to_nearest_even(any_device, name):
+    dtype = HALVES[name]
+    values = _specials(dtype)
+
+    @sd.differentiable_program
+    def narrow(x):
+        return x.astype(dtype)
+    got = narrow(values, device=any_device)
+    assert got.dtype == np.dtype(dtype)
+    assert _bits_equal(got, values.astype(dtype))
+
+
+@pytest.mark.parametrize("name", sorted(HALVES))
+def test_loads_widen_every_bit_pattern(any_device, name):
+    dtype = HALVES[name]
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(dtype)
+
+    @sd.differentiable_program
+    def widen(x):
+        return x.astype(np.float32)
+    got = widen(every, device=any_device)
+    assert got.dtype == np.float32
+    assert _bits_equal(got, every.astype(np.float32))
+
+
+def _within_half_spacing(got: np.ndarray, want: np.ndarray, dtype) -> None:
+    """``got`` (16-bit) is ``want`` rounded once, give or take float32 arithmetic's error."""
+    want = np.asarray(want, np.float64)
+    assert got.dtype == np.dtype(dtype) and got.shape == want.shape
+    rounded = np.abs(want).astype(dtype).astype(np.float64)
+    spacing = np.nextafter(rounded.astype(dtype), np.array(np.inf, dtype)).astype(np.float64) - rounded
+    slack = 64 * float(np.finfo(np.float32).eps) * float(np.max(np.abs(want), initial=0.0))
+    err = np.abs(got.astype(np.float64) - want)
+    assert np.all(err <= 0.5 * spacing + slack), float(np.max(err / (0.5 * spacing + slack)))
+
+
+def _oracle(f, args, wrt):
+    wide = [jnp.asarray(np.asarray(a, np.float64)) if np.asarray(a).dtype.kind != "i" else jnp.asarray(a)
+            for a in args]
+    value, grads = jax.value_and_grad(f, wrt)(*wide)
+    return np.asarray(value), [np.asarray(g) for g in grads]
+
+
+@pytest.mark.parametrize("name", sorted(HALVES))
+def test_mlp_layer(any_device, name):
+    dtype = HALVES[name]
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((12, 7)).astype(dtype), (rng.standard_normal((7, 5)) * 0.4).astype(dtype)
+
+    @sd.differentiable_program
+    def layer(x, w):
+        h = np.tanh(x @ w)
+        return np.sum(h * h) + np.sum(x[1:] * 0.5)
+    value, grads = layer.value_and_grad(x, w, device=any_device)
+    want, (gx, gw) = _oracle(lambda x, w: jnp.sum(jnp.tanh(x @ w) ** 2) + jnp.sum(x[1:] * 0.5), (x, w), (0, 1))
+    _within_half_spacing(np.asarray(value), want, dtype)
+    _within_half_spacing(grads["x"], gx, dtype)
+    _within_half_spacing(grads["w"], gw, dtype)
+
+
+@pytest.mark.parametrize("name", sorted(HALVES))
+def test_gather_scatters_gradient_in_float32(any_device, name):
+    """The gradient of a gather sums repeated rows: in float32, rounded once (16-bit
+    sums of 40 contributions would be several spacings off)."""
+    dtype = HALVES[name]
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 6)).astype(dtype)
+    idx = rng.integers(0, 4, 40).astype(np.int32)
+    scale = rng.standard_normal((40, 6)).astype(dtype)
+
+    @sd.differentiable_program
+    def gathered(x, idx, scale):
+        return np.sum(np.exp(x[idx] * scale) * 0.1)
+    value, grads = gathered.value_and_grad(x, idx, scale, device=any_device, wrt=["x", "scale"])
+    want, (gx, gs) = _oracle(lambda x, idx, s: jnp.sum(jnp.exp(x[idx] * s) * 0.1), (x, idx, scale), (0, 2))
+    _within_half_spacing(np.asarray(value), want, dtype)
+    _within_half_spacing(grads["x"], gx, dtype)
+    _within_half_spacing(grads["scale"], gs, dtype)
+
+
+def test_float16_with_bfloat16_computes_float32(any_device):
+    """As in JAX: neither 16-bit format holds the other, so their product is float32
+    (and exact: 11 by 8 significant bits fit float32's 24)."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(64).astype(np.float16)
+    b = rng.standard_normal(64).astype(ml_dtypes.bfloat16)
+
+    @sd.differentiable_program
+    def mixed(a, b):
+        return a * b
+    got = mixed(a, b, device=any_device)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, a.astype(np.float64) * b.astype(np.float64))
+
+
+def test_python_scalars_keep_sixteen_bits():
+    @sd.differentiable_program
+    def scaled(x: sd.f16[3]):
+        return np.sum(x * 2.5 + 1)
+    assert scaled.graph.containers[scaled.graph.results[0]].dtype == "float16"
