@@ -48,7 +48,7 @@ import numpy as np
 import sympy
 
 from symdiff.ir import op_cost
-from symdiff.ir.graph import DTYPES, DataflowGraph, Memlet, Tasklet
+from symdiff.ir.graph import DTYPES, STORAGE_FLOATS, DataflowGraph, Memlet, Tasklet
 from symdiff.ir.graph_notes import GraphNotes
 from symdiff.ir.op_cost import Op
 from symdiff.ir.sizes import substitute_sizes
@@ -107,6 +107,8 @@ class CostModel:
     # on a CPU (its vectorised loop pays for a call again), calls on lavapipe;
     # None: no trial (no target, or calls recomputed in every plan).
     trial_ops: Op | None = None
+    # Products run by the host's BLAS (``Target.host_blas``), which reads float32 and float64 only.
+    host_products: bool = False
 
     @classmethod
     def of(cls, target: "targets.Target | None") -> "CostModel":
@@ -114,8 +116,9 @@ class CostModel:
         if target is None:
             return cls()
         if target.recompute_transcendentals:
-            return cls(target.tuning, recompute_calls=True)
-        return cls(target.tuning, trial_ops=Op.ARITHMETIC if target.sequential else Op.CALL)
+            return cls(target.tuning, recompute_calls=True, host_products=target.host_blas)
+        return cls(target.tuning, trial_ops=Op.ARITHMETIC if target.sequential else Op.CALL,
+                   host_products=target.host_blas)
 
     # -- operations ------------------------------------------------------------------
     @staticmethod
@@ -132,8 +135,17 @@ class CostModel:
     def free(self, graph: DataflowGraph, p: Tasklet) -> bool:
         """Recomputing ``p`` (each of its outputs) costs a few flops and no extra
         memory traffic on any target: arithmetic on at most one input element
-        (a copy, a negation, a scale, ``g / n`` of a scalar seed)."""
-        return len({(a, m.index) for a, m in graph.reads(p.name)}) <= 1 and self.arithmetic(p)
+        (a copy, a negation, a scale, ``g / n`` of a scalar seed).  Not so the widening of
+        16-bit floats (``ir.storage``) a product the host's BLAS runs reads: recomputed there, the
+        product would read 16-bit elements, which BLAS does not, and lose it."""
+        return len({(a, m.index) for a, m in graph.reads(p.name)}) <= 1 and self.arithmetic(p) and \
+            not self._widens_for_host_blas(graph, p)
+
+    def _widens_for_host_blas(self, graph: DataflowGraph, p: Tasklet) -> bool:
+        if not self.host_products or all(graph.containers[m.container].dtype not in STORAGE_FLOATS
+                                         for _, m in graph.reads(p.name)):
+            return False
+        return any(product(graph, graph.node(r)) for w, _ in graph.writes(p.name) for r, _ in graph.readers(w))
 
     def cheap_on_a_gpu(self, graph: DataflowGraph, p: Tasklet) -> bool:
         """Recomputing ``p`` costs a GPU less than a load: at most ``recompute_ops``

@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 import sympy
 
-from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
+from symdiff.ir.graph import STORAGE_FLOATS, DataflowGraph, Memlet, Tasklet
 from symdiff.ir.index_analysis import affine_coefficients
 
 from . import host_blas, targets
@@ -306,8 +306,9 @@ def _blasable(m: np.ndarray) -> np.ndarray:
 def host_product(graph: DataflowGraph, t: Tasklet, target: "targets.Target | None") -> HostProduct | None:
     """Tasklet ``t`` as a product the host's BLAS runs on ``target``, or None:
     the target runs BLAS on its buffers, ``t`` is a ``general_product`` of
-    one float dtype, large enough to pay."""
-    if target is None or not target.host_blas:
+    one float dtype (BLAS reads no 16-bit floats), large enough to pay."""
+    if target is None or not target.host_blas or \
+            any(graph.containers[m.container].dtype in STORAGE_FLOATS for _, m in graph.reads(t.name)):
         return None
     found = general_product(graph, t)
     return found if found is not None and found.work >= target.tuning.host_blas_min_work else None
@@ -340,7 +341,7 @@ def _general_product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
     symbols with integer coefficients once a symbol read as ``floor(s / c)``
     and ``Mod(s, c)`` (a reshape's head split) is split in two, each operand
     owning an output axis the other lacks (no vector-matrix product), every
-    reduced axis in both, all of one float dtype."""
+    reduced axis in both, all of one float dtype (or 16-bit floats read into float32)."""
     writes, reads = graph.writes(t.name), graph.reads(t.name)
     if len(writes) != 1 or len(reads) < 2 or writes[0][1].accumulate != "sum" or t.condition is not sympy.true:
         return None
@@ -350,8 +351,10 @@ def _general_product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
     connectors = {t.inputs[m.connector]: (a, m) for a, m in reads}
     if not coeff.is_number or not same_factors(factors, tuple(connectors)):
         return None
-    dtypes = {graph.containers[m.container].dtype for m in [w] + [m for _, m in reads]}
-    if len(dtypes) != 1 or dtypes & {"float32", "float64"} != dtypes:
+    dtype = graph.containers[w.container].dtype
+    widened = STORAGE_FLOATS if dtype == "float32" else ()  # 16-bit reads widened to float32 (``ir.storage``)
+    if dtype not in ("float32", "float64") or \
+            any(graph.containers[m.container].dtype not in (dtype, *widened) for _, m in reads):
         return None
     ranges, split = _split_ranges(t, [w.index] + [m.index for _, m in reads])
     if ranges is None:
@@ -374,7 +377,7 @@ def _general_product(graph: DataflowGraph, t: Tasklet) -> HostProduct | None:
     if (not ks or not rows or not columns or any(s not in a_axes or s not in b_axes for s in ks)
             or any(s not in a_axes and s not in b_axes for s in out_axes)):
         return None
-    return HostProduct(out, a, b, ranges, rows, columns, ks, float(coeff), accumulate=False, dtype=dtypes.pop(),
+    return HostProduct(out, a, b, ranges, rows, columns, ks, float(coeff), accumulate=False, dtype=dtype,
                        scalars=tuple(o for o in inputs if not o.steps))
 
 

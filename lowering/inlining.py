@@ -13,7 +13,7 @@ import functools
 
 import sympy
 
-from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet, connector_symbol
+from symdiff.ir.graph import STORAGE_FLOATS, DataflowGraph, Memlet, Tasklet, connector_symbol
 from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.index_analysis import covers, injective, replaced, uses_connectors
 from symdiff.ir.rewrite import replace_tasklet, set_reads
@@ -28,7 +28,8 @@ _TESTED_ACCUMULATIONS = ("max", "min", "prod")
 
 def producer(graph: DataflowGraph, access: str) -> Tasklet | None:
     """The elementwise tasklet that alone writes ``access`` plainly, one point
-    per element, from floats of the same dtype; None if there is none."""
+    per element, from floats of the same dtype or 16-bit floats it widens to
+    float32 (exactly: ``ir.storage``); None if there is none."""
     writers = graph.writers(access)
     if len(writers) != 1:
         return None
@@ -39,8 +40,8 @@ def producer(graph: DataflowGraph, access: str) -> Tasklet | None:
 @remembered
 def _elementwise(graph: DataflowGraph, p: Tasklet) -> bool:
     """Whether ``p`` writes one version plainly, one point per element, from floats of its dtype
-    (``producer``; remembered while planning, ``lowering.remembered``: every trial asks it of the
-    producers of every value it may recompute)."""
+    or widened 16-bit floats (``producer``; remembered while planning, ``lowering.remembered``:
+    every trial asks it of the producers of every value it may recompute)."""
     writes = graph.writes(p.name)
     if len(writes) != 1:
         return False
@@ -48,7 +49,9 @@ def _elementwise(graph: DataflowGraph, p: Tasklet) -> bool:
     dtype = graph.containers[w.container].dtype
     if w.accumulate is not None or p.condition is not sympy.true or dtype not in ("float32", "float64"):
         return False
-    if any(graph.containers[r.container].dtype != dtype or uses_connectors(r.index, p) for _, r in graph.reads(p.name)):
+    read_dtypes = {graph.containers[r.container].dtype for _, r in graph.reads(p.name)}
+    if not read_dtypes <= {dtype, *(STORAGE_FLOATS if dtype == "float32" else ())} or \
+            any(uses_connectors(r.index, p) for _, r in graph.reads(p.name)):
         return False
     return injective(w.index, p.index_symbols) and covers(w.index, p.domain, graph.containers[w.container].shape)
 

@@ -104,3 +104,16 @@ def assert_close(what: str, got, want, jax32=None) -> None:
 def is_float64(*results) -> bool:
     """Whether a program's results are float64 (judged at RTOL64) rather than float32."""
     return all(np.asarray(r).dtype == np.float64 for r in results)
+
+
+def within_half_spacing(got: np.ndarray, want: np.ndarray, dtype) -> None:
+    """``got`` (float16 or bfloat16) is ``want`` (float64) rounded once, give or take float32
+    arithmetic's error: a 16-bit result is its float32 program's (``ir.storage``).  Rounding
+    after each operation, or truncating instead of rounding to nearest, is outside."""
+    want = np.asarray(want, np.float64)
+    assert got.dtype == np.dtype(dtype) and got.shape == want.shape
+    rounded = np.abs(want).astype(dtype).astype(np.float64)
+    spacing = np.nextafter(rounded.astype(dtype), np.array(np.inf, dtype)).astype(np.float64) - rounded
+    slack = 64 * float(np.finfo(np.float32).eps) * float(np.max(np.abs(want), initial=0.0))
+    err = np.abs(got.astype(np.float64) - want)
+    assert np.all(err <= 0.5 * spacing + slack), float(np.max(err / (0.5 * spacing + slack)))

@@ -40,7 +40,7 @@ class CpuMicroKernel(RegisterTiles):
         else:  # the tiles cover the inner axis exactly (lowering.matmul._cpu_tiles): no clamp
             start = self.point(tl, tl.axis(tl.inner))
             names = self.names(tl, "kb + kq", f"{start} + bv")
-            inner_load = f"{w.buffer(inner_read.access)}[{w.flat_index(inner_read.memlet, names)}]"
+            inner_load = w.element(inner_read, w.flat_index(inner_read.memlet, names))
         w.emit(f"{w.kept}for (int bu = 0; bu < {n_o}; bu += {rows})", 2)
         w.emit(f"{w.kept}for (int bv = 0; bv < {n_i}; bv += {cols})", 2)
         w.emit("{", 2)
@@ -67,8 +67,7 @@ class CpuMicroKernel(RegisterTiles):
         """``var[q][x]``: the operand of ``read`` at k ``kb + q`` and output ``x``
         (``along``: ``mm_u`` or ``mm_v``) of the tile, clamped to the box, read along memory."""
         k = tl.step.loop[0][0]
-        load = f"{var}[kq][{along}] = {w.buffer(read.access)}[" \
-               f"{w.flat_index(read.memlet, self.names(tl, 'kb + kq'))}];"
+        load = f"{var}[kq][{along}] = {w.element(read, w.flat_index(read.memlet, self.names(tl, 'kb + kq')))};"
         loops = [f"for (int kq = 0; kq < {count}; kq++)", f"for (int {along} = 0; {along} < {n}; {along}++)"]
         if read.memlet.index[-1] == k:
             loops.reverse()

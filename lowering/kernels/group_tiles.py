@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from symdiff.ir.graph import DataflowGraph
+from symdiff.ir.graph import FLOAT_DTYPES, DataflowGraph
 from symdiff.ir.index_analysis import extent
 
 from ..matmul import MatmulShape, Tiling
@@ -96,8 +96,8 @@ def product(graph: DataflowGraph, step: Step) -> MatmulShape | None:
     parallel = [s for s, _, _ in step.parallel]
     if write.memlet.accumulate != "sum" or sorted(write.memlet.index, key=str) != sorted(parallel, key=str):
         return None
-    if any(r.producer is not None or graph.containers[r.memlet.container].dtype not in ("float32", "float64")
-           for r in (ra, rb)):
+    if any(r.producer is not None or graph.containers[r.memlet.container].dtype not in FLOAT_DTYPES
+           for r in (ra, rb)):  # (16-bit operands are widened as staged: ``KernelWriter.element``)
         return None
     used = [set().union(*(sympy.sympify(e).free_symbols for e in r.memlet.index)) for r in (ra, rb)]
     if any(not u <= set(parallel) | {k} or k not in u for u in used):
@@ -355,7 +355,7 @@ class GroupTiles(RegisterTiles):
         names = self.stage_names(gt, axis, "mm_at", f"{k0} + mm_kk" if length % gt.k_tile == 0
                                  else f"min({k0} + mm_kk, {last_k})", 1 if k_fastest else width)
         index = w.flat_index(read.memlet, names)
-        value = f"{w.buffer(read.access)}[{index}]" if width == 1 else f"{w.quad_buffer(read.access)}[({index}) / 4]"
+        value = w.element(read, index) if width == 1 else f"{w.quad_buffer(read.access)}[({index}) / 4]"
         if length % gt.k_tile:
             value = f"{k0} + mm_kk < {length} ? {value} : {kind}(0)"
         if phase == LOAD:

@@ -66,11 +66,11 @@ class RegisterTiles(BodyForm):
         w.emit("{", 1)
         w.emit(f"{w.operand_type(outer_read)} {outer_var}[{n_o}];", 2)
         w.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {n_o}; mm_u++) {outer_var}[mm_u] = "
-               f"{w.buffer(outer_read.access)}[{w.flat_index(outer_read.memlet, names)}];", 2)
+               f"{w.element(outer_read, w.flat_index(outer_read.memlet, names))};", 2)
         w.emit(f"{unroll}for (int mm_v = 0; mm_v < {n_i}; mm_v++)", 2)
         w.emit("{", 2)
         w.emit(f"{w.operand_type(inner_read)} {inner_var} = "
-               f"{w.buffer(inner_read.access)}[{w.flat_index(inner_read.memlet, names)}];", 3)
+               f"{w.element(inner_read, w.flat_index(inner_read.memlet, names))};", 3)
         w.emit(f"[ForceUnroll] for (int mm_u = 0; mm_u < {n_o}; mm_u++) "
                f"{p}_acc[mm_u][mm_v] += {outer_var}[mm_u] * {inner_var};", 3)
         w.emit("}", 2)

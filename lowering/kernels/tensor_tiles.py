@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from symdiff.ir.graph import STORAGE_FLOATS
+
 from .. import targets
 from . import precision, tile_shapes
 from .group_tiles import GroupTiles, GroupTiling, group_tiling
@@ -92,8 +94,9 @@ def tensor_tiling(shape: KernelShape) -> TensorTiling | None:
     if not shape.target.tensor_cores or precision.of(shape.g) != "tf32":
         return None
     gt = group_tiling(shape)
-    if gt is None or any(shape.g.containers[a.memlet.container].dtype != "float32"
-                         for a in (*gt.step.reads, *gt.step.writes)):
+    # 16-bit operands (``ir.storage``) hold at most TF32's 11 significant bits: rounding them changes nothing
+    if gt is None or any(shape.g.containers[a.memlet.container].dtype not in ("float32", *STORAGE_FLOATS)
+                         for a in gt.step.reads) or shape.g.containers[gt.step.writes[0].memlet.container].dtype != "float32":
         return None
     tuning = shape.target.tuning
     tile_shapes.check_tensor(tuning)

@@ -552,7 +552,14 @@ class KernelWriter(KernelShape):
         return f"({ok} ? {buf}[{ok} ? {flat} : 0] : {storage}(0))"
 
     def operand_type(self, read) -> str:
-        return STORAGE_TYPES[self.g.containers[read.memlet.container].dtype]
+        """The type a product's operand is computed in (``SLANG_TYPES``: float for 16-bit floats)."""
+        return SLANG_TYPES[self.g.containers[read.memlet.container].dtype]
+
+    def element(self, read, flat: str) -> str:
+        """Element ``flat`` of ``read``'s buffer as the value it holds (``LOADED``), unguarded:
+        the loads of the product forms, whose indices stay in their boxes."""
+        return LOADED.get(self.g.containers[read.memlet.container].dtype, "{}").format(
+            f"{self.buffer(read.access)}[{flat}]")
 
     def producer_connector(self, r) -> str:
         return next(m.connector for _, m in self.g.writers(r.access))

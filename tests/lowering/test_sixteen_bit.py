@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import symdiff as sd
+from float_bounds import within_half_spacing
 
 jax.config.update("jax_enable_x64", True)
 
@@ -80,17 +81,6 @@ def test_loads_widen_every_bit_pattern(any_device, name):
     assert _bits_equal(got, every.astype(np.float32))
 
 
-def _within_half_spacing(got: np.ndarray, want: np.ndarray, dtype) -> None:
-    """``got`` (16-bit) is ``want`` rounded once, give or take float32 arithmetic's error."""
-    want = np.asarray(want, np.float64)
-    assert got.dtype == np.dtype(dtype) and got.shape == want.shape
-    rounded = np.abs(want).astype(dtype).astype(np.float64)
-    spacing = np.nextafter(rounded.astype(dtype), np.array(np.inf, dtype)).astype(np.float64) - rounded
-    slack = 64 * float(np.finfo(np.float32).eps) * float(np.max(np.abs(want), initial=0.0))
-    err = np.abs(got.astype(np.float64) - want)
-    assert np.all(err <= 0.5 * spacing + slack), float(np.max(err / (0.5 * spacing + slack)))
-
-
 def _oracle(f, args, wrt):
     wide = [jnp.asarray(np.asarray(a, np.float64)) if np.asarray(a).dtype.kind != "i" else jnp.asarray(a)
             for a in args]
@@ -110,9 +100,9 @@ def test_mlp_layer(any_device, name):
         return np.sum(h * h) + np.sum(x[1:] * 0.5)
     value, grads = layer.value_and_grad(x, w, device=any_device)
     want, (gx, gw) = _oracle(lambda x, w: jnp.sum(jnp.tanh(x @ w) ** 2) + jnp.sum(x[1:] * 0.5), (x, w), (0, 1))
-    _within_half_spacing(np.asarray(value), want, dtype)
-    _within_half_spacing(grads["x"], gx, dtype)
-    _within_half_spacing(grads["w"], gw, dtype)
+    within_half_spacing(np.asarray(value), want, dtype)
+    within_half_spacing(grads["x"], gx, dtype)
+    within_half_spacing(grads["w"], gw, dtype)
 
 
 @pytest.mark.parametrize("name", sorted(HALVES))
@@ -130,9 +120,9 @@ def test_gather_scatters_gradient_in_float32(any_device, name):
         return np.sum(np.exp(x[idx] * scale) * 0.1)
     value, grads = gathered.value_and_grad(x, idx, scale, device=any_device, wrt=["x", "scale"])
     want, (gx, gs) = _oracle(lambda x, idx, s: jnp.sum(jnp.exp(x[idx] * s) * 0.1), (x, idx, scale), (0, 2))
-    _within_half_spacing(np.asarray(value), want, dtype)
-    _within_half_spacing(grads["x"], gx, dtype)
-    _within_half_spacing(grads["scale"], gs, dtype)
+    within_half_spacing(np.asarray(value), want, dtype)
+    within_half_spacing(grads["x"], gx, dtype)
+    within_half_spacing(grads["scale"], gs, dtype)
 
 
 def test_float16_with_bfloat16_computes_float32(any_device):

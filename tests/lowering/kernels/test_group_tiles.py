@@ -7,11 +7,13 @@ weight gradients agree with JAX in float64, and the tile shape changes no bit.
 from dataclasses import replace
 
 import jax
+import ml_dtypes
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import symdiff as sd
+from float_bounds import within_half_spacing
 from symdiff import lowering
 from symdiff.lowering import backends, targets
 from symdiff.lowering.kernels import split_k, tile_shapes
@@ -119,6 +121,33 @@ def test_the_tile_shape_changes_no_bit(monkeypatch):
     (v1, g1) = results[0]
     assert all(v == v1 and all(np.array_equal(g[n], g1[n]) for n in g1) for v, g in results[1:])
     close_to_jax(lambda x, y: jnp.sum(jnp.tanh(x @ y.T)), args, v1, g1, "xy")
+
+
+@pytest.mark.vulkan
+@pytest.mark.parametrize("half", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_sixteen_bit_operands_are_staged_widened(monkeypatch, half):
+    """16-bit arguments are read by the products themselves, each element widened as it
+    is staged (``ir.storage``: no float32 copy of them is made); the gradients, rounded
+    once to 16 bits, are within half a 16-bit spacing of JAX float64."""
+    gpu_form(monkeypatch, **SMALL)
+    spec = sd.f16 if half == np.float16 else sd.bf16
+    load = "f16_value(" if half == np.float16 else "bf16_value("
+
+    def f(x: spec[M, K], y: spec[K, N], z: sd.f32[M, N], u: spec[B, M, K], v: spec[B, K, N]):
+        return products(np, x, y, z, u, v)
+    prog = sd.differentiable_program(f)
+    args = [a.astype(half) if a.ndim != 2 or a.shape != (M, N) else a
+            for a in rand([(M, K), (K, N), (M, N), (B, M, K), (B, K, N)], seed=3)]
+    source = prog.slang_source(device="vulkan")
+    assert source.count(MARK) == 6 and "widen_" not in source
+    staged = [line for line in source.splitlines() if "][mm_at] = " in line]
+    assert sum(load in line for line in staged) == 8  # x, y, u, v forward; x, y, u, v in one gradient each
+    value, grads = prog.value_and_grad(*args, device="vulkan")
+    want, ref = jax.value_and_grad(lambda *a: products(jnp, *a), argnums=(0, 1, 2, 3, 4))(
+        *[jnp.asarray(np.asarray(a, np.float64)) for a in args])
+    for name, r in zip("xyuv", (ref[0], ref[1], ref[3], ref[4])):
+        within_half_spacing(grads[name], np.asarray(r), half)
+    assert abs(float(value) - float(want)) <= 1e-4 * abs(float(want))
 
 
 R, D, H = 1536, 19, 21
