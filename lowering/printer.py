@@ -50,9 +50,16 @@ float log1p_(float x) { float u = 1.0f + x; return u == 1.0f ? x : log_f32(u) * 
 double log1p_(double x) { double u = 1.0l + x; return u == 1.0l ? x : log(u) * x / (unfolded(u, x) - 1.0l); }
 float expm1_(float x) { float u = exp_f32(x); return u == 1.0f ? x : (u - 1.0f == -1.0f ? -1.0f : (u - 1.0f) * x / log_f32(u)); }
 double expm1_(double x) { double u = exp(x); return u == 1.0l ? x : (u - 1.0l == -1.0l ? -1.0l : (u - 1.0l) * x / log(u)); }
-// 16-bit floats in buffers (ir.storage): widened exactly, rounded to nearest even in integer
-// arithmetic (the CPU device's f32tof16 rounds ties away from even; this is numpy's rounding everywhere)
-float f16_value(uint16_t bits) { return f16tof32(uint(bits)); }
+// 16-bit floats in buffers (ir.storage), in integer arithmetic on every target: widened exactly,
+// rounded to nearest even (the CPU device's f32tof16 rounds ties away from even, and Slang's
+// f16tof32 and f32tof16 need CUDA's half header, which its CUDA output leaves out)
+float f16_value(uint16_t bits)
+{
+    uint h = uint(bits), rest = h & 0x7fffu;
+    uint wide = rest >= 0x7c00u ? 0x7f800000u | ((rest & 0x3ffu) << 13) : (rest << 13) + 0x38000000u;
+    float subnormal = float(rest) * 5.9604644775390625e-8f;  // rest * 2^-24, exactly
+    return asfloat(((h & 0x8000u) << 16) | (rest < 0x400u ? asuint(subnormal) : wide));
+}
 float bf16_value(uint16_t bits) { return asfloat(uint(bits) << 16); }
 uint16_t f16_bits(float x)
 {

@@ -363,14 +363,14 @@ class GroupTiles(RegisterTiles):
         else:
             source = f"{held}[mm_l]" if phase == STORE else value
             if width == 1:
-                w.emit(f"{tile}[mm_kk][mm_at] = {self.staged(w, source)};", 3)
+                w.emit(f"{tile}[mm_kk][mm_at] = {self.staged(w, gt, source)};", 3)
             else:
                 if phase == BOTH:
                     w.emit(f"{kind} mm_q = {value};", 3)
                     source = "mm_q"
                 for c, part in enumerate("xyzw"):
                     place = f"[mm_kk + {c}][mm_at]" if k_fastest else f"[mm_kk][mm_at + {c}]"
-                    w.emit(f"{tile}{place} = {self.staged(w, f'{source}.{part}')};", 3)
+                    w.emit(f"{tile}{place} = {self.staged(w, gt, f'{source}.{part}')};", 3)
         w.emit("}", 2)
 
     def held(self, w: KernelWriter, gt: GroupTiling, axis: sympy.Symbol, read, tile: str) -> None:
@@ -388,7 +388,7 @@ class GroupTiles(RegisterTiles):
         kind = w.operand_type(read) + ("4" if width > 1 else "")
         return k_fastest, width, gt.tile[gt.axis(axis)] * gt.k_tile // width, kind
 
-    def staged(self, w: KernelWriter, value: str) -> str:
+    def staged(self, w: KernelWriter, gt: GroupTiling, value: str) -> str:
         """What is stored in a tile for an operand element ``value``: itself."""
         return value
 

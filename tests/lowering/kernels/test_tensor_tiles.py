@@ -13,6 +13,7 @@ that skipped the rounding would fail.
 from dataclasses import replace
 
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -79,6 +80,30 @@ def test_a_product_and_both_gradients_are_tf32_products(monkeypatch, tuning, dev
     assert_tf32_product(grads["z"], x, y, x64 @ y64)  # the forward product, kept
     assert_tf32_product(grads["x"], z, y.T, z64 @ y64.T)  # G B^T
     assert_tf32_product(grads["y"], x.T, z, x64.T @ z64)  # A^T G
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("half", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("tuning", [SMALL, dict(OTHER, group_prefetch=True)], ids=["fragment-a-warp", "prefetching"])
+def test_sixteen_bit_products_are_exact_products_on_their_instruction(monkeypatch, tuning, half, device):
+    """x @ y of two 16-bit arguments takes the 16-bit instruction at the default
+    precision, and its sums are float32 sums of exact products (z's gradient is the
+    product itself); at TF32 the gradients, one operand float32, take TF32."""
+    device = tensor_form(monkeypatch, device, **tuning)
+    spec, name = (sd.f16, "float16") if half == np.float16 else (sd.bf16, "bfloat16")
+
+    def f(x: spec[M, K], y: spec[K, N], z: sd.f32[M, N]):
+        return np.sum(z * (x @ y))
+    x, y, z = rand([(M, K), (K, N), (M, N)], seed=4)
+    x, y = x.astype(half), y.astype(half)
+    for matmul_precision, tf32_products in (("highest", 0), ("tf32", 2)):
+        prog = sd.differentiable_program(f, matmul_precision=matmul_precision)
+        _, grads = prog.value_and_grad(x, y, z, device=device)
+        source = prog.slang_source(device=device)
+        assert source.count(f"{name} tensor-core fragments") == 1 and source.count(MARK) == tf32_products
+        exact = x.astype(np.float64) @ y.astype(np.float64)
+        tol = 8 * np.sqrt(K) * 2.0 ** -24 * np.sqrt(x.astype(np.float64) ** 2 @ y.astype(np.float64) ** 2)
+        assert np.all(np.abs(grads["z"] - exact) <= tol), np.max(np.abs(grads["z"] - exact) / tol)
 
 
 @pytest.mark.vulkan

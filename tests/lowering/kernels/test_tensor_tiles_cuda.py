@@ -16,6 +16,7 @@ import pytest
 
 import slang_compiler
 import symdiff as sd
+from symdiff.ir.storage import computed_in_float32
 from symdiff.lowering import backends
 from symdiff.lowering.codegen import generate
 from symdiff.lowering.kernels import precision
@@ -48,3 +49,27 @@ def test_the_tf32_products_compile_to_tensor_core_instructions_without_spills(tm
         assert used["smem"] == 4 * k * (bm + TensorTiles.padding(bm) + bn + TensorTiles.padding(bn)), (entry, used)
         assert len(re.findall(MMA, ptx)) == fragments * k // 8, entry
         assert len(re.findall(r"\bcvt\.rna\.tf32\.f32\b", ptx)) == (bm + bn) * k // tuning.group_size, entry
+
+
+@pytest.mark.parametrize("spec, ptx_type", [(sd.f16, "f16"), (sd.bf16, "bf16")], ids=["float16", "bfloat16"])
+def test_sixteen_bit_products_compile_to_their_own_instruction(tmp_path, spec, ptx_type):
+    """A product of two 16-bit arguments, at the default precision: one
+    ``mma.sync ... m16n8k16 ... .{f16,bf16}`` per fragment per 16 staged k's,
+    no TF32 rounding, no spills, registers for one workgroup a multiprocessor
+    (packing two elements a register keeps more of them live than TF32's
+    fragments: two workgroups' worth is not reached)."""
+    n = 512
+
+    def f(a: spec[n, n], b: spec[n, n], c: sd.f32[n, n]):
+        return np.sum(c * (a @ b))
+    target = backends.cuda.TARGET
+    module = generate(plan(computed_in_float32(sd.differentiable_program(f).graph), {}, target), target)
+    (entry,) = [e for e in module.entry_points(False) if "matmul" in e]
+    tuning = target.tuning
+    (bm, bn), (wm, wn), k = tuning.tensor_tile, tuning.tensor_warps, tuning.tensor_tile_k
+    ptx, used = cuda_resources(slang_compiler.compile_source(module.source, "cuda", [entry])[entry], tmp_path)
+    assert used["stack"] == used["spill_stores"] == used["spill_loads"] == 0, used
+    assert used["registers"] <= min(255, 65536 // tuning.group_size), used
+    mma = rf"\bmma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.{ptx_type}\.{ptx_type}\.f32\b"
+    assert len(re.findall(mma, ptx)) == (bm // wm // 16) * (bn // wn // 8) * k // 16
+    assert not re.findall(MMA, ptx) and not re.findall(r"\bcvt\.rna\.tf32\.f32\b", ptx)
