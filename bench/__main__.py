@@ -53,6 +53,7 @@ def relative_error(result: Grads, reference: Grads) -> float:
     ref_value, ref_grads = reference
     errors = [abs(value - ref_value) / max(abs(ref_value), 1e-30)]
     for name, ref in ref_grads.items():
+        ref = np.asarray(ref, np.float64)
         g = np.asarray(grads[name], np.float64).reshape(ref.shape)
         errors.append(float(np.linalg.norm(g - ref) / max(np.linalg.norm(ref), 1e-30)))
     return float(np.max(errors))  # NaN propagates (Python's max drops a NaN after the first element)

@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from symdiff import lowering
+from symdiff.ir import DTYPES
 import symdiff as sd
 
 from . import report, symdiff_runner
@@ -191,6 +192,7 @@ class Settings:
     k_max: int = 30           # most timed calls per measurement
     limit: float = 120.0      # seconds the warm-up (compiling) call may take
     tolerance: float = TOLERANCE  # relative error against the reference above which a row is WRONG
+    floats: str = "float32"   # the dtype every side gets the float arguments in ("bfloat16": bench.gpu_products)
 
 
 def timing_entry(t: Timing) -> dict[str, Any]:
@@ -265,7 +267,8 @@ def run_peer(peer: Peer, platform: str, workload: Workload, inputs: dict[str, np
 def run_symdiff(workload: Workload, size: Size, inputs: dict[str, np.ndarray], device: str,
                 settings: Settings, reference: Grads | None) -> dict[str, Any]:
     try:
-        program = sd.differentiable_program(symdiff_runner.program_function(workload, size))
+        dtypes = {n: v.dtype.name for n, v in inputs.items()}
+        program = sd.differentiable_program(symdiff_runner.program_function(workload, size, dtypes))
         run = symdiff_runner.runner(workload, program, inputs, device)
         t, out = measure(read_value(run.value_and_grad), budget=settings.budget, k_max=settings.k_max,
                          limit=settings.limit)
@@ -282,7 +285,8 @@ def run_symdiff(workload: Workload, size: Size, inputs: dict[str, np.ndarray], d
 def run_row(spec: GpuWorkload, scale: float, device: str, peers: list[Peer], settings: Settings,
             bandwidth: float) -> dict[str, Any]:
     workload, size = spec.at(scale)
-    inputs = workload.inputs(size)
+    inputs = {n: v.astype(DTYPES[settings.floats]) if v.dtype == np.float32 else v
+              for n, v in workload.inputs(size).items()}
     platform_of = dict(zip(("jax", "torch"), peer_devices(device)))
     row: dict[str, Any] = {"workload": spec.name, "size": size.label, "shapes": size.shapes,
                            "floor_bytes": floor_bytes(size.shapes, workload.wrt),

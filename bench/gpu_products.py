@@ -9,7 +9,11 @@ H100 is TF32, ``../shared/notes/gpu.md``) and torch's TF32 off.  ``tf32`` lets
 every side use TF32 tensor cores: symdiff's ``matmul_precision="tf32"``
 (``lowering.kernels.tensor_tiles`` on CUDA), JAX's ``"tensorfloat32"`` and
 torch's TF32 on; gradients are then checked against JAX at ``TF32_TOLERANCE``
-(TF32 keeps 11 significant bits).  Run it in its own process
+(TF32 keeps 11 significant bits).  ``bf16`` gives every side its float
+arguments in bfloat16: symdiff's 16-bit products on tensor cores
+(``lowering.kernels.tensor_tiles``; float32 in between, ``ir.storage``)
+against JAX's and torch's bfloat16 programs (bfloat16 between operations),
+checked at ``BF16_TOLERANCE``.  Run it in its own process
 (``bench.gpu_session`` does): the settings are global.
 ``--tuning JSON`` overrides the device's ``Tuning`` fields for one variant of
 ``bench.gpu_session``'s sweep.
@@ -30,7 +34,7 @@ from symdiff.lowering import targets
 from . import gpu, report
 from .workloads import fan_in, mlp_softmax_xent, normal, one_hot
 
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = ("fp32", "tf32", "bf16")
 # Relative error of a TF32 row's gradients against JAX's (TF32 on a GPU, exact float32 on a
 # CPU).  Not 2^-11: where TF32 moves a pre-activation across 0, the MLP's ReLU mask flips
 # and that gradient element changes whole, so the error grows as the square root of the
@@ -39,9 +43,16 @@ PRECISIONS = ("fp32", "tf32")
 # lavapipe are 1.4e-5 from that model: tests/lowering/kernels/test_tensor_tiles.py checks
 # them against such a model).
 TF32_TOLERANCE = 5e-2
+# bfloat16 keeps 8 significant bits, and JAX and torch round every operation's result to them (symdiff
+# only its arguments and gradients): 2^-8 relative an operation, more where a ReLU mask flips (above).
+BF16_TOLERANCE = 1e-1
 PRECISION_NOTE = {"fp32": "fp32: every side exact float32 (JAX \"highest\", torch TF32 off)",
                   "tf32": "tf32: every side on TF32 tensor cores (symdiff matmul_precision=\"tf32\", "
-                          f"JAX \"tensorfloat32\", torch allow_tf32), checked at {TF32_TOLERANCE:g}"}
+                          f"JAX \"tensorfloat32\", torch allow_tf32), checked at {TF32_TOLERANCE:g}",
+                  "bf16": "bf16: every side's arguments and gradients bfloat16, products on bfloat16 tensor "
+                          f"cores (JAX's and torch's bfloat16 between operations too), checked at {BF16_TOLERANCE:g}"}
+TOLERANCES = {"tf32": TF32_TOLERANCE, "bf16": BF16_TOLERANCE}
+FLOATS = {"bf16": "bfloat16"}  # the dtype of the float arguments at a precision (else float32)
 
 
 def gemm_loss(xp, a, b, c):
@@ -146,7 +157,8 @@ def main(argv: list[str]) -> dict[str, Any]:
                    help='Tuning fields to override, e.g. \'{"group_tile": [128, 64], "group_thread_tile": [8, 4]}\'')
     p.add_argument("--peers", default="jax,torch", help="comma-separated peers to time (the first is the reference)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="fp32: exact float32 everywhere; tf32: TF32 tensor cores everywhere")
+                   help="fp32: exact float32 everywhere; tf32: TF32 tensor cores everywhere; "
+                        "bf16: bfloat16 arguments everywhere")
     args = p.parse_args(argv)
     if args.gpu_form:
         gpu.use_gpu_form()
@@ -154,8 +166,8 @@ def main(argv: list[str]) -> dict[str, Any]:
     use_precision(args.precision)
     wanted = [q for q in args.peers.split(",") if q]
     peers = [q for q in (gpu.JaxPeer(), gpu.TorchPeer()) if q.name in wanted and q.available()]
-    settings = gpu.Settings(budget=args.budget,
-                            tolerance=TF32_TOLERANCE if args.precision == "tf32" else gpu.TOLERANCE)
+    settings = gpu.Settings(budget=args.budget, tolerance=TOLERANCES.get(args.precision, gpu.TOLERANCE),
+                            floats=FLOATS.get(args.precision, "float32"))
     specs = [w for w in PRODUCTS if not args.workload or w.name in args.workload]
     rows = [with_tflops(gpu.run_row(spec, args.scale, args.device, peers, settings, bandwidth=math.inf),
                         args.precision) for spec in specs]

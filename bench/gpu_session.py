@@ -27,8 +27,10 @@ budget (``--budget STAGE=SECONDS`` overrides one):
    time loses one chunk, not the campaign; ``OUTDIR/fuzz/``.
 4. ``bench``: ``bench.gpu_products`` (MLP and gemm with TFLOP/s, at fp32
    and then at TF32: symdiff's ``matmul_precision="tf32"`` on tensor cores
-   against JAX's and torch's TF32) then every memory-bound row of
-   ``bench.gpu``, one process per row; ``OUTDIR/bench/``.
+   against JAX's and torch's TF32), every memory-bound row of ``bench.gpu``,
+   then the products again on bfloat16 arguments (symdiff's 16-bit tensor-core
+   products against JAX's and torch's bfloat16), one process per row;
+   ``OUTDIR/bench/``.
 5. ``sweep``: product variants (``SWEEP_VARIANTS``: group and tensor-core
    tile shapes, k tiles, split-K targets), each ``bench.gpu_products`` in its
    own process with the device's ``lowering.targets.Tuning`` overridden
@@ -255,15 +257,20 @@ def fuzz_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
 
 def bench_jobs(s: Session) -> list[tuple[str, list[str]]]:
     """(name, command) per bench process: the products first (the issue's
-    targets), at fp32 then TF32, then each memory-bound row of bench.gpu alone."""
+    targets), at fp32 then TF32, then each memory-bound row of bench.gpu alone,
+    then the products on bfloat16 arguments (last: a stage out of time loses
+    the newest rows, not the targets' baselines)."""
     from . import gpu, gpu_products
 
     common = ["--device", s.device, "--scale", f"{s.scale:g}", "--budget", f"{s.measure_budget:g}"]
-    jobs = [(f"{w.name}-{precision}", [s.python, "-m", "bench.gpu_products", "--workload", w.name,
-                                       "--precision", precision, *common])
-            for precision in gpu_products.PRECISIONS for w in gpu_products.PRODUCTS]
-    jobs += [(w.name, [s.python, "-m", "bench.gpu", "--workload", w.name, *common]) for w in gpu.WORKLOADS]
-    return jobs
+
+    def products(precisions: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+        return [(f"{w.name}-{precision}", [s.python, "-m", "bench.gpu_products", "--workload", w.name,
+                                           "--precision", precision, *common])
+                for precision in precisions for w in gpu_products.PRODUCTS]
+    return (products(("fp32", "tf32"))
+            + [(w.name, [s.python, "-m", "bench.gpu", "--workload", w.name, *common]) for w in gpu.WORKLOADS]
+            + products(("bf16",)))
 
 
 def row_summary(row: dict[str, Any]) -> dict[str, Any]:

@@ -97,7 +97,7 @@ class TorchPeer(Peer):
 
         tnp = torch_namespace()
         body = workload.array_body(for_jax=False)
-        args = [torch.from_numpy(v.copy()).to(device).requires_grad_(n in workload.wrt) for n, v in inputs.items()]
+        args = [tensor(v).to(device).requires_grad_(n in workload.wrt) for n, v in inputs.items()]
         wrt_args = [a for n, a in zip(inputs, args) if n in workload.wrt]
 
         def forward() -> Any:
@@ -110,9 +110,26 @@ class TorchPeer(Peer):
 
         def to_numpy(out: Any) -> Grads:
             value, grads = out
-            return float(value), {w: g.cpu().numpy() for w, g in zip(workload.wrt, grads)}
+            return float(value), {w: array(g) for w, g in zip(workload.wrt, grads)}
 
         return Runner(forward, value_and_grad, to_numpy)
+
+
+def tensor(v: np.ndarray) -> Any:
+    """A torch CPU tensor of ``v`` (numpy has no bfloat16 of torch's: ml_dtypes' travels as its bits)."""
+    import torch
+
+    if v.dtype.name == "bfloat16":
+        return torch.from_numpy(v.view(np.uint16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(v.copy())
+
+
+def array(t: Any) -> np.ndarray:
+    """A torch tensor as a numpy array (bfloat16 as float32: numpy cannot take torch's)."""
+    import torch
+
+    t = t.detach().cpu()
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
 
 
 PEERS: list[Peer] = [NumpyPeer(), JaxPeer(), TorchPeer()]

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -28,14 +28,18 @@ from .timing import describe, time_limit, timed
 from .workloads import WORKLOADS, Size, Workload
 
 
-def program_function(workload: Workload, size: Size) -> Callable:
+def program_function(workload: Workload, size: Size, dtypes: Mapping[str, str] | None = None) -> Callable:
     """``workload.body`` with numpy bound, named arguments and ``sd.f32[...]``
-    annotations: what a user would decorate."""
+    annotations (``sd.i32`` for index arguments, or the dtype ``dtypes`` names:
+    ``sd.bf16[...]`` for bfloat16 inputs): what a user would decorate."""
     def program(*arrays):
         return workload.body(np, *arrays)
 
+    def spec(name: str) -> sd.ArraySpec:
+        return sd.ArraySpec((dtypes or {}).get(name, "int32" if name in workload.ints else "float32"))
+
     program.__name__ = program.__qualname__ = workload.name
-    program.__annotations__ = {n: (sd.i32 if n in workload.ints else sd.f32)[s] for n, s in size.shapes.items()}
+    program.__annotations__ = {n: spec(n)[s] for n, s in size.shapes.items()}
     # the signature carries the specs: inspect reads annotations from it, not from __annotations__
     program.__signature__ = inspect.Signature(
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=program.__annotations__[n])
