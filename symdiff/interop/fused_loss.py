@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from symdiff.lowering import dlpack
 from symdiff.lowering.backends import resolve
 
-from .torch_bridge import TorchFunction, as_tensor
+from .torch_bridge import TorchFunction, as_tensor, host_array
 
 if TYPE_CHECKING:
     import torch
@@ -40,7 +40,7 @@ def _function() -> type:
         def forward(ctx: Any, bridge: TorchFunction, *tensors: torch.Tensor) -> torch.Tensor:
             program = bridge.program
             names = [n for n, t in zip(program.arg_names, tensors) if t.requires_grad]
-            arrays = [t.detach().cpu().numpy() for t in tensors]
+            arrays = [host_array(t) for t in tensors]
             device = bridge.device or program.device
             value, grads = program.value_and_grad(*arrays, wrt=names, device=device,
                                                   device_arrays=dlpack.in_host_memory(resolve(device)))

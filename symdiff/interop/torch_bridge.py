@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from symdiff import lowering
+from symdiff.ir.graph import DTYPES
 from symdiff.lowering import dlpack
 from symdiff.lowering.backends import resolve
 
@@ -46,7 +47,8 @@ def _custom_ops_available() -> bool:
 
 
 def _numpy_dtype(dtype: "torch.dtype") -> np.dtype:
-    return np.dtype(str(dtype).removeprefix("torch."))
+    name = str(dtype).removeprefix("torch.")
+    return np.dtype(DTYPES.get(name, name))  # bfloat16: ml_dtypes'
 
 
 def _torch_dtype(dtype: np.dtype) -> "torch.dtype":
@@ -54,18 +56,33 @@ def _torch_dtype(dtype: np.dtype) -> "torch.dtype":
     return getattr(torch, np.dtype(dtype).name)
 
 
+def host_array(t: "torch.Tensor") -> np.ndarray:
+    """A tensor's values as a numpy array, read in place where it is on the CPU
+    (a bfloat16 tensor through its bits: numpy has no bfloat16 of torch's)."""
+    import torch
+    t = t.detach().cpu()
+    return t.view(torch.int16).numpy().view(DTYPES["bfloat16"]) if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def _from_numpy(array: np.ndarray) -> "torch.Tensor":
+    import torch
+    if array.dtype == DTYPES["bfloat16"]:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
 def as_tensor(out: Any, arrays: Sequence[np.ndarray], like: Sequence["torch.Tensor"]) -> "torch.Tensor":
     """A program result as a new tensor on the arguments' device: a view of the
     kernels' buffer where it is host memory, else the host array (copied when
     it is an argument returned as is, or read-only)."""
     import torch
-    if isinstance(out, lowering.DeviceArray):
+    if isinstance(out, lowering.DeviceArray) and out.dtype != "bfloat16":  # (DLPack has no numpy bfloat16)
         tensor = torch.from_dlpack(out)  # a view of the kernels' buffer
     else:
         out = np.asarray(out)
         if not out.flags.writeable or any(np.may_share_memory(out, a) for a in arrays):
             out = out.copy()  # an argument returned as is (numpy device): a custom op's output is new
-        tensor = torch.from_numpy(out)
+        tensor = _from_numpy(out)
     return tensor.to(like[0].device) if like else tensor
 
 
@@ -104,7 +121,7 @@ class TorchFunction:
     # -- the op's parts: forward, fake, autograd ---------------------------------------
     def _forward(self, *tensors: "torch.Tensor") -> list["torch.Tensor"]:
         """Run the program on the tensors' memory; results as new tensors."""
-        arrays = [t.detach().cpu().numpy() for t in tensors]
+        arrays = [host_array(t) for t in tensors]
         device = self.device or self.program.device
         outs = self.program(*arrays, device=device, device_arrays=dlpack.in_host_memory(resolve(device)))
         return [as_tensor(out, arrays, tensors) for out in (outs if isinstance(outs, tuple) else (outs,))]

@@ -32,6 +32,7 @@ from symdiff.ir.tracer import context
 
 from ..program import ProgramError
 from . import torch_layers, torch_ops
+from .torch_bridge import host_array
 
 if TYPE_CHECKING:
     import torch
@@ -332,7 +333,7 @@ class ModuleGraph:
     def noise_shapes(self, inputs: Sequence[np.ndarray]) -> list[tuple[tuple[int, ...], str]]:
         """Shape and dtype of each dropout noise for inputs of these shapes: the
         graph run once on numpy arrays (zeros for the inputs)."""
-        state = [t.detach().cpu().numpy() for t in self.state_tensors()]
+        state = [host_array(t) for t in self.state_tensors()]
         with np.errstate(all="ignore"):
             _, step = self.run(list(inputs) + state, record_noise=True)
         return step.shapes

@@ -49,13 +49,15 @@ def _shape_args(shape: tuple) -> tuple:
 
 
 _DTYPES = {"float32": "float32", "float64": "float64", "float": "float32", "double": "float64",
+           "float16": "float16", "half": "float16", "bfloat16": "bfloat16",
            "int32": "int32", "int64": "int32", "long": "int32", "int": "int32", "bool": "bool"}
 
 
 def _numpy_dtype(dtype: Any) -> str:
     name = str(dtype).removeprefix("torch.")
     if name not in _DTYPES:
-        raise TypeError(f"dtype {dtype} is not supported (float32, float64, int32/int64 as int32, bool)")
+        raise TypeError(f"dtype {dtype} is not supported (float32, float64, float16, bfloat16, int32/int64 as "
+                        "int32, bool)")
     return _DTYPES[name]
 
 
@@ -508,6 +510,7 @@ METHODS.update({
     "expand_as": Op(lambda x, other: np.broadcast_to(x, other.shape)),
     "type_as": Op(lambda x, other: x.astype(other.dtype)), "to": Op(_to),
     "float": Op(lambda x: x.astype("float32")), "double": Op(lambda x: x.astype("float64")),
+    "half": Op(lambda x: x.astype("float16")), "bfloat16": Op(lambda x: x.astype("bfloat16")),
     "long": Op(lambda x: x.astype("int32")), "int": Op(lambda x: x.astype("int32")),
     "softmax": Op(_softmax(nn.softmax)), "log_softmax": Op(_softmax(nn.log_softmax)),
     "masked_fill": Op(lambda x, mask, value: np.where(mask, value, x)),

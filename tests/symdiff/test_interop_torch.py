@@ -167,3 +167,25 @@ def test_results_survive_later_calls_on_the_cpu_device():
     for _ in range(3):
         fn(*(2 * t for t in ones))
     torch.testing.assert_close(first, kept)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+def test_sixteen_bit_tensors_in_and_out(dtype, device):
+    """float16 and bfloat16 tensors reach the program as they are stored, and come back
+    in their dtype: outputs and gradients are torch's float32 ones rounded once."""
+    half = getattr(torch, dtype)
+    rng = np.random.default_rng(5)
+    a, b = (torch.tensor(rng.standard_normal(6), dtype=half, requires_grad=True) for _ in range(2))
+    idx = torch.tensor([0, 2, 2, 5], dtype=torch.int32)
+    fn = sd.to_torch(sd.differentiable_program(_two_outputs), device=device)
+    outs = fn(a, b, idx)
+    ct = torch.tensor(rng.standard_normal(6), dtype=half)
+    got = torch.autograd.grad(_objective(outs, ct), (a, b))
+    wide = [t.detach().double().requires_grad_() for t in (a, b)]
+    ref = _torch_two_outputs(*wide, idx)
+    want = torch.autograd.grad(_objective(ref, ct.double()), wide)
+    for g, w in [*zip(outs, ref), *zip(got, want)]:
+        assert g.dtype == half
+        # the float32 program's value rounded once (the objective's own 16-bit arithmetic on top for the grads)
+        torch.testing.assert_close(g.double(), w.detach(), rtol=2 * torch.finfo(half).eps, atol=1e-6)
