@@ -21,6 +21,7 @@ import linecache
 import traceback
 from dataclasses import dataclass, field, replace
 
+import ml_dtypes
 import numpy as np
 
 from .gen import Program, make_inputs
@@ -45,11 +46,22 @@ TENSOR_FORM = "+tensor-form"
 # recompute is recomputed where it is read, as the tightest memory budget would
 # choose (symdiff.memory_budget), so campaigns check that rewrite on every program.
 RECOMPUTE = "+recompute"
+# "cpu+bf16", "vulkan+f16" (any device + one of these): the program's float arguments in a
+# 16-bit format (ir.storage: float32 arithmetic, each result and gradient rounded once to the
+# format).  JAX judges it on the same rounded arguments, and each element may be off by half
+# the format's spacing more than a float32 program; a program whose exact results leave the
+# format's range is invalid for the variant.
+HALVES = {"+f16": "float16", "+bf16": "bfloat16"}
 
 
 def base_device(device: str) -> str:
     """The real device under a campaign's variants (``cpu+recompute`` -> ``cpu``)."""
     return device.split("+", 1)[0]
+
+
+def storage_of(device: str) -> str | None:
+    """The 16-bit format a campaign's variant gives the arguments (``HALVES``), or None."""
+    return next((fmt for suffix, fmt in HALVES.items() if device.endswith(suffix)), None)
 
 JAX_PRELUDE = '''
 def _abs(x):
@@ -95,9 +107,9 @@ def _exec(source: str, filename: str, ns: dict):
     exec(compile(source, filename, "exec"), ns)
 
 
-def build_symdiff(prog: Program, float64: bool):
+def build_symdiff(prog: Program, float64: bool, storage: str | None = None):
     import symdiff as sd
-    ns = {"np": np, "sd": sd, "F": sd.f64 if float64 else sd.f32}
+    ns = {"np": np, "sd": sd, "F": sd.f64 if float64 else sd.ArraySpec(storage) if storage else sd.f32}
     _exec(prog.numpy_source(), f"<fuzz seed {prog.seed}>", ns)
     return ns["prog"]
 
@@ -110,8 +122,12 @@ def build_jax(prog: Program, dtype):
 
 
 def cotangent(prog: Program) -> np.ndarray:
+    """A second-order program's cotangent: exact in float32 and in both 16-bit formats
+    (bfloat16's 8 significant bits, nothing below float16's normal range), so that every
+    variant's program and JAX get the same one (``HALVES``)."""
     rng = np.random.default_rng([prog.seed, 99])
-    return rng.standard_normal(prog.floats[prog.second]).astype(np.float32)
+    v = rng.standard_normal(prog.floats[prog.second]).astype(ml_dtypes.bfloat16).astype(np.float32)
+    return np.where(np.abs(v) < 2.0 ** -14, np.float32(0), v)
 
 
 _REFERENCES: dict = {}   # one worker judging a program on several devices asks JAX once
@@ -216,19 +232,22 @@ def recompute_everything():
         runtime.plan = own
 
 
-def symdiff_result(prog: Program, inputs: dict, device: str) -> dict[str, np.ndarray]:
+def symdiff_result(prog: Program, inputs: dict, device: str, storage: str | None = None) -> dict[str, np.ndarray]:
     if device.endswith(GPU_FORM):
         with gpu_form():
-            return symdiff_result(prog, inputs, device[:-len(GPU_FORM)])
+            return symdiff_result(prog, inputs, device[:-len(GPU_FORM)], storage)
     if device.endswith(TENSOR_FORM):
         with tensor_form():
-            return symdiff_result(prog, inputs, device[:-len(TENSOR_FORM)])
+            return symdiff_result(prog, inputs, device[:-len(TENSOR_FORM)], storage)
     if device.endswith(RECOMPUTE):
         with recompute_everything():
-            return symdiff_result(prog, inputs, device[:-len(RECOMPUTE)])
-    float64 = device == "numpy"
-    fn = build_symdiff(prog, float64)
-    ftype = np.float64 if float64 else np.float32
+            return symdiff_result(prog, inputs, device[:-len(RECOMPUTE)], storage)
+    if storage_of(device):
+        suffix = next(s for s in HALVES if device.endswith(s))
+        return symdiff_result(prog, inputs, device[:-len(suffix)], HALVES[suffix])
+    float64 = device == "numpy" and storage is None
+    fn = build_symdiff(prog, float64, storage)
+    ftype = np.float64 if float64 else np.dtype(storage) if storage else np.float32
     args = [np.array(inputs[n], dtype=ftype) for n in prog.floats] + [np.array(inputs[n]) for n in prog.indices]
     names = list(prog.floats)
     if prog.second is None:
@@ -260,8 +279,18 @@ def _jax32_error(j32: np.ndarray, ref: np.ndarray) -> float:
     return _max_abs(j32[finite] - ref[finite])
 
 
-def compare(got: dict, ref64: dict, ref32: dict | None, floor32: float = FLOOR32) -> tuple[bool, dict]:
-    """(all within tolerance, the worst quantity as {quantity, err, tol, ...})."""
+def _half_spacing(ref: np.ndarray, storage: str) -> np.ndarray:
+    """Half the ``storage`` format's spacing at each element of ``ref``: a once-rounded result's allowance."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = np.abs(ref).astype(storage)
+        up = np.nextafter(r, np.array(np.inf, storage)).astype(np.float64)
+        return np.where(np.isfinite(up), 0.5 * (up - r.astype(np.float64)), 0.0)
+
+
+def compare(got: dict, ref64: dict, ref32: dict | None, floor32: float = FLOOR32,
+            storage: str | None = None) -> tuple[bool, dict]:
+    """(all within tolerance, the worst quantity as {quantity, err, tol, ...}); results
+    rounded to ``storage`` (``HALVES``) are allowed half its spacing more at each element."""
     worst, ok = {"ratio": -1.0}, True
     for q, ref in ref64.items():
         g = np.asarray(got[q], np.float64)
@@ -273,6 +302,8 @@ def compare(got: dict, ref64: dict, ref32: dict | None, floor32: float = FLOOR32
             return False, {"quantity": q, "err": float("nan"), "tol": 0.0, "detail": "NaN where JAX float64 has none"}
         scale = max(_max_abs(ref[np.isfinite(ref)]), 1.0)
         error = _error(g, ref)
+        if storage is not None:
+            error = np.maximum(error - _half_spacing(ref, storage), 0.0)
         err = _max_abs(error)
         if ref32 is None:
             tol = RTOL64 * scale
@@ -293,7 +324,9 @@ def check(prog: Program, device: str, on_reference=lambda: None) -> Result:
     """Judge one program on one device (exceptions are outcomes, never raised).
     ``on_reference`` is called once JAX's reference is known, so that the runner
     can tell a process that died inside the oracle from one symdiff killed."""
-    inputs = make_inputs(prog)
+    inputs, storage = make_inputs(prog), storage_of(device)
+    if storage:  # the arguments as the variant stores them; JAX judges on those
+        inputs = {n: v.astype(storage).astype(np.float32) if n in prog.floats else v for n, v in inputs.items()}
 
     def references(eager: bool) -> tuple[dict, dict | None]:
         ref32 = None if device == "numpy" else jax_reference(prog, inputs, np.float32, eager)
@@ -307,6 +340,8 @@ def check(prog: Program, device: str, on_reference=lambda: None) -> Result:
         return Result(prog.seed, device, "invalid", f"JAX: {type(e).__name__}: {e}"[:500])
     if not all(np.all(np.isfinite(r)) for r in ref64.values()):
         return Result(prog.seed, device, "invalid", "JAX float64 reference is not finite")
+    if storage and not all(np.all(np.abs(r) < float(ml_dtypes.finfo(storage).max)) for r in ref64.values()):
+        return Result(prog.seed, device, "invalid", f"results past {storage}'s range")
     on_reference()
     try:
         got = symdiff_result(prog, inputs, device)
@@ -316,7 +351,7 @@ def check(prog: Program, device: str, on_reference=lambda: None) -> Result:
         tb = traceback.format_exc(limit=-4)
         return Result(prog.seed, device, "error", f"{type(e).__name__}: {e}"[:500] + "\n" + tb[-1500:])
     floor = FLOOR32_DEVICE.get(base_device(device), FLOOR32)
-    ok, worst = compare(got, ref64, ref32, floor)
+    ok, worst = compare(got, ref64, ref32, floor, storage)
     if not ok and not eager:  # the compiled program may have placed a tie's gradient wrongly
-        ok, worst = compare(got, *references(eager=True), floor)
+        ok, worst = compare(got, *references(eager=True), floor, storage)
     return Result(prog.seed, device, "ok" if ok else "wrong", "", worst)
