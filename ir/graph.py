@@ -190,22 +190,27 @@ class Memlet:
         return f"{self.container}[{idx}]{acc}"
 
 
-def _copied(graph: nx.MultiDiGraph) -> nx.MultiDiGraph:
+def _copied(graph: nx.MultiDiGraph, renamed: Mapping[str, str] | None = None) -> nx.MultiDiGraph:
     """``graph.copy()``, the same nodes, edges, keys and orders (each attribute dict a shallow
     copy), built on the adjacency dicts: networkx adds each edge through ``add_edge``'s checks,
-    and a plan forks its graph once per trial (elman_rnn: 7 copies, 5% of its plan)."""
+    and a plan forks its graph once per trial (elman_rnn: 7 copies, 5% of its plan).  Nodes
+    named in ``renamed`` take their new names in their old places (``nx.relabel_nodes`` moves
+    them last, and the planner reads the node order)."""
     g = graph.__class__()
     g.graph.update(graph.graph)
     nodes, succ, pred = g._node, g._succ, g._pred
+    name = renamed.get if renamed else None
     for n, data in graph._node.items():
+        n = name(n, n) if name else n
         nodes[n] = data.copy()
         succ[n] = {}
         pred[n] = {}
     for u, neighbours in graph._succ.items():
-        out = succ[u]
+        out = succ[name(u, u) if name else u]
         for v, keyed in neighbours.items():
+            v = name(v, v) if name else v
             # one dict per edge key, shared by both directions (as ``MultiDiGraph.add_edge`` does)
-            out[v] = pred[v][u] = {key: data.copy() for key, data in keyed.items()}
+            out[v] = pred[v][name(u, u) if name else u] = {key: data.copy() for key, data in keyed.items()}
     return g
 
 

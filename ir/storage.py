@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import networkx as nx
-
-from .graph import STORAGE_FLOATS, AccessNode, DataflowGraph, connector_symbol, index_symbol
+from .graph import STORAGE_FLOATS, AccessNode, DataflowGraph, _copied, connector_symbol, index_symbol
 
 
 def computed_in_float32(graph: DataflowGraph) -> DataflowGraph:
@@ -60,9 +58,9 @@ def _widened(graph: DataflowGraph) -> DataflowGraph:
 
 
 def _move_versions(g: DataflowGraph, old: str, new: str, versions: list[int]) -> None:
-    """Every access node of container ``old`` becomes the same version of ``new``."""
+    """Every access node of container ``old`` becomes the same version of ``new``, in its place."""
     mapping = {f"{old}#{v}": f"{new}#{v}" for v in versions}
-    nx.relabel_nodes(g.nx, mapping, copy=False)
+    g.nx = _copied(g.nx, mapping)
     for v in versions:
         node = mapping[f"{old}#{v}"]
         g.nx.nodes[node]["node"] = AccessNode(new, v)

@@ -37,6 +37,7 @@ from symdiff import ir
 from symdiff.ir.graph import DTYPES, AccessNode, DataflowGraph
 from symdiff.ir.index_analysis import uses_connectors
 from symdiff.ir.library import LibraryNode, has_library_nodes, library_nodes, ordered_edges, run_node
+from symdiff.ir.storage import computed_in_float32
 
 from . import backends, devices, dlpack, library_kernels, runtime
 from .library_kernels.launch import Launch
@@ -54,7 +55,9 @@ def compile(graph: DataflowGraph, device: str | None = None, sizes: Mapping[str,
     if not has_library_nodes(graph) or backends.of(backends.resolve(device)).interprets:
         return runtime.compile(graph, device=device, sizes=sizes, deterministic=deterministic, repeated=repeated)
     runtime.validate(graph)
-    return HostSteps(graph, backends.resolve(device), devices.requested(device), sizes, deterministic, repeated)
+    # 16-bit arrays (``ir.storage``): the library nodes too compute on float32, between the pieces
+    return HostSteps(computed_in_float32(graph), backends.resolve(device), devices.requested(device), sizes,
+                     deterministic, repeated)
 
 
 def levels(graph: DataflowGraph) -> dict[str, int]:

@@ -125,6 +125,27 @@ def test_gather_scatters_gradient_in_float32(any_device, name):
     within_half_spacing(grads["scale"], gs, dtype)
 
 
+@pytest.mark.parametrize("name", sorted(HALVES))
+def test_library_nodes_compute_in_float32_too(any_device, name):
+    """A scan and a solve (library nodes: kernels or host steps between compiled pieces)
+    see float32 values, so their results too are rounded once (a cumsum of 40 bfloat16
+    steps rounded at each was 2 spacings off)."""
+    dtype = HALVES[name]
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(40).astype(dtype)
+    a = (rng.standard_normal((5, 5)) + 4 * np.eye(5)).astype(dtype)
+
+    @sd.differentiable_program
+    def scans(x, a):
+        return np.sum(np.cumsum(x) ** 2) + np.sum(np.linalg.solve(a, x[:5]) ** 2)
+    value, grads = scans.value_and_grad(x, a, device=any_device)
+    want, (gx, ga) = _oracle(lambda x, a: jnp.sum(jnp.cumsum(x) ** 2) + jnp.sum(jnp.linalg.solve(a, x[:5]) ** 2),
+                             (x, a), (0, 1))
+    within_half_spacing(np.asarray(value), want, dtype)
+    within_half_spacing(grads["x"], gx, dtype)
+    within_half_spacing(grads["a"], ga, dtype)
+
+
 def test_float16_with_bfloat16_computes_float32(any_device):
     """As in JAX: neither 16-bit format holds the other, so their product is float32
     (and exact: 11 by 8 significant bits fit float32's 24)."""
