@@ -15,7 +15,8 @@ around them, so the module needs nothing from symdiff at run time:
 
 The same facts come back as a JSON-able manifest (``ExportedModule.manifest``),
 so calling code can bind buffers by name and dispatch in order.  Buffers are
-flat ``RWStructuredBuffer``s in row-major (C) order; bools travel as ints.
+flat ``RWStructuredBuffer``s in row-major (C) order; bools travel as ints,
+float16 and bfloat16 as their 16 bits (``uint16_t``).
 One buffer per stored version: the runtime's storage sharing
 (``buffer_plan``) is left out, so every buffer can be read after a call.
 """
@@ -170,7 +171,8 @@ def _header(manifest: dict) -> str:
     lines = [f"// symdiff export of program {manifest['program']!r} for target {manifest['target']!r}.",
              "// Standalone: bind the buffers below by parameter name and dispatch the entry points in",
              "// order (each with its thread count; one submission is enough, dispatches are ordered).",
-             "// Buffers are flat RWStructuredBuffers in row-major (C) order; bools travel as int.",
+             "// Buffers are flat RWStructuredBuffers in row-major (C) order; bools travel as int, float16 "
+             "and bfloat16 as their bits (uint16_t).",
              "//",
              "// buffers (parameter: element type [shape] role):"]
     for param, info in manifest["buffers"].items():
