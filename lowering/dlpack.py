@@ -12,12 +12,14 @@ and results can be handed over as views (``runtime``): on lavapipe reading
 back a 200M-element gradient took 4-9 s through staging pieces and raised the
 process's peak by 1.1x its bytes.
 
-Export.  A float32, float64 or int32 array on a host-memory device is
+Export.  A float32, float64, float16 or int32 array on a host-memory device is
 exported without a copy (the consumer's tensor is a view of the buffer and
 keeps the array alive; writes through it change the array).  Elsewhere the
 export is a host copy (a GPU's buffers are device memory; bool arrays are
 stored as int32), and ``__dlpack_device__`` says CPU, where that copy lives.
 A consumer passing ``copy=False`` gets ``BufferError`` instead of a copy.
+A bfloat16 array is not exported at all (numpy's DLPack has no bfloat16):
+``BufferError`` says to read it back, or to use ``sd.to_torch``.
 CUDA buffers are exported as a host copy too (a CUDA DLPack export is not
 built yet).
 
@@ -95,6 +97,10 @@ def export(array: Any, *, stream: Any = None, max_version: tuple[int, int] | Non
            dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
     """``array.__dlpack__(...)``: a capsule over the buffer memory where it is
     host memory, else over a host copy (refused under ``copy=False``)."""
+    if array.dtype == "bfloat16":  # numpy's DLPack export knows no bfloat16 (ml_dtypes' is numpy's own)
+        raise BufferError(f"a bfloat16 array cannot be exported through DLPack here: read it with .numpy() "
+                          "(an ml_dtypes.bfloat16 array), or run the program through sd.to_torch, which hands "
+                          "torch bfloat16 tensors")
     view = host_view(array)
     if view is None:
         if copy is False:

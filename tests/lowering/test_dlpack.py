@@ -4,6 +4,7 @@ numpy results handed over as views there, and DLPack producers in asarray
 (read in place by the upload, checked by pointer; a CopyWarning when staged)."""
 import warnings
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -74,12 +75,21 @@ def test_exported_result_keeps_its_buffer_through_later_calls():
     np.testing.assert_array_equal(out.numpy(), np.full(16, 2, np.float32))
 
 
-@pytest.mark.parametrize("dtype", ["float64", "int32", "bool"])
+@pytest.mark.parametrize("dtype", ["float64", "int32", "bool", "float16"])
 def test_export_dtypes(dtype):
     host = (np.arange(5) % 2).astype(dtype)
     exported = np.from_dlpack(sd.asarray(host, device="cpu", dtype=dtype))
     assert exported.dtype == host.dtype
     np.testing.assert_array_equal(exported, host)
+
+
+def test_bfloat16_is_read_back_and_refused_by_dlpack_with_what_to_do():
+    host = np.arange(5).astype(ml_dtypes.bfloat16)
+    array = sd.asarray(host, device="cpu")
+    assert array.dtype == "bfloat16" and array.numpy().dtype == host.dtype
+    np.testing.assert_array_equal(array.numpy(), host)
+    with pytest.raises(BufferError, match="sd.to_torch"):
+        np.from_dlpack(array)
 
 
 def test_jax_takes_device_arrays():
