@@ -56,22 +56,24 @@ double expm1_(double x) { double u = exp(x); return u == 1.0l ? x : (u - 1.0l ==
 float f16_value(uint16_t bits)
 {
     uint h = uint(bits), rest = h & 0x7fffu;
-    uint wide = rest >= 0x7c00u ? 0x7f800000u | ((rest & 0x3ffu) << 13) : (rest << 13) + 0x38000000u;
+    uint wide = select(rest >= 0x7c00u, 0x7f800000u | ((rest & 0x3ffu) << 13), (rest << 13) + 0x38000000u);
     float subnormal = float(rest) * 5.9604644775390625e-8f;  // rest * 2^-24, exactly
-    return asfloat(((h & 0x8000u) << 16) | (rest < 0x400u ? asuint(subnormal) : wide));
+    return asfloat(((h & 0x8000u) << 16) | select(rest < 0x400u, asuint(subnormal), wide));
 }
 float bf16_value(uint16_t bits) { return asfloat(uint(bits) << 16); }
+// (selects, not branches: the CPU device's loops vectorise)
 uint16_t f16_bits(float x)
 {
     uint u = asuint(x), a = u & 0x7fffffffu, sign = (u >> 16) & 0x8000u;
-    if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
-    if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // 65520 and past: infinity
-    if (a >= 0x38800000u) { uint m = a - 0x38000000u; return uint16_t(sign | ((m + 0xfffu + ((m >> 13) & 1u)) >> 13)); }
-    uint s = uint(min(126 - int(a >> 23), 25)), mantissa = (a & 0x7fffffu) | 0x800000u;  // a subnormal half
+    uint m = a - 0x38000000u;  // a normal half: the exponent rebiased, 13 bits rounded off
+    uint normal = (m + 0xfffu + ((m >> 13) & 1u)) >> 13;
+    uint s = uint(clamp(126 - int(a >> 23), 14, 25)), mantissa = (a & 0x7fffffu) | 0x800000u;  // a subnormal one
     uint q = mantissa >> s, rest = mantissa & ((1u << s) - 1u), half = 1u << (s - 1u);
-    return uint16_t(sign | (q + ((rest > half || (rest == half && (q & 1u) != 0u)) ? 1u : 0u)));
+    uint subnormal = q + (uint(rest > half) | (uint(rest == half) & q & 1u));
+    uint finite = select(a >= 0x38800000u, normal, subnormal);
+    return uint16_t(sign | select(a > 0x7f800000u, 0x7e00u, select(a >= 0x477ff000u, 0x7c00u, finite)));
 }
-uint16_t bf16_bits(float x) { uint u = asuint(x); return uint16_t(x != x ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+uint16_t bf16_bits(float x) { uint u = asuint(x); return uint16_t(select(x != x, (u >> 16) | 0x40u, (u + 0x7fffu + ((u >> 16) & 1u)) >> 16)); }
 """
 # numpy's maximum/minimum (NaN if either argument is NaN) and power, per float type
 _PER_TYPE = """\
