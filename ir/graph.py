@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import ml_dtypes
@@ -306,6 +306,18 @@ class DataflowGraph:
 
     def remove_tasklet(self, name: str) -> None:
         self.nx.remove_node(name)
+
+    def move_versions(self, container: str, to: str) -> None:
+        """Every access node of ``container`` becomes the same version of container ``to``,
+        in its place in the node order (which the planner reads), its memlets renamed."""
+        versions = self.versions(container)
+        mapping = {f"{container}#{v}": f"{to}#{v}" for v in versions}
+        self.nx = _copied(self.nx, mapping)
+        for v in versions:
+            node = mapping[f"{container}#{v}"]
+            self.nx.nodes[node]["node"] = AccessNode(to, v)
+            for _, _, data in [*self.nx.in_edges(node, data=True), *self.nx.out_edges(node, data=True)]:
+                data["memlet"] = replace(data["memlet"], container=to)
 
     # -- querying -----------------------------------------------------------------
     # node() and the queries below read networkx's node and adjacency dicts directly (``_node``, ``_pred``,

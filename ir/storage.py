@@ -17,9 +17,7 @@ float32.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
-from .graph import STORAGE_FLOATS, AccessNode, DataflowGraph, _copied, connector_symbol, index_symbol
+from .graph import STORAGE_FLOATS, DataflowGraph, connector_symbol, index_symbol
 
 
 def computed_in_float32(graph: DataflowGraph) -> DataflowGraph:
@@ -49,23 +47,12 @@ def _widened(graph: DataflowGraph) -> DataflowGraph:
         if not versions:
             continue
         wide = g.add_container(g.unique_name(f"{c.name}_f32"), c.shape, "float32").name
-        _move_versions(g, c.name, wide, versions)
+        g.move_versions(c.name, wide)
         if c.role == "argument" and versions[0] == 0:
             _copy(g, f"widen_{c.name}", g.access(c.name, 0), g.access(wide, 0), c.shape)
         elif c.role == "result":
             _copy(g, f"round_{c.name}", g.access(wide, versions[-1]), g.access(c.name, 0), c.shape)
     return g
-
-
-def _move_versions(g: DataflowGraph, old: str, new: str, versions: list[int]) -> None:
-    """Every access node of container ``old`` becomes the same version of ``new``, in its place."""
-    mapping = {f"{old}#{v}": f"{new}#{v}" for v in versions}
-    g.nx = _copied(g.nx, mapping)
-    for v in versions:
-        node = mapping[f"{old}#{v}"]
-        g.nx.nodes[node]["node"] = AccessNode(new, v)
-        for _, _, data in list(g.nx.in_edges(node, data=True)) + list(g.nx.out_edges(node, data=True)):
-            data["memlet"] = replace(data["memlet"], container=new)
 
 
 def _copy(g: DataflowGraph, name: str, source: str, target: str, shape: tuple) -> None:

@@ -34,6 +34,18 @@ def test_versions_are_ssa():
     assert [m.container for _, m in g.reads("red")] == ["a"] and g.reads("red")[0][0] == "a#1"
 
 
+def test_moving_versions_renames_them_in_place():
+    g = axpy()
+    g.add_container("a2", (N,), "float32")
+    order = list(g.nx)
+    g.move_versions("a", "a2")
+    assert list(g.nx) == [n.replace("a#", "a2#") for n in order]  # the planner reads the node order
+    assert g.versions("a") == [] and g.versions("a2") == [0, 1] and g.latest("a2") == "a2#1"
+    assert [(a, m.container) for a, m in g.reads("upd")] == [("a2#0", "a2"), ("b#0", "b")]
+    assert [(a, m.container) for a, m in g.writes("upd")] == [("a2#1", "a2")]
+    assert g.reads("red")[0][0] == "a2#1"
+
+
 def test_new_version_of_untouched_argument_skips_the_callers_data():
     g = DataflowGraph()
     g.add_container("a", (3,), "float32", "argument")
