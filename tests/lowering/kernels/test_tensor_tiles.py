@@ -83,8 +83,8 @@ def test_a_product_and_both_gradients_are_tf32_products(monkeypatch, tuning, dev
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("half", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
-@pytest.mark.parametrize("tuning", [SMALL, dict(OTHER, group_prefetch=True)], ids=["fragment-a-warp", "prefetching"])
+@pytest.mark.parametrize("half, tuning", [(np.float16, SMALL), (ml_dtypes.bfloat16, dict(OTHER, group_prefetch=True))],
+                         ids=["float16-fragment-a-warp", "bfloat16-prefetching"])
 def test_sixteen_bit_products_are_exact_products_on_their_instruction(monkeypatch, tuning, half, device):
     """x @ y of two 16-bit arguments takes the 16-bit instruction at the default
     precision, and its sums are float32 sums of exact products (z's gradient is the
