@@ -205,7 +205,7 @@ def tensor_form():
     from symdiff.lowering import backends
     from symdiff.lowering.kernels import precision, tensor_tiles
     own_staged, own_precision = tensor_tiles.TensorTiles.staged, precision.current()
-    tensor_tiles.TensorTiles.staged = lambda self, w, value: value
+    tensor_tiles.TensorTiles.staged = lambda self, w, gt, value: value
     sd.set_matmul_precision("tf32")
     try:
         with gpu_form(), backends.targets_changed(lambda t: replace(t, tensor_cores=True, tuning=replace(
