@@ -16,7 +16,7 @@ from tests.fuzz.runner import judge_budget, run_batch  # noqa: E402
 
 # Fixed seeds per device: a budget that runs in well under 2 minutes on two cores.
 BUDGET = {"numpy": range(0, 24), "cpu": range(0, 8), "vulkan": range(0, 8), "vulkan+gpu-form": range(8, 16),
-          "cpu+recompute": range(16, 22)}
+          "cpu+recompute": range(16, 22), "vulkan+tensor-form+bf16": (23, 26, 29, 32)}  # (with products)
 
 
 def _tiny(tpl: str = "{ns}.sin({0}) * {0}") -> Program:
