@@ -45,7 +45,7 @@ from .backends import slangpy_base
 from .slang import spy
 
 CPU = (1, 0)  # (kDLCPU, device id): where every export lives
-_VIEWABLE = ("float32", "float64", "float16", "int32")  # stored as they are (bool is stored as int32)
+_VIEWABLE = ("float32", "float64", "float16", "bfloat16", "int32")  # stored as they are (bool is stored as int32)
 
 
 class CopyWarning(UserWarning):
@@ -90,7 +90,16 @@ def host_view(array: Any) -> np.ndarray | None:
     dtype = np.dtype(DTYPES[array.dtype])
     if array.size == 0:
         return np.zeros(array.shape, dtype)
+    if array.dtype == "bfloat16":  # numpy's array interface has no bfloat16 (ml_dtypes' is void to it): its bits
+        bits = np.asarray(_HostMemory(array, buffer.device_address, array.shape, np.dtype(np.uint16)))
+        return bits.view(dtype)
     return np.asarray(_HostMemory(array, buffer.device_address, array.shape, dtype))
+
+
+def viewable(dtype: str) -> bool:
+    """Whether arrays of graph dtype ``dtype`` are stored as numpy holds them
+    (bool is not: it is stored as int32), so that ``host_view`` can view them."""
+    return dtype in _VIEWABLE
 
 
 def export(array: Any, *, stream: Any = None, max_version: tuple[int, int] | None = None,

@@ -537,7 +537,7 @@ class Executable:
             handed, read = [], []
             for r, access in inst.latest.items():
                 dtype = g.containers[r].dtype
-                if device_arrays or (self._results_in_host_memory and access in inst.buffers and dtype != "bool"
+                if device_arrays or (self._results_in_host_memory and access in inst.buffers and dlpack.viewable(dtype)
                                      and inst.buffers[access].size > READ_PACKED_BYTES):
                     handed.append((r, access, dtype))
                 else:

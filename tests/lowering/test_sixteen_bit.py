@@ -161,6 +161,23 @@ def test_float16_with_bfloat16_computes_float32(any_device):
     np.testing.assert_array_equal(got, a.astype(np.float64) * b.astype(np.float64))
 
 
+@pytest.mark.parametrize("name", sorted(HALVES))
+def test_large_results_are_views_of_their_buffers(name):
+    """On the CPU device a result over a megabyte is handed over as a view of its
+    buffer, bfloat16 too (numpy's array interface has no bfloat16: viewed through its bits)."""
+    if "cpu" not in sd.available_devices():
+        pytest.skip("no cpu device here")
+    dtype = HALVES[name]
+    x = np.random.default_rng(7).standard_normal(1 << 20).astype(np.float32)
+
+    @sd.differentiable_program
+    def halve(x):
+        return (x * 0.5).astype(dtype)
+    got = halve(x, device="cpu")
+    assert got.dtype == np.dtype(dtype) and not got.flags.owndata
+    np.testing.assert_array_equal(got.astype(np.float32), (x * 0.5).astype(dtype).astype(np.float32))
+
+
 def test_python_scalars_keep_sixteen_bits():
     @sd.differentiable_program
     def scaled(x: sd.f16[3]):
