@@ -61,7 +61,8 @@ float f16_value(uint16_t bits)
     return asfloat(((h & 0x8000u) << 16) | select(rest < 0x400u, asuint(subnormal), wide));
 }
 float bf16_value(uint16_t bits) { return asfloat(uint(bits) << 16); }
-// (selects, not branches: the CPU device's loops vectorise)
+// (f16_value and f16_bits are selects, not branches; g++ still leaves the CPU device's loops
+// around them scalar: docs/benchmarks.md, "16-bit arguments")
 uint16_t f16_bits(float x)
 {
     uint u = asuint(x), a = u & 0x7fffffffu, sign = (u >> 16) & 0x8000u;
