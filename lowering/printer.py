@@ -56,23 +56,24 @@ double expm1_(double x) { double u = exp(x); return u == 1.0l ? x : (u - 1.0l ==
 float f16_value(uint16_t bits)
 {
     uint h = uint(bits), rest = h & 0x7fffu;
-    uint wide = select(rest >= 0x7c00u, 0x7f800000u | ((rest & 0x3ffu) << 13), (rest << 13) + 0x38000000u);
-    float subnormal = float(rest) * 5.9604644775390625e-8f;  // rest * 2^-24, exactly
-    return asfloat(((h & 0x8000u) << 16) | select(rest < 0x400u, asuint(subnormal), wide));
+    uint special = 0u - uint(rest >= 0x7c00u), tiny = 0u - uint(rest < 0x400u);  // all ones where so
+    uint wide = (rest << 13) + 0x38000000u + (special & 0x38000000u);  // inf and NaN: the exponent all ones
+    uint subnormal = asuint(float(int(rest)) * 5.9604644775390625e-8f);  // rest * 2^-24, exactly
+    return asfloat(((h & 0x8000u) << 16) | (subnormal & tiny) | (wide & ~tiny));
 }
 float bf16_value(uint16_t bits) { return asfloat(uint(bits) << 16); }
-// (f16_value and f16_bits are selects, not branches; g++ still leaves the CPU device's loops
-// around them scalar: docs/benchmarks.md, "16-bit arguments")
+// (f16_value and f16_bits choose by masks, and round subnormals by a float addition: nested
+// selects and variable shifts left the CPU device's loops scalar; docs/benchmarks.md)
 uint16_t f16_bits(float x)
 {
     uint u = asuint(x), a = u & 0x7fffffffu, sign = (u >> 16) & 0x8000u;
     uint m = a - 0x38000000u;  // a normal half: the exponent rebiased, 13 bits rounded off
     uint normal = (m + 0xfffu + ((m >> 13) & 1u)) >> 13;
-    uint s = uint(clamp(126 - int(a >> 23), 14, 25)), mantissa = (a & 0x7fffffu) | 0x800000u;  // a subnormal one
-    uint q = mantissa >> s, rest = mantissa & ((1u << s) - 1u), half = 1u << (s - 1u);
-    uint subnormal = q + (uint(rest > half) | (uint(rest == half) & q & 1u));
-    uint finite = select(a >= 0x38800000u, normal, subnormal);
-    return uint16_t(sign | select(a > 0x7f800000u, 0x7e00u, select(a >= 0x477ff000u, 0x7c00u, finite)));
+    // a subnormal one: |x| 2^24 (exact) rounded to nearest even by the float addition of 2^23
+    uint subnormal = asuint(asfloat(a) * 16777216.0f + 8388608.0f) - 0x4b000000u;
+    uint is_normal = 0u - uint(a >= 0x38800000u), big = 0u - uint(a >= 0x477ff000u), nan = 0u - uint(a > 0x7f800000u);
+    uint finite = (normal & is_normal) | (subnormal & ~is_normal);
+    return uint16_t(sign | ((0x7c00u | (nan & 0x200u)) & big) | (finite & ~big));  // 65520 and past: infinity
 }
 uint16_t bf16_bits(float x) { uint u = asuint(x); return uint16_t(select(x != x, (u >> 16) | 0x40u, (u + 0x7fffu + ((u >> 16) & 1u)) >> 16)); }
 """
