@@ -31,14 +31,14 @@ from typing import Callable, Hashable, Sequence
 
 import sympy
 
-from symdiff.ir.graph import DataflowGraph, Memlet, Tasklet
+from symdiff.ir.graph import STORAGE_FLOATS, DataflowGraph, Memlet, Tasklet
 from symdiff.ir import tasklet_notes as notes
 from symdiff.ir.index_analysis import extent
 
 from ..bounds_check import FLAG, IndexGuards
 from .. import targets
 from ..matmul import tiling
-from ..plan_types import Kernel, Plan, Step, Write
+from ..plan_types import Kernel, LoweringError, Plan, Step, Write
 from ..printer import SLANG_TYPES, SlangPrinter, is_index_valued, print_flat_index
 from ..threads import Threads
 from ..workgroups import layout
@@ -594,6 +594,9 @@ class KernelWriter(KernelShape):
             if w.access not in self.plan.stored:
                 continue
             dtype = self.g.containers[w.memlet.container].dtype
+            if dtype in STORAGE_FLOATS and w.mode != "store":  # ir.storage writes them by plain copies only
+                raise LoweringError(f"tasklet {step.tasklet.name!r} updates 16-bit {w.memlet.container!r} in place "
+                                    f"({w.mode}): 16-bit arrays are computed on in float32 (ir.storage)")
             value = STORED.get(dtype, "{}").format(outputs[w.memlet.connector])
             buf = self.buffer(w.access)
             idx = self.flat_index(w.memlet, names)

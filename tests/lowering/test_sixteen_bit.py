@@ -183,3 +183,19 @@ def test_python_scalars_keep_sixteen_bits():
     def scaled(x: sd.f16[3]):
         return np.sum(x * 2.5 + 1)
     assert scaled.graph.containers[scaled.graph.results[0]].dtype == "float16"
+
+
+def test_a_graph_not_computed_in_float32_is_refused_where_it_would_update_16_bits():
+    """Only ``ir.storage``'s copies write 16-bit elements (plainly); a lowering handed a
+    graph whose scatter accumulates into one says so instead of adding raw bits."""
+    from symdiff.lowering import backends
+    from symdiff.lowering.codegen import generate
+    from symdiff.lowering.plan import plan
+    from symdiff.lowering.plan_types import LoweringError
+
+    @sd.differentiable_program
+    def gathered(x: sd.f16[6], idx: sd.i32[9]):
+        return np.sum(x[idx])
+    target = backends.of("vulkan").target() if "vulkan" in sd.available_devices() else None
+    with pytest.raises(LoweringError, match="16-bit"):
+        generate(plan(gathered.backward_graph(wrt=["x"]), {}, target), target or "vulkan")
