@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from symdiff.interop.torch_bridge import from_numpy, host_array
+
 from .workloads import Workload
 
 Grads = tuple[float, dict[str, np.ndarray]]
@@ -97,7 +99,7 @@ class TorchPeer(Peer):
 
         tnp = torch_namespace()
         body = workload.array_body(for_jax=False)
-        args = [tensor(v).to(device).requires_grad_(n in workload.wrt) for n, v in inputs.items()]
+        args = [from_numpy(v.copy()).to(device).requires_grad_(n in workload.wrt) for n, v in inputs.items()]
         wrt_args = [a for n, a in zip(inputs, args) if n in workload.wrt]
 
         def forward() -> Any:
@@ -110,26 +112,9 @@ class TorchPeer(Peer):
 
         def to_numpy(out: Any) -> Grads:
             value, grads = out
-            return float(value), {w: array(g) for w, g in zip(workload.wrt, grads)}
+            return float(value), {w: host_array(g) for w, g in zip(workload.wrt, grads)}
 
         return Runner(forward, value_and_grad, to_numpy)
-
-
-def tensor(v: np.ndarray) -> Any:
-    """A torch CPU tensor of ``v`` (numpy has no bfloat16 of torch's: ml_dtypes' travels as its bits)."""
-    import torch
-
-    if v.dtype.name == "bfloat16":
-        return torch.from_numpy(v.view(np.uint16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(v.copy())
-
-
-def array(t: Any) -> np.ndarray:
-    """A torch tensor as a numpy array (bfloat16 as float32: numpy cannot take torch's)."""
-    import torch
-
-    t = t.detach().cpu()
-    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
 
 
 PEERS: list[Peer] = [NumpyPeer(), JaxPeer(), TorchPeer()]

@@ -64,7 +64,8 @@ def host_array(t: "torch.Tensor") -> np.ndarray:
     return t.view(torch.int16).numpy().view(DTYPES["bfloat16"]) if t.dtype == torch.bfloat16 else t.numpy()
 
 
-def _from_numpy(array: np.ndarray) -> "torch.Tensor":
+def from_numpy(array: np.ndarray) -> "torch.Tensor":
+    """A CPU tensor over ``array``'s memory (bfloat16 through its bits: ``host_array``'s inverse)."""
     import torch
     if array.dtype == DTYPES["bfloat16"]:
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
@@ -82,7 +83,7 @@ def as_tensor(out: Any, arrays: Sequence[np.ndarray], like: Sequence["torch.Tens
         out = np.asarray(out)
         if not out.flags.writeable or any(np.may_share_memory(out, a) for a in arrays):
             out = out.copy()  # an argument returned as is (numpy device): a custom op's output is new
-        tensor = _from_numpy(out)
+        tensor = from_numpy(out)
     return tensor.to(like[0].device) if like else tensor
 
 

@@ -24,9 +24,9 @@ def test_bf16_rows_run_every_side_on_bfloat16_arguments(tmp_path, monkeypatch):
 
 def test_torch_takes_and_gives_bfloat16_through_its_bits():
     x = np.array([1.5, -2.25, 3e38], ml_dtypes.bfloat16)
-    t = peers.tensor(x)
+    t = peers.from_numpy(x)
     assert str(t.dtype) == "torch.bfloat16"
-    np.testing.assert_array_equal(peers.array(t), x.astype(np.float32))
+    np.testing.assert_array_equal(peers.host_array(t).astype(np.float32), x.astype(np.float32))
 
 
 def test_the_session_runs_the_bf16_products_after_the_memory_bound_rows(tmp_path):
