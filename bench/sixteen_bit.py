@@ -14,7 +14,6 @@ and what its rounding costs.  ``--scale`` divides the element counts.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import Any
 
@@ -43,7 +42,7 @@ def row(spec: Any, scale: float, device: str, budget: float, jax: bool) -> dict[
         peer = JaxPeer().runner(workload, wide, device="cpu")
         return peer.to_numpy(peer.value_and_grad())
     for fmt, dtype in FORMATS.items():
-        inputs = {n: v.astype(dtype) if v.dtype == np.float32 else v for n, v in base.items()}
+        inputs = {n: v.astype(dtype, copy=False) if v.dtype == np.float32 else v for n, v in base.items()}
         cell: dict[str, Any] = {"floor_bytes": sum(v.nbytes for v in inputs.values())
                                 + sum(inputs[w].nbytes for w in workload.wrt)}
         truth = exact(inputs)
