@@ -422,8 +422,9 @@ def use_gpu_form() -> None:
     with CUDA's tensor cores too, so a TF32 row runs ``tensor_tiles``' kernels
     (their instruction's plain-Slang stand-in: right values, no GPU times)."""
     from dataclasses import replace
+    cuda_cores = lowering.backends.cuda.TARGET.tensor_cores
     lowering.backends.change_targets(lambda target: replace(target, workgroup_reductions=True,
-                                                            recompute_transcendentals=True, tensor_cores=True))
+                                                            recompute_transcendentals=True, tensor_cores=cuda_cores))
 
 
 def main(argv: list[str]) -> dict[str, Any]:

@@ -307,6 +307,33 @@ class Tuning:
 TUNING = Tuning()
 
 
+# The instruction families a target's matrix units are reached by (``TensorCores.instructions``).
+MMA_SYNC = "mma_sync"  # PTX ``mma.sync`` on per-lane fragments (CUDA): lowering.kernels.tensor_tiles
+COOPERATIVE_MATRIX = "cooperative_matrix"  # Slang ``linalg.CoopMat`` (VK_KHR_cooperative_matrix): .coop_tiles
+
+
+@dataclass(frozen=True)
+class TensorCores:
+    """A target's matrix units, as its products may use them.
+
+    ``operands``: the formats they multiply ("tf32" for float32 products at
+    ``matmul_precision="tf32"``, "float16", "bfloat16"); sums are float32.
+    CUDA's ``mma.sync`` takes all three; Vulkan's cooperative matrices take
+    float16 (and bfloat16 where the driver has VK_KHR_shader_bfloat16), not
+    TF32 (Slang 2026.12 has no TF32 CoopMat), so a TF32 product there stays exact.
+
+    ``stand_in``: the cooperative-matrix form with its 16x16x16 products,
+    loads and stores written in plain Slang instead (threads summing from
+    groupshared memory, by the layouts the extension defines), so that a device
+    without matrix units runs every other part of the form: lavapipe, under
+    test.  (The ``mma.sync`` form needs no such switch: its instruction has a
+    plain-Slang case wherever the target is not CUDA.)"""
+
+    instructions: str
+    operands: frozenset[str]
+    stand_in: bool = False
+
+
 @dataclass(frozen=True)
 class Target:
     """A backend kind's capabilities, as far as code generation depends on them."""
@@ -376,11 +403,9 @@ class Target:
     # products run as numpy.matmul (the host's BLAS) on them between the Slang
     # launches of a call (lowering.host_products).
     host_blas: bool = False
-    # Tensor cores for float32 products at ``matmul_precision="tf32"``
-    # (lowering.kernels.tensor_tiles): warp-wide ``mma.sync`` TF32 instructions
-    # through inline PTX, so CUDA only.  (Vulkan's cooperative matrices would
-    # reach them too; Slang 2026.12 has CoopMat for half, not for TF32.)
-    tensor_cores: bool = False
+    # Matrix units for products (``TensorCores``; None: every product sums in
+    # the threads' own arithmetic).
+    tensor_cores: TensorCores | None = None
     # The numbers plans and kernels are sized by (split sizes, thread and row
     # limits, tile sizes).
     tuning: Tuning = TUNING

@@ -5,7 +5,7 @@ this machine (``choice``).  Its buffers are device memory: results and DLPack
 exports are host copies."""
 from __future__ import annotations
 
-from ..targets import Target
+from ..targets import MMA_SYNC, Target, TensorCores
 from .registry import register
 from .slangpy_base import SlangpyBackend
 
@@ -13,7 +13,7 @@ from .slangpy_base import SlangpyBackend
 # concurrent target anyway: lowering.targets).
 TARGET = Target("cuda", sequential=False, float_atomic_add=True, polynomial_math=False, workgroup_reductions=True,
                 recompute_transcendentals=True, wave_operations=True, single_pass_reductions=True,
-                tensor_cores=True)
+                tensor_cores=TensorCores(MMA_SYNC, frozenset({"tf32", "float16", "bfloat16"})))
 
 
 class CudaBackend(SlangpyBackend):

@@ -1,6 +1,9 @@
 """``device="vulkan"``: any Vulkan driver slangpy finds, a hardware GPU's or
 Mesa's lavapipe (a software Vulkan on the CPU), which has its own target.
 
+A hardware GPU's target claims its matrix units when the driver has
+cooperative matrices (``cooperative_matrices``), asked of the device once.
+
 lavapipe is told apart by its adapters' names (``SOFTWARE_ADAPTERS``): its
 double-precision transcendentals are wrong, its float32 ones inaccurate, and
 its buffers are host memory this process can address (checked by a probe,
@@ -11,7 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..slang import spy
-from ..targets import Target
+from ..kernels.tile_shapes import WARP
+from ..targets import COOPERATIVE_MATRIX, Target, TensorCores
 from .registry import register
 from . import slangpy_base
 from .slangpy_base import SlangpyBackend
@@ -35,6 +39,22 @@ LAVAPIPE = replace(TARGET, float64_transcendentals=False, polynomial_math=True, 
                    recompute_transcendentals=False, keep_loops=True)
 
 
+def cooperative_matrices(device: spy.Device) -> TensorCores | None:
+    """The matrix units ``device``'s products may use: cooperative matrices for
+    float16 operands (16x16x16, float32 sums, which NVIDIA's and AMD's drivers
+    list), where the driver has them, and half-precision arithmetic, and its
+    subgroups are always 32 invocations (the form's warps:
+    lowering.kernels.coop_tiles); else None.  Not bfloat16: slangpy 0.43 tells
+    whether the driver has the bfloat16 type, not whether its cooperative
+    matrices take it (``shaderBFloat16CooperativeMatrix``), and a pipeline asking for
+    what the driver lacks fails to create."""
+    limits = device.info.limits
+    if not (device.has_feature(spy.Feature.cooperative_matrix) and device.has_feature(spy.Feature.half)
+            and limits.min_wave_size == WARP and limits.max_wave_size == WARP):
+        return None
+    return TensorCores(COOPERATIVE_MATRIX, frozenset({"float16"}))
+
+
 def _software(adapter: str) -> bool:
     return any(s in adapter.lower() for s in SOFTWARE_ADAPTERS)
 
@@ -42,6 +62,10 @@ def _software(adapter: str) -> bool:
 class VulkanBackend(SlangpyBackend):
     name = "vulkan"
     TARGET = TARGET
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hardware_target: Target | None = None
 
     def is_software(self) -> bool:
         """Every Vulkan adapter here is a CPU rasteriser (so is none listed)."""
@@ -56,7 +80,11 @@ class VulkanBackend(SlangpyBackend):
         return not self.is_software()
 
     def target(self) -> Target:
-        return LAVAPIPE if self.is_software() else TARGET
+        if self.is_software():
+            return LAVAPIPE
+        if self._hardware_target is None:
+            self._hardware_target = replace(TARGET, tensor_cores=cooperative_matrices(self.device()))
+        return self._hardware_target
 
     def _buffers_in_host_memory(self, device: spy.Device) -> bool:
         # lavapipe's device memory is a shared mapping in this process and a buffer's

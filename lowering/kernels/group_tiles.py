@@ -237,7 +237,7 @@ class GroupTiles(RegisterTiles):
         operands = ((gt.outer, outer_read), (gt.inner, inner_read))
         for axis, read in operands:
             n = gt.tile[gt.axis(axis)]
-            w.emit(f"static groupshared {w.operand_type(read)} {tiles[axis]}[{gt.k_tile}][{n + self.padding(n)}];", 1)
+            w.emit(self.tile_declaration(w, gt, read, tiles[axis], n), 1)
         length = extent(step.loop[0])
         prefetch = w.target.tuning.group_prefetch and length > gt.k_tile
         if prefetch:  # register double buffering: the next k's load while these are summed
@@ -279,6 +279,15 @@ class GroupTiles(RegisterTiles):
         """Unused columns after a staged tile's ``n``: one, so that threads
         storing along ``k`` hit distinct banks."""
         return 1
+
+    def tile_declaration(self, w: KernelWriter, gt: GroupTiling, read, tile: str, n: int) -> str:
+        """The groupshared array ``tile`` staging ``k_tile`` k's of ``read`` over ``n`` outputs: ``[k][at]``."""
+        return f"static groupshared {w.operand_type(read)} {tile}[{gt.k_tile}][{n + self.padding(n)}];"
+
+    @staticmethod
+    def slot(gt: GroupTiling, axis: sympy.Symbol, k: str, at: str) -> str:
+        """The subscript of a staged tile's element at ``k``, position ``at`` along ``axis``."""
+        return f"[{k}][{at}]"
 
     def zero_sums(self, w: KernelWriter, gt: GroupTiling, p: str) -> None:
         """The thread's sums, in registers, at zero."""
@@ -363,13 +372,14 @@ class GroupTiles(RegisterTiles):
         else:
             source = f"{held}[mm_l]" if phase == STORE else value
             if width == 1:
-                w.emit(f"{tile}[mm_kk][mm_at] = {self.staged(w, gt, source)};", 3)
+                w.emit(f"{tile}{self.slot(gt, axis, 'mm_kk', 'mm_at')} = {self.staged(w, gt, source)};", 3)
             else:
                 if phase == BOTH:
                     w.emit(f"{kind} mm_q = {value};", 3)
                     source = "mm_q"
                 for c, part in enumerate("xyzw"):
-                    place = f"[mm_kk + {c}][mm_at]" if k_fastest else f"[mm_kk][mm_at + {c}]"
+                    place = (self.slot(gt, axis, f"mm_kk + {c}", "mm_at") if k_fastest
+                             else self.slot(gt, axis, "mm_kk", f"mm_at + {c}"))
                     w.emit(f"{tile}{place} = {self.staged(w, gt, f'{source}.{part}')};", 3)
         w.emit("}", 2)
 

@@ -124,6 +124,7 @@ class RegisterTiles(BodyForm):
         w.emit(f"{w.kept}for (int mm_u = 0; mm_u < {tl.along(tl.outer)}; mm_u++)", 1)
         w.emit(f"{w.kept}for (int mm_v = 0; mm_v < {tl.along(tl.inner)}; mm_v++)", 1)
         w.emit("{", 1)
+        self.before_output(w, tl)
         for a in range(len(tl.box)):
             w.emit(f"int t{a} = {self.point(tl, a)};", 2)
         past = [f"t{a} >= {tl.box[a]}" for a, s in ((o, tl.outer), (i, tl.inner)) if tl.ragged(s)]
@@ -137,6 +138,11 @@ class RegisterTiles(BodyForm):
                 w.step(step)
         w.indent -= 1
         w.emit("}", 1)
+
+    def before_output(self, w: KernelWriter, tl: Tiling) -> None:
+        """What every thread runs at the top of each output's turn, before its
+        point is known (a cooperative-matrix tile stores a fragment's sums
+        there: ``coop_tiles``): nothing."""
 
     @staticmethod
     def sum_at(p: str) -> str:

@@ -31,14 +31,15 @@ from __future__ import annotations
 from ..bounds_check import IndexGuards
 from .. import targets
 from ..plan_types import Kernel, Plan
-from . import columns, cpu_matmul, group_tiles, last_workgroup_finish, point, register_tiles, rows, scatter
+from . import columns, coop_tiles, cpu_matmul, group_tiles, last_workgroup_finish, point, register_tiles, rows, scatter
 from . import tensor_tiles, thread_loop
 from . import workgroup_tree
 from .writer import BODY, FINISH, LOOP, UPDATE, Declarations, Forms, KernelForm, KernelShape, KernelWriter
 
 FORMS: tuple[KernelForm, ...] = (
     cpu_matmul.FORM,             # body: a large product on the CPU device, packed micro-kernel blocks
-    tensor_tiles.FORM,           # body: a TF32 product's tiles summed on tensor cores (CUDA)
+    tensor_tiles.FORM,           # body: a TF32 or 16-bit product's tiles summed by mma.sync (CUDA)
+    coop_tiles.FORM,             # body: a 16-bit product's tiles summed in cooperative matrices (Vulkan)
     group_tiles.FORM,            # body: a GPU product's tiles staged through groupshared memory
     register_tiles.FORM,         # body: a matmul-shaped step's outputs in register tiles
     columns.FORM,                # body: CPU column sums, rows outer and the thread's points inner

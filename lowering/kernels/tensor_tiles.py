@@ -1,5 +1,6 @@
-"""Tensor-core products on a target with tensor cores (``Target.tensor_cores``:
-CUDA), in two kinds of operands:
+"""Tensor-core products through PTX ``mma.sync`` on a target whose tensor cores
+are of that family (``Target.tensor_cores``: CUDA; Vulkan's cooperative
+matrices are ``coop_tiles``'), in two kinds of operands:
 
 * **16-bit:** a product of two float16 (or two bfloat16) arguments read where
   they are stored (``ir.storage``) sums its tiles with
@@ -44,7 +45,7 @@ On CUDA the helpers are inline PTX (``cvt.rna.tf32.f32`` and the
 ``mma.sync``s).  On other targets they compute the same thing in plain Slang:
 the rounding with integer operations, the instructions through per-warp
 groupshared scratch (every lane writes its fragments where the layout puts
-them, then reads back its four sums).  No other target claims tensor cores,
+them, then reads back its four sums).  No other target claims this family,
 so nothing runs that path but the tests, which force the form on lavapipe:
 there the tiles, fragments and accumulators run and are checked against
 float64, and only the instruction itself is left to a GPU.  The CUDA text is
@@ -59,7 +60,7 @@ from symdiff.ir.graph import STORAGE_FLOATS
 from .. import targets
 from . import precision, tile_shapes
 from .group_tiles import GroupTiles, GroupTiling, group_tiling
-from .tile_shapes import MMA_COLS, MMA_K, MMA_ROWS, WARP
+from .tile_shapes import FRAGMENTS, MMA_COLS, MMA_K, MMA_ROWS, WARP
 from .writer import FUNCTION, KernelShape, KernelWriter
 
 # The CUDA of the helpers (``declaration``): Slang passes it through as prelude text.
@@ -96,12 +97,16 @@ _UNPAIRED = {"float16": ("f16_value(uint16_t({r} & 0xFFFFu))", "f16_value(uint16
 
 @dataclass
 class TensorTiling(GroupTiling):
-    """A workgroup's tile split among ``warps`` (along outer, inner); each
-    thread holds ``per_thread`` = (2 x row fragments, 2 x column fragments)
-    sums of its warp's block: two rows and two columns of each fragment."""
+    """A workgroup's tile split among ``warps`` (along outer, inner), each
+    warp's block summed as ``fragment``-sized blocks of ``instructions``
+    (``targets.TensorCores``); each thread holds ``per_thread`` sums of its
+    warp's block: a lane's outputs of each fragment (``tile_shapes.FRAGMENTS``:
+    two rows and two columns of an ``mma.sync`` fragment)."""
 
     warps: tuple[int, int] = (1, 1)
     operands: str = "tf32"  # a key of ``_OPERANDS``
+    instructions: str = targets.MMA_SYNC
+    fragment: tuple[int, int] = (MMA_ROWS, MMA_COLS)
 
     @property
     def mma_k(self) -> int:
@@ -115,36 +120,40 @@ class TensorTiling(GroupTiling):
 
     @property
     def fragments(self) -> tuple[int, int]:
-        """A warp's 16x8 instruction blocks along (outer, inner)."""
-        rows, cols = self.warp_block
-        return rows // MMA_ROWS, cols // MMA_COLS
+        """A warp's instruction blocks (``fragment``) along (outer, inner)."""
+        (rows, cols), (m, n) = self.warp_block, self.fragment
+        return rows // m, cols // n
 
 
 def tensor_tiling(shape: KernelShape) -> TensorTiling | None:
     """The tensor-core tiling of ``shape``'s kernel, or None: a product into
     float32 that ``group_tiles`` would tile, on a target with tensor cores, of
     two operands of one 16-bit format, or at ``matmul_precision="tf32"`` of
-    float32 operands (16-bit ones among them: ``operands_of``)."""
-    if not shape.target.tensor_cores:
+    float32 operands (16-bit ones among them: ``operands_of``), in a format
+    the target's tensor cores take."""
+    cores = shape.target.tensor_cores
+    if cores is None:
         return None
     gt = group_tiling(shape)
     if gt is None or shape.g.containers[gt.step.writes[0].memlet.container].dtype != "float32":
         return None
     operands = operands_of({shape.g.containers[r.memlet.container].dtype for r in gt.step.reads},
                            precision.of(shape.g))
-    if operands is None:
+    if operands not in cores.operands:
         return None
     tuning = shape.target.tuning
-    tile_shapes.check_tensor(tuning)
+    tile_shapes.check_tensor(tuning, cores.instructions)
     o, i = gt.axis(gt.outer), gt.axis(gt.inner)
     (bm, bn), warps = tile_shapes.tensor_tile(tuning, gt.box[o], gt.box[i])
     tile = list(gt.tile)
     tile[o], tile[i] = bm, bn
     mma_k = _OPERANDS[operands][1]
+    fragment, (lane_rows, lane_cols) = FRAGMENTS[cores.instructions]
     tt = TensorTiling(gt.step, gt.shape, gt.outer, gt.inner, tuple(tile), gt.box,
-                      k_tile=-(-tuning.tensor_tile_k // mma_k) * mma_k, warps=warps, operands=operands)
+                      k_tile=-(-tuning.tensor_tile_k // mma_k) * mma_k, warps=warps, operands=operands,
+                      instructions=cores.instructions, fragment=fragment)
     rows, cols = tt.fragments
-    return replace(tt, per_thread=(2 * rows, 2 * cols))
+    return replace(tt, per_thread=(lane_rows * rows, lane_cols * cols))
 
 
 def operands_of(dtypes: set[str], matmul_precision: str) -> str | None:
@@ -162,9 +171,11 @@ def operands_of(dtypes: set[str], matmul_precision: str) -> str | None:
 class TensorTiles(GroupTiles):
     name = "tensor_tiles"
     declares = FUNCTION
+    instructions = targets.MMA_SYNC  # the family this form writes
 
     def applies(self, shape: KernelShape) -> bool:
-        return tensor_tiling(shape) is not None
+        tt = tensor_tiling(shape)
+        return tt is not None and tt.instructions == self.instructions
 
     @staticmethod
     def tiling(shape: KernelShape) -> TensorTiling:

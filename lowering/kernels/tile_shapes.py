@@ -15,6 +15,12 @@ from .. import targets
 # The mma.sync instruction's output fragment (``tensor_tiles``): 16 rows by 8 columns
 # over the 8 k's of one instruction; a warp is 32 threads.
 MMA_ROWS, MMA_COLS, MMA_K, WARP = 16, 8, 8, 32
+# A cooperative matrix (``coop_tiles``): 16x16 outputs over 16 k's.
+COOP_SIDE = 16
+# Per instruction family (``targets.TensorCores``): one instruction's output block
+# (rows, columns) and a lane's outputs of it (rows, columns).
+FRAGMENTS = {targets.MMA_SYNC: ((MMA_ROWS, MMA_COLS), (2, 2)),
+             targets.COOPERATIVE_MATRIX: ((COOP_SIDE, COOP_SIDE), (1, COOP_SIDE * COOP_SIDE // WARP))}
 
 
 def workgroup_tile(tuning: targets.Tuning, outer: int, inner: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -38,8 +44,10 @@ def tensor_tile(tuning: targets.Tuning, outer: int, inner: int) -> tuple[tuple[i
     return ((wide, narrow), (w_wide, w_narrow)) if inner <= outer else ((narrow, wide), (w_narrow, w_wide))
 
 
-def check_tensor(tuning: targets.Tuning) -> None:
-    """A clear error for tensor-core tile numbers that cannot split into whole warp blocks of fragments."""
+def check_tensor(tuning: targets.Tuning, instructions: str = targets.MMA_SYNC) -> None:
+    """A clear error for tensor-core tile numbers that cannot split into whole
+    warp blocks of ``instructions``' fragments."""
+    (rows, cols), _ = FRAGMENTS[instructions]
     for fields, tile, warps, swapped in (
             ("tensor_tile/tensor_warps", tuning.tensor_tile, tuning.tensor_warps, False),
             ("tensor_narrow_tile/tensor_narrow_warps", tuning.tensor_narrow_tile, tuning.tensor_narrow_warps, True)):
@@ -50,9 +58,9 @@ def check_tensor(tuning: targets.Tuning) -> None:
         # a narrow tile may put its wide side on either axis: both orientations must split
         orientations = [((bm, bn), (wm, wn))] + ([((bn, bm), (wn, wm))] if swapped else [])
         for (m, n), (a, b) in orientations:
-            if m % (a * MMA_ROWS) or n % (b * MMA_COLS):
+            if m % (a * rows) or n % (b * cols):
                 raise ValueError(f"Tuning {fields} = {tile}/{warps}: each warp's block must be whole "
-                                 f"{MMA_ROWS}x{MMA_COLS} fragments along both orientations; e.g. "
+                                 f"{rows}x{cols} fragments along both orientations; e.g. "
                                  "tensor_tile=(128, 128) with tensor_warps=(2, 4)")
     if tuning.tensor_tile_k < MMA_K or tuning.tensor_tile_k % MMA_K:
         raise ValueError(f"Tuning tensor_tile_k = {tuning.tensor_tile_k}: k's staged at a time must be a "

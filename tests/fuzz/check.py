@@ -208,7 +208,8 @@ def tensor_form():
     tensor_tiles.TensorTiles.staged = lambda self, w, gt, value: value
     sd.set_matmul_precision("tf32")
     try:
-        with gpu_form(), backends.targets_changed(lambda t: replace(t, tensor_cores=True, tuning=replace(
+        cores = backends.cuda.TARGET.tensor_cores
+        with gpu_form(), backends.targets_changed(lambda t: replace(t, tensor_cores=cores, tuning=replace(
                 t.tuning, min_tiled_outputs=1, tensor_tile=(32, 32), tensor_warps=(2, 4), tensor_tile_k=8,
                 tensor_narrow_tile=(128, 16), tensor_narrow_warps=(8, 1)))):
             yield

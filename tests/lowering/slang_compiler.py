@@ -6,7 +6,8 @@ slangpy compiles only for the device it runs on, and the wheel ships no
 machine with an NVIDIA GPU.  This front end runs the same Slang compiler up to
 CUDA C++ source (the step before nvrtc), so that a test here sees what the
 CUDA device would be given: a Slang error for that target, and the atomic
-operations it ends up with.
+operations it ends up with.  The same for SPIR-V (as assembly text): what a
+hardware Vulkan driver would be given, for features lavapipe lacks.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import slangpy
 
-# SlangCompileTarget and SlangStage values (slang.h)
-TARGET_CODES = {"cuda": 17, "cpp": 13}
+# SlangCompileTarget and SlangStage values (slang.h); "spirv" is SPIR-V assembly text
+TARGET_CODES = {"cuda": 17, "cpp": 13, "spirv": 7}
 _SOURCE_LANGUAGE_SLANG = 1
 _STAGE_COMPUTE = 6
 

@@ -32,9 +32,10 @@ SMALL = dict(group_tile=(32, 16), group_thread_tile=(2, 1), group_tile_k=4,
 OTHER = dict(group_tile=(16, 16), group_thread_tile=(1, 1), group_tile_k=8)
 
 
-def gpu_form(monkeypatch, device: str = "vulkan", tensor_cores: bool = False, **tuning) -> str:
+def gpu_form(monkeypatch, device: str = "vulkan", tensor_cores: targets.TensorCores | None = None,
+             **tuning) -> str:
     """``device`` in the GPU form (lavapipe's own target keeps thread-per-output
-    products), claiming ``tensor_cores`` or not, with ``tuning``; skipped where absent."""
+    products), claiming ``tensor_cores`` (or its own), with ``tuning``; skipped where absent."""
     if device not in lowering.available_devices():
         pytest.skip(f"no {device} device here")
     backend = type(backends.of(device))

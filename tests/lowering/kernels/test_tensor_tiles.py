@@ -42,7 +42,7 @@ DEVICES = [pytest.param("vulkan", marks=pytest.mark.vulkan, id="vulkan"), pytest
 def tensor_form(monkeypatch, device, **tuning) -> str:
     """``device`` in the GPU form with tensor cores and ``tuning``: lavapipe
     runs the instruction's stand-in, CUDA (on a GPU machine) the instruction."""
-    return gpu_form(monkeypatch, device, tensor_cores=True, **tuning)
+    return gpu_form(monkeypatch, device, tensor_cores=backends.cuda.TARGET.tensor_cores, **tuning)
 
 
 def tf32(x: np.ndarray) -> np.ndarray:
