@@ -13,7 +13,10 @@ torch's TF32 on; gradients are then checked against JAX at ``TF32_TOLERANCE``
 arguments in bfloat16: symdiff's 16-bit products on tensor cores
 (``lowering.kernels.tensor_tiles``; float32 in between, ``ir.storage``)
 against JAX's and torch's bfloat16 programs (bfloat16 between operations),
-checked at ``BF16_TOLERANCE``.  Run it in its own process
+checked at ``BF16_TOLERANCE``; ``f16`` the same in float16 (on Vulkan, symdiff's
+products through cooperative matrices: ``lowering.kernels.coop_tiles``),
+checked at ``TF32_TOLERANCE`` (float16 keeps TF32's 11 significant bits).
+Run it in its own process
 (``bench.gpu_session`` does): the settings are global.
 ``--tuning JSON`` overrides the device's ``Tuning`` fields for one variant of
 ``bench.gpu_session``'s sweep.
@@ -34,7 +37,7 @@ from symdiff.lowering import targets
 from . import gpu, report
 from .workloads import fan_in, mlp_softmax_xent, normal, one_hot
 
-PRECISIONS = ("fp32", "tf32", "bf16")
+PRECISIONS = ("fp32", "tf32", "bf16", "f16")
 # Relative error of a TF32 row's gradients against JAX's (TF32 on a GPU, exact float32 on a
 # CPU).  Not 2^-11: where TF32 moves a pre-activation across 0, the MLP's ReLU mask flips
 # and that gradient element changes whole, so the error grows as the square root of the
@@ -50,9 +53,11 @@ PRECISION_NOTE = {"fp32": "fp32: every side exact float32 (JAX \"highest\", torc
                   "tf32": "tf32: every side on TF32 tensor cores (symdiff matmul_precision=\"tf32\", "
                           f"JAX \"tensorfloat32\", torch allow_tf32), checked at {TF32_TOLERANCE:g}",
                   "bf16": "bf16: every side's arguments and gradients bfloat16, products on bfloat16 tensor "
-                          f"cores (JAX's and torch's bfloat16 between operations too), checked at {BF16_TOLERANCE:g}"}
-TOLERANCES = {"tf32": TF32_TOLERANCE, "bf16": BF16_TOLERANCE}
-FLOATS = {"bf16": "bfloat16"}  # the dtype of the float arguments at a precision (else float32)
+                          f"cores (JAX's and torch's bfloat16 between operations too), checked at {BF16_TOLERANCE:g}",
+                  "f16": "f16: every side's arguments and gradients float16, products on float16 tensor cores "
+                         f"(JAX's and torch's float16 between operations too), checked at {TF32_TOLERANCE:g}"}
+TOLERANCES = {"tf32": TF32_TOLERANCE, "bf16": BF16_TOLERANCE, "f16": TF32_TOLERANCE}
+FLOATS = {"bf16": "bfloat16", "f16": "float16"}  # the dtype of the float arguments at a precision (else float32)
 
 
 def gemm_loss(xp, a, b, c):
@@ -158,7 +163,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     p.add_argument("--peers", default="jax,torch", help="comma-separated peers to time (the first is the reference)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32: exact float32 everywhere; tf32: TF32 tensor cores everywhere; "
-                        "bf16: bfloat16 arguments everywhere")
+                        "bf16, f16: bfloat16 or float16 arguments everywhere")
     args = p.parse_args(argv)
     if args.gpu_form:
         gpu.use_gpu_form()

@@ -28,8 +28,10 @@ budget (``--budget STAGE=SECONDS`` overrides one):
 4. ``bench``: ``bench.gpu_products`` (MLP and gemm with TFLOP/s, at fp32
    and then at TF32: symdiff's ``matmul_precision="tf32"`` on tensor cores
    against JAX's and torch's TF32), every memory-bound row of ``bench.gpu``,
-   then the products again on bfloat16 arguments (symdiff's 16-bit tensor-core
-   products against JAX's and torch's bfloat16), one process per row;
+   then the products again on bfloat16 and float16 arguments (symdiff's 16-bit
+   tensor-core products against JAX's and torch's), and on float16 through
+   Vulkan where the GPU has a Vulkan driver too (cooperative matrices), one
+   process per row;
    ``OUTDIR/bench/``.
 5. ``sweep``: product variants (``SWEEP_VARIANTS``: group and tensor-core
    tile shapes, k tiles, split-K targets), each ``bench.gpu_products`` in its
@@ -258,19 +260,24 @@ def fuzz_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
 def bench_jobs(s: Session) -> list[tuple[str, list[str]]]:
     """(name, command) per bench process: the products first (the issue's
     targets), at fp32 then TF32, then each memory-bound row of bench.gpu alone,
-    then the products on bfloat16 arguments (last: a stage out of time loses
-    the newest rows, not the targets' baselines)."""
+    then the products on bfloat16 and float16 arguments, and, on a CUDA
+    machine whose GPU Vulkan reaches too, the float16 products there (its
+    cooperative matrices: ``lowering.kernels.coop_tiles``).  Last the newest:
+    a stage out of time loses them, not the targets' baselines."""
     from . import gpu, gpu_products
 
-    common = ["--device", s.device, "--scale", f"{s.scale:g}", "--budget", f"{s.measure_budget:g}"]
+    measure = ["--scale", f"{s.scale:g}", "--budget", f"{s.measure_budget:g}"]
+    common = ["--device", s.device, *measure]
 
-    def products(precisions: tuple[str, ...]) -> list[tuple[str, list[str]]]:
-        return [(f"{w.name}-{precision}", [s.python, "-m", "bench.gpu_products", "--workload", w.name,
-                                           "--precision", precision, *common])
+    def products(precisions: tuple[str, ...], device: str = s.device) -> list[tuple[str, list[str]]]:
+        return [(f"{w.name}-{precision}" + ("" if device == s.device else f"-{device}"),
+                 [s.python, "-m", "bench.gpu_products", "--workload", w.name, "--precision", precision,
+                  "--device", device, *measure])
                 for precision in precisions for w in gpu_products.PRODUCTS]
+    vulkan_too = s.device == "cuda" and _hardware_vulkan()
     return (products(("fp32", "tf32"))
             + [(w.name, [s.python, "-m", "bench.gpu", "--workload", w.name, *common]) for w in gpu.WORKLOADS]
-            + products(("bf16",)))
+            + products(("bf16", "f16")) + (products(("f16",), "vulkan") if vulkan_too else []))
 
 
 def row_summary(row: dict[str, Any]) -> dict[str, Any]:
@@ -405,6 +412,11 @@ def precision_of(variant: dict[str, Any]) -> str:
 def _software_vulkan() -> bool:
     from symdiff import lowering
     return lowering.backends.of("vulkan").is_software()
+
+
+def _hardware_vulkan() -> bool:
+    from symdiff import lowering
+    return lowering.backends.of("vulkan").is_hardware_gpu() and "vulkan" in lowering.available_devices()
 
 
 STAGES = [Stage("auto", auto_stage), Stage("tests", tests_stage), Stage("interop", interop_stage), Stage("fuzz", fuzz_stage), Stage("bench", bench_stage),

@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="numpy",
                     help="numpy, cpu, vulkan or cuda (comma-separated for several); vulkan+gpu-form runs "
                          "lavapipe with a hardware GPU's kernels (workgroup reductions, recomputed transcendentals); "
-                         "vulkan+tensor-form with CUDA's tensor-core products too (unrounded: tests.fuzz.check); "
+                         "vulkan+tensor-form with CUDA's tensor-core products too (unrounded: tests.fuzz.check), "
+                         "vulkan+coop-form+f16 with Vulkan's cooperative-matrix ones (stand-in); "
                          "a +recompute suffix (cpu+recompute) recomputes every value it can where it is read "
                          "(lowering.rematerialise)")
     ap.add_argument("--generator", default="ops", choices=sorted(GENERATORS),

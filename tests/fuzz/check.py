@@ -42,6 +42,11 @@ GPU_FORM = "+gpu-form"
 # so that a product differs from float32 only in its order of sums: the float32 oracle then
 # checks the form's tiles, fragments, edges and fused epilogues on every program.
 TENSOR_FORM = "+tensor-form"
+# "vulkan+coop-form+f16": the GPU form with a Vulkan GPU's cooperative-matrix products
+# (lowering.kernels.coop_tiles, their plain-Slang stand-in on lavapipe) at every product
+# of two 16-bit arguments of every size (with +f16 or +bf16: other products keep the exact
+# forms), so the float32 oracle checks that form's tiles, layouts, edges and epilogues.
+COOP_FORM = "+coop-form"
 # "cpu+recompute" (any device + "+recompute"): every value lowering.rematerialise can
 # recompute is recomputed where it is read, as the tightest memory budget would
 # choose (symdiff.memory_budget), so campaigns check that rewrite on every program.
@@ -208,14 +213,32 @@ def tensor_form():
     tensor_tiles.TensorTiles.staged = lambda self, w, gt, value: value
     sd.set_matmul_precision("tf32")
     try:
-        cores = backends.cuda.TARGET.tensor_cores
-        with gpu_form(), backends.targets_changed(lambda t: replace(t, tensor_cores=cores, tuning=replace(
-                t.tuning, min_tiled_outputs=1, tensor_tile=(32, 32), tensor_warps=(2, 4), tensor_tile_k=8,
-                tensor_narrow_tile=(128, 16), tensor_narrow_warps=(8, 1)))):
+        with tensor_cores(backends.cuda.TARGET.tensor_cores, tensor_tile=(32, 32), tensor_warps=(2, 4),
+                          tensor_tile_k=8):
             yield
     finally:
         tensor_tiles.TensorTiles.staged = own_staged
         sd.set_matmul_precision(own_precision)
+
+
+@contextlib.contextmanager
+def coop_form():
+    """``gpu_form`` with the cooperative-matrix form's stand-in at every product
+    of two 16-bit arguments (``COOP_FORM``), for the duration."""
+    from symdiff.lowering import targets
+    cores = targets.TensorCores(targets.COOPERATIVE_MATRIX, frozenset({"float16", "bfloat16"}), stand_in=True)
+    with tensor_cores(cores, tensor_tile=(64, 32), tensor_warps=(4, 2), tensor_tile_k=16):
+        yield
+
+
+@contextlib.contextmanager
+def tensor_cores(cores, **tiles):
+    """``gpu_form`` with matrix units ``cores`` at every product (tiles of
+    ``tiles``, narrow ones 128x16, no least size)."""
+    from symdiff.lowering import backends
+    with gpu_form(), backends.targets_changed(lambda t: replace(t, tensor_cores=cores, tuning=replace(
+            t.tuning, min_tiled_outputs=1, tensor_narrow_tile=(128, 16), tensor_narrow_warps=(8, 1), **tiles))):
+        yield
 
 
 @contextlib.contextmanager
@@ -240,6 +263,9 @@ def symdiff_result(prog: Program, inputs: dict, device: str, storage: str | None
     if device.endswith(TENSOR_FORM):
         with tensor_form():
             return symdiff_result(prog, inputs, device[:-len(TENSOR_FORM)], storage)
+    if device.endswith(COOP_FORM):
+        with coop_form():
+            return symdiff_result(prog, inputs, device[:-len(COOP_FORM)], storage)
     if device.endswith(RECOMPUTE):
         with recompute_everything():
             return symdiff_result(prog, inputs, device[:-len(RECOMPUTE)], storage)
