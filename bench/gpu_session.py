@@ -172,7 +172,9 @@ def junit_counts(path: Path) -> dict[str, Any]:
 def tests_stage(s: Session, deadline: Deadline) -> dict[str, Any]:
     xml = s.out / "tests.xml"
     paths = QUICK_TEST_PATHS if s.quick else TEST_PATHS
-    run = run_command([s.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", s.device,
+    # on CUDA, the tests of the same GPU through Vulkan's cooperative matrices too
+    chosen = "cuda or vulkan_gpu" if s.device == "cuda" else s.device
+    run = run_command([s.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", chosen,
                        f"--junitxml={xml}", *paths], s.out / "logs" / "pytest.log", deadline)
     result: dict[str, Any] = {"pytest": run}
     if xml.exists():

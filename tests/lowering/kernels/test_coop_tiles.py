@@ -23,6 +23,7 @@ import slang_compiler
 import spirv_tools
 import symdiff as sd
 from symdiff.ir.storage import computed_in_float32
+from symdiff import lowering
 from symdiff.lowering import backends, targets
 from symdiff.lowering.backends.vulkan import cooperative_matrices
 from symdiff.lowering.codegen import generate
@@ -59,15 +60,35 @@ def assert_exact_products_summed(got, a, b):
     assert np.all(np.abs(got - exact) <= tol), np.max(np.abs(got - exact) / tol)
 
 
+TUNINGS = pytest.mark.parametrize("tuning", [SMALL, dict(OTHER, group_prefetch=True)],
+                                  ids=["fragment-a-warp", "prefetching"])
+
+
 @pytest.mark.vulkan
 @pytest.mark.parametrize("half, spec", HALVES)
-@pytest.mark.parametrize("tuning", [SMALL, dict(OTHER, group_prefetch=True)], ids=["fragment-a-warp", "prefetching"])
+@TUNINGS
 def test_every_product_form_and_batches_sum_exact_products(monkeypatch, half, spec, tuning):
     """A B, A^T B, A B^T and a batch's A B, of 16-bit arguments of sizes no tile
     divides: each is the cotangent of a float32 argument, so its gradient is the
     product itself."""
     gpu_form(monkeypatch, tensor_cores=STAND_IN, **tuning)
+    every_product_form_sums_exact_products(half, spec)
 
+
+@TUNINGS
+def test_on_a_vulkan_gpu_the_matrix_units_sum_exact_products(monkeypatch, tuning):
+    """The same through the driver's cooperative matrices, where this machine's
+    Vulkan device is a GPU that has them (bench.gpu_session runs it)."""
+    if "vulkan" not in lowering.available_devices():
+        pytest.skip("no vulkan device here")
+    cores = backends.of("vulkan").target().tensor_cores
+    if cores is None or cores.instructions != targets.COOPERATIVE_MATRIX or cores.stand_in:
+        pytest.skip("this Vulkan device has no cooperative matrices")
+    gpu_form(monkeypatch, **tuning)
+    every_product_form_sums_exact_products(np.float16, sd.f16)
+
+
+def every_product_form_sums_exact_products(half, spec):
     def f(a: spec[M, K], b: spec[K, N], at: spec[K, M], bt: spec[N, K], u: spec[B, M, K], v: spec[B, K, N],
           z1: sd.f32[M, N], z2: sd.f32[M, N], z3: sd.f32[M, N], zb: sd.f32[B, M, N]):
         return np.sum(z1 * (a @ b)) + np.sum(z2 * (at.T @ b)) + np.sum(z3 * (a @ bt.T)) + np.sum(zb * (u @ v))
