@@ -238,7 +238,7 @@ def jax_value_and_grad(case: Case, inputs: dict[str, np.ndarray], dtype=np.float
         names = list(case.shapes)
         xs = [jnp.asarray(inputs[n], dtype=dtype) for n in names]
         argnums = tuple(names.index(n) for n in case.wrt)
-        v, g = jax.value_and_grad(lambda *a: body(jnp, *a), argnums=argnums)(*xs)
+        v, g = jax.jit(jax.value_and_grad(lambda *a: body(jnp, *a), argnums=argnums))(*xs)
         # the body is kept so that its id in the key is never reused by another function
         _REFERENCES[key] = (body, float(v), {n: np.asarray(x, np.float64) for n, x in zip(case.wrt, g)})
     _, v, g = _REFERENCES[key]

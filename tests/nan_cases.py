@@ -70,7 +70,7 @@ def jax_vjp(case: NanCase) -> tuple[np.ndarray, ...]:
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     xs = [jnp.asarray(x, jnp.float64) for x in case.inputs]
-    out, pullback = jax.vjp(lambda *a: case.body(jnp, *a), *xs)
+    out, pullback = jax.vjp(jax.jit(lambda *a: case.body(jnp, *a)), *xs)
     return tuple(np.asarray(g) for g in pullback(jnp.ones_like(out)))
 
 

@@ -68,7 +68,7 @@ def check(body: Callable, *inputs, device: str = "numpy", jax_body: Callable | N
             args[k] = f
         return _tuple(reference(jnp, *args))
 
-    _, pullback = jax.vjp(of_floats, *(jnp.asarray(wide[k]) for k in wrt))
+    _, pullback = jax.vjp(jax.jit(of_floats), *(jnp.asarray(wide[k]) for k in wrt))
     cotangents = tuple(c.astype(np.asarray(g).dtype) for c, g in zip(cotangents, got))
     want_grads = pullback(tuple(jnp.asarray(c, dtype=np.float64) for c in cotangents))
     _, grads = prog.vjp(*inputs, cotangent=cotangents if len(cotangents) > 1 else cotangents[0],

@@ -42,7 +42,7 @@ def _products(graph):
 def _matches_jax(program, body, device):
     args = _arguments()
     value, grads = program.value_and_grad(*args, device=device)
-    want, wanted = jax.value_and_grad(lambda *a: body(jnp, *a), argnums=(0, 1, 2, 3, 4))(
+    want, wanted = jax.jit(jax.value_and_grad(lambda *a: body(jnp, *a), argnums=(0, 1, 2, 3, 4)))(
         *[a.astype(np.float64) for a in args])
     np.testing.assert_allclose(float(value), float(want), rtol=1e-5)
     for k, name in enumerate(["xs", "h0", "wx", "wh", "b"]):

@@ -85,7 +85,7 @@ def test_second_derivatives_and_forward_mode_through_the_scan_rules():
 
     def jf(x, y):
         return _loss(jnp, x, y)
-    want_grad, want_hvp = jax.jit(lambda x, y: jax.jvp(lambda x: jax.grad(jf)(x, y), (x,), (v,)))(Z, Y)
+    want_grad, want_hvp = jax.jit(lambda x, y: jax.jvp(jax.jit(lambda x: jax.grad(jf)(x, y)), (x,), (v,)))(Z, Y)
     grad_x = f.grad_program(wrt="x")
     np.testing.assert_allclose(grad_x(Z, Y, device="numpy"), want_grad, rtol=1e-9, atol=1e-12)
     _, hvp = grad_x.vjp(Z, Y, cotangent=v, wrt="x", device="numpy")
@@ -93,5 +93,5 @@ def test_second_derivatives_and_forward_mode_through_the_scan_rules():
     _, hvp_forward = grad_x.jvp(Z, Y, tangents={"x": v}, device="numpy")
     np.testing.assert_allclose(hvp_forward, want_hvp, rtol=1e-9, atol=1e-12)
     _, tangent = f.jvp(Z, Y, tangents={"x": v, "y": np.ones_like(Y)}, device="numpy")
-    want_tangent = jax.jit(lambda x, y: jax.jvp(jf, (x, y), (v, np.ones_like(Y)))[1])(Z, Y)
+    want_tangent = jax.jit(lambda x, y: jax.jvp(jax.jit(jf), (x, y), (v, np.ones_like(Y)))[1])(Z, Y)
     np.testing.assert_allclose(tangent, want_tangent, rtol=1e-9)

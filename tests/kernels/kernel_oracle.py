@@ -44,7 +44,7 @@ def jax_value_and_grad(kernel: Kernel, inputs: dict[str, np.ndarray], dtype) -> 
     names = list(kernel.shapes)
     xs = [jnp.asarray(inputs[n], dtype=jnp.int32 if n in kernel.indices else dtype) for n in names]
     argnums = tuple(names.index(n) for n in kernel.floats)
-    value, grads = jax.value_and_grad(lambda *a: kernel.jax(jnp, *a), argnums=argnums)(*xs)
+    value, grads = jax.jit(jax.value_and_grad(lambda *a: kernel.jax(jnp, *a), argnums=argnums))(*xs)
     return float(value), {n: np.asarray(g, np.float64) for n, g in zip(kernel.floats, grads)}
 
 

@@ -81,7 +81,7 @@ def inputs(name: str) -> tuple[np.ndarray, np.ndarray]:
 def jax_grad(name: str, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
     import jax
     jax.config.update("jax_enable_x64", True)
-    return np.asarray(jax.grad(_jax(name))(x.astype(np.float64), idx))
+    return np.asarray(jax.jit(jax.grad(_jax(name)))(x.astype(np.float64), idx))
 
 
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])

@@ -108,7 +108,7 @@ def test_layer_norm_recomputes_values_built_on_row_statistics(device):
     args = [rng.standard_normal(s).astype(np.float32) for s in ((64, 256), (256,), (256,))]
     program = sd.differentiable_program(_layer_norm_np)
     value, grads = program.value_and_grad(*args, device=device)
-    want_value, want = jax.value_and_grad(lambda *a: _layer_norm(jnp, *a), argnums=(0, 1, 2))(
+    want_value, want = jax.jit(jax.value_and_grad(lambda *a: _layer_norm(jnp, *a), argnums=(0, 1, 2)))(
         *(a.astype(np.float64) for a in args))
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     for name, w in zip("xgb", want):
@@ -145,7 +145,7 @@ def _upload_of(program) -> dict[str, str]:
 
 
 def _jax_value_and_grad(f, x):
-    return jax.value_and_grad(lambda v: f(jnp, v))(x.astype(np.float64))
+    return jax.jit(jax.value_and_grad(lambda v: f(jnp, v)))(x.astype(np.float64))
 
 
 def test_a_gradient_is_written_over_the_upload_of_x_never_over_the_callers_x():
@@ -207,7 +207,7 @@ def test_each_gradient_finds_the_upload_its_kernel_is_done_reading():
     x, w = (rng.standard_normal(4097).astype(np.float32) for _ in range(2))
     kept = x.copy(), w.copy()
     value, grads = _product.value_and_grad(x, w, device="cpu")
-    want_value, want = jax.value_and_grad(lambda a, b: jnp.sum(jnp.tanh(a * b)), argnums=(0, 1))(
+    want_value, want = jax.jit(jax.value_and_grad(lambda a, b: jnp.sum(jnp.tanh(a * b)), argnums=(0, 1)))(
         x.astype(np.float64), w.astype(np.float64))
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     for name, expected in zip("xw", want):

@@ -121,7 +121,7 @@ def test_value_and_grad_match_numpy_and_jax(name, any_device):
         want = fn(*[a.copy() for a in inputs])
         program = _program(fn, len(inputs))
         value, grads = program.value_and_grad(*[a.astype(np.float32) for a in inputs], device=any_device)
-    jax_grads = jax.grad(lambda *a: fn(*a, xp=jnp), argnums=tuple(range(len(inputs))))(*inputs)
+    jax_grads = jax.jit(jax.grad(lambda *a: fn(*a, xp=jnp), argnums=tuple(range(len(inputs)))))(*inputs)
     np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-5)
     for k, g in enumerate(jax_grads):
         assert grads[f"a{k}"].shape == inputs[k].shape
@@ -149,7 +149,7 @@ def test_second_order_prod_matches_jax(any_device):
     x = np.array([1.0, -2.0, 0.5, 1.5, -0.75])
     v = np.array([0.3, -1.0, 2.0, 0.5, 1.0])
     _, got = p.grad_program().vjp(x.astype(np.float32), cotangent=v.astype(np.float32), device=any_device)
-    want = jax.jvp(jax.grad(lambda y: jnp.prod(y * y)), (x,), (v,))[1]  # the Hessian is symmetric
+    want = jax.jvp(jax.jit(jax.grad(lambda y: jnp.prod(y * y))), (x,), (v,))[1]  # the Hessian is symmetric
     np.testing.assert_allclose(got["x"], want, rtol=1e-5)
 
 
@@ -194,7 +194,7 @@ def test_abs_of_a_power_sympy_cannot_prove_real(any_device):
     assert any(e.has(sympy.re) for t in graph.tasklets() for e in t.body.values())  # the form that broke
     value, grads = sd.differentiable_program(f).value_and_grad(*[a.astype(np.float32) for a in inputs],
                                                                device=any_device)
-    want = jax.value_and_grad(lambda *a: jnp.sum(term(jnp, *a)), argnums=(0, 1, 2, 3))(*inputs)
+    want = jax.jit(jax.value_and_grad(lambda *a: jnp.sum(term(jnp, *a)), argnums=(0, 1, 2, 3)))(*inputs)
     np.testing.assert_allclose(value, float(want[0]), rtol=1e-5)
     for name, g in zip("abcd", want[1]):
         np.testing.assert_allclose(grads[name], np.asarray(g), rtol=1e-4, atol=1e-6, err_msg=name)

@@ -37,7 +37,7 @@ def test_exported_module_runs_standalone_and_matches_jax(device):
     ran = example.run_exported(backends.of(device).device(), exported.source, exported.manifest,
                                {**inputs, "out": np.ones(())})
     f64 = {k: v.astype(np.float64) for k, v in inputs.items()}
-    value, (gw, gb) = jax.value_and_grad(_jax_loss, argnums=(1, 2))(*f64.values())
+    value, (gw, gb) = jax.jit(jax.value_and_grad(_jax_loss, argnums=(1, 2)))(*f64.values())
     assert float(ran["out"]) == pytest.approx(float(value), rel=1e-5)
     np.testing.assert_allclose(ran["w"], np.asarray(gw), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(ran["b"], np.asarray(gb), rtol=1e-4, atol=1e-6)
@@ -90,7 +90,7 @@ def test_gather_with_bounds_flag_and_size_symbols():
     assert "clear_grad_table_v0_main" in entries and "clear_symdiff_bounds_main" in entries
     ran = example.run_exported(backends.of(target).device(), exported.source, exported.manifest,
                                {"table": table, "idx": idx, "w": w, "out": np.ones(())})
-    expected = jax.grad(lambda t, w: jnp.sum(jnp.tanh(t[idx] * w[None, :])), argnums=(0, 1))(
+    expected = jax.jit(jax.grad(lambda t, w: jnp.sum(jnp.tanh(t[idx] * w[None, :])), argnums=(0, 1)))(
         table.astype(np.float64), w.astype(np.float64))
     np.testing.assert_allclose(ran["table"], np.asarray(expected[0]), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(ran["w"], np.asarray(expected[1]), rtol=1e-4, atol=1e-6)
@@ -107,7 +107,7 @@ def test_jvp_entry_points_by_exporting_the_jvp_program():
     ran = example.run_exported(backends.of(target).device(), exported.source, exported.manifest,
                                {**inputs, "t_w": tangent})
     f64 = {k: v.astype(np.float64) for k, v in inputs.items()}
-    _, expected = jax.jvp(lambda w: _jax_loss(f64["x"], w, f64["b"], f64["y"]), (f64["w"],),
+    _, expected = jax.jvp(jax.jit(lambda w: _jax_loss(f64["x"], w, f64["b"], f64["y"])), (f64["w"],),
                           (tangent.astype(np.float64),))
     (name,) = exported.manifest["results"]
     assert float(ran[name]) == pytest.approx(float(expected), rel=1e-4, abs=1e-6)
@@ -139,4 +139,4 @@ def test_kernels_sharing_code_bind_their_own_buffers_and_constants(device):
     assert len({d["entry"] for d in dispatch}) < len(dispatch)
     ran = example.run_exported(backends.of(device).device(), exported.source, exported.manifest,
                                {"a": a, "out": np.ones(())})
-    np.testing.assert_allclose(ran["a"], np.asarray(jax.grad(reference)(a.astype(np.float64))), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(ran["a"], np.asarray(jax.jit(jax.grad(reference))(a.astype(np.float64))), rtol=1e-4, atol=1e-6)

@@ -67,7 +67,7 @@ def _check(case: str, device: str) -> None:
     args = _inputs(prog)
     value, grads = prog.value_and_grad(*args, device=device)
     argnums = tuple(range(len(args)))
-    ref_value, ref_grads = jax.value_and_grad(ref, argnums=argnums)(*(jnp.asarray(a, jnp.float64) for a in args))
+    ref_value, ref_grads = jax.jit(jax.value_and_grad(ref, argnums=argnums))(*(jnp.asarray(a, jnp.float64) for a in args))
     np.testing.assert_allclose(float(value), float(ref_value), rtol=1e-5, atol=1e-5)
     for name, ref_grad in zip(grads, ref_grads):
         np.testing.assert_allclose(grads[name], np.asarray(ref_grad), rtol=1e-5, atol=1e-5, err_msg=name)

@@ -145,7 +145,7 @@ def test_producer_read_twice_by_one_reduction(device):
         y = np.float64(0.7)
         value, grads = program.value_and_grad(x.astype(np.float32), np.float32(y), device=device)
         want = _reversed_dot(x, y, jnp)
-        want_x, want_y = jax.grad(lambda a, b: _reversed_dot(a, b, jnp), argnums=(0, 1))(x, y)
+        want_x, want_y = jax.jit(jax.grad(lambda a, b: _reversed_dot(a, b, jnp), argnums=(0, 1)))(x, y)
         np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(grads["x"], want_x, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(grads["y"], want_y, rtol=1e-5, atol=1e-6)
@@ -210,7 +210,7 @@ def test_gradients_over_chunks_match_jax(device):
     points: value and gradient vs JAX in float64 on every device."""
     x = rng(6).standard_normal(60000).astype(np.float32)
     value, grads = sd.differentiable_program(_tanh_x).value_and_grad(x, device=device)
-    want_value, want_grad = jax.value_and_grad(lambda y: jnp.mean(jnp.tanh(y) * y) + jnp.sum(y * y) * 0.5)(
+    want_value, want_grad = jax.jit(jax.value_and_grad(lambda y: jnp.mean(jnp.tanh(y) * y) + jnp.sum(y * y) * 0.5))(
         x.astype(np.float64))
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     np.testing.assert_allclose(grads["x"], want_grad, rtol=1e-4, atol=1e-8)

@@ -69,7 +69,7 @@ def _jax_value_and_grad(inputs: dict[str, np.ndarray]):
 
     def f(x, y, b, c):
         return jnp.sum(jnp.tanh(x + b) * y + jnp.exp(y * b)) + jnp.sum(jnp.exp(c * 0.5))
-    value, grads = jax.value_and_grad(f, argnums=(0, 1, 2, 3))(*(jnp.asarray(v, jnp.float64) for v in inputs.values()))
+    value, grads = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2, 3)))(*(jnp.asarray(v, jnp.float64) for v in inputs.values()))
     return float(value), dict(zip(inputs, (np.asarray(g) for g in grads)))
 
 

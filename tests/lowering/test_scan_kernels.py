@@ -30,7 +30,7 @@ def _reference(x, y, cts):
     """Values and the VJP of ``_scans`` by JAX in float64."""
     @jax.jit   # one XLA compile: run op by op, JAX's scans' VJPs cost 3 s of CPU here
     def values_and_vjp(x, y, cts):
-        values, pullback = jax.vjp(lambda x, y: _scans(x, y, jnp), x, y)
+        values, pullback = jax.vjp(jax.jit(lambda x, y: _scans(x, y, jnp)), x, y)
         return values, *pullback(cts)
     return values_and_vjp(x.astype(np.float64), y.astype(np.float64), tuple(ct.astype(np.float64) for ct in cts))
 

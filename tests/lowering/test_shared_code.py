@@ -191,7 +191,7 @@ def test_a_loop_body_sharing_code_runs_recorded(device):
         return jnp.sum(x ** 2)
 
     a = np.random.default_rng(2).standard_normal((5, 3)).astype(np.float32)
-    value, grad = jax.value_and_grad(reference)(a.astype(np.float64))
+    value, grad = jax.jit(jax.value_and_grad(reference))(a.astype(np.float64))
     for _ in range(2):
         got_value, got = sweeps.value_and_grad(a, device=device)
         np.testing.assert_allclose(float(got_value), float(value), rtol=1e-5)

@@ -43,7 +43,7 @@ ARGS = (RNG.standard_normal(N).astype(np.float32), RNG.standard_normal(N).astype
 
 def _check(program, body, device):
     value, grads = program.value_and_grad(*ARGS, device=device)
-    want_value, want = jax.value_and_grad(lambda *a: body(jnp, *a), argnums=(0, 1, 2))(
+    want_value, want = jax.jit(jax.value_and_grad(lambda *a: body(jnp, *a), argnums=(0, 1, 2)))(
         *(a.astype(np.float64) for a in ARGS))
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     for name, g in zip("xym", want):

@@ -58,14 +58,14 @@ def check(fn, *args, device: str = "numpy", rtol: float = 1e-9, atol: float = 1e
     if vjp:
         cts = [rng.normal(size=np.shape(e)) for e in expected]
         value, grads = prog.vjp(*args, cotangent=cts[0] if len(cts) == 1 else tuple(cts), device=device)
-        out, pullback = jax.vjp(lambda *xs: _tuple(fn(jnp, *xs)), *jargs)
+        out, pullback = jax.vjp(jax.jit(lambda *xs: _tuple(fn(jnp, *xs))), *jargs)
         want = pullback(tuple(jnp.asarray(c) for c in cts))
         for name, w in zip(NAMES, want):
             np.testing.assert_allclose(grads[name], np.asarray(w), rtol=rtol, atol=atol, err_msg=f"vjp {name}")
     if jvp:
         tangents = {n: rng.normal(size=np.shape(a)) for n, a in zip(NAMES, args)}
         _, tan = prog.jvp(*args, tangents=tangents, device=device)
-        _, want = jax.jvp(lambda *xs: _tuple(fn(jnp, *xs)), tuple(jargs),
+        _, want = jax.jvp(jax.jit(lambda *xs: _tuple(fn(jnp, *xs))), tuple(jargs),
                           tuple(jnp.asarray(tangents[n]) for n in NAMES[:len(args)]))
         for t, w in zip(_tuple(tan), want):
             np.testing.assert_allclose(t, np.asarray(w), rtol=rtol, atol=atol, err_msg="jvp")

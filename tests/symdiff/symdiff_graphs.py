@@ -74,7 +74,7 @@ def jax_vjp(fn, values: Mapping[str, np.ndarray], wrt: Sequence[str], cotangent=
         out = fn(*bound.values())
         ct = np.ones(np.shape(out)) if cotangent is None else cotangent
         return jax.numpy.sum(out * ct)
-    grads = jax.grad(scalar, argnums=tuple(range(len(wrt))))(*(values[x] for x in wrt))
+    grads = jax.jit(jax.grad(scalar, argnums=tuple(range(len(wrt)))))(*(values[x] for x in wrt))
     return {x: np.asarray(gx) for x, gx in zip(wrt, grads)}
 
 

@@ -156,9 +156,9 @@ def test_gradient_of_squared_gradient_norm_matches_jax():
     out = ir.run(g, {**values, "seed_L0": np.array(1.0), "seed_L1": np.array(1.0)}, float_dtype="float64")
 
     def l1(x, y):
-        ga, gb = jax.grad(l0, argnums=(0, 1))(x, y)
+        ga, gb = jax.jit(jax.grad(l0, argnums=(0, 1)))(x, y)
         return jnp.sum(ga ** 2 + gb ** 2)
-    want = jax.grad(l1, argnums=(0, 1))(values["a"], values["b"])
+    want = jax.jit(jax.grad(l1, argnums=(0, 1)))(values["a"], values["b"])
     np.testing.assert_allclose(out[second["a"]], want[0], rtol=1e-9)
     np.testing.assert_allclose(out[second["b"]], want[1], rtol=1e-9)
 
@@ -172,7 +172,7 @@ def test_hessian_vector_product_matches_jax():
     seeds = g.meta["seeds"]
     out = ir.run(g, {**values, seeds["L0"]: np.array(1.0), seeds[first["a"]]: v["a"],
                      seeds[first["b"]]: v["b"]}, float_dtype="float64")
-    _, want = jax.jvp(jax.grad(l0, argnums=(0, 1)), (values["a"], values["b"]), (v["a"], v["b"]))
+    _, want = jax.jvp(jax.jit(jax.grad(l0, argnums=(0, 1))), (values["a"], values["b"]), (v["a"], v["b"]))
     np.testing.assert_allclose(out[hvp["a"]], want[0], rtol=1e-9)
     np.testing.assert_allclose(out[hvp["b"]], want[1], rtol=1e-9)
 
@@ -191,8 +191,8 @@ def test_third_order_still_valid_graph():
 
     def d2(x):  # second derivative of L0 along ones, then gradient of its sum
         gfun = jax.grad(lambda z: l0(z, y))
-        return jnp.sum(jax.jvp(gfun, (x,), (jnp.ones(4),))[1])
-    np.testing.assert_allclose(out[third["a"]], jax.grad(d2)(x), rtol=1e-8)
+        return jnp.sum(jax.jvp(jax.jit(gfun), (x,), (jnp.ones(4),))[1])
+    np.testing.assert_allclose(out[third["a"]], jax.jit(jax.grad(d2))(x), rtol=1e-8)
 
 
 def test_empty_domain_tasklet_carries_no_gradient():

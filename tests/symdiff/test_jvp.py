@@ -63,7 +63,7 @@ def _corpus_reference(case, inputs, tangents, dtype):
         args = {n: jnp.asarray(inputs[n], dtype) for n in names}
         args.update(zip(case.wrt, active))
         return body(jnp, *(args[n] for n in names))
-    return jax.jvp(f, tuple(jnp.asarray(inputs[n], dtype) for n in case.wrt),
+    return jax.jvp(jax.jit(f), tuple(jnp.asarray(inputs[n], dtype) for n in case.wrt),
                    tuple(jnp.asarray(tangents[n], dtype) for n in case.wrt))
 
 
@@ -133,7 +133,7 @@ def test_ties_split_as_the_reverse_pass_and_jax_split_them(device):
     tx = np.array([0.3, -1.2, 0.7, 2.0, -0.4, 1.1], dtype)
     ty = np.array([-0.8, 0.5, 0.9, -1.5, 0.6, 0.2], dtype)
     value, tangent = sd.differentiable_program(ties).jvp(x, y, tangents={"x": tx, "y": ty}, device=device)
-    ref_value, ref_tangent = jax.jvp(ties_jax, *(tuple(np.float64(v) for v in p) for p in ((x, y), (tx, ty))))
+    ref_value, ref_tangent = jax.jvp(jax.jit(ties_jax), *(tuple(np.float64(v) for v in p) for p in ((x, y), (tx, ty))))
     _close(value, ref_value, tol, "value")
     _close(tangent, ref_tangent, tol, "tangent")
 
@@ -150,7 +150,7 @@ def test_a_nan_maximum_has_a_nan_tangent_as_in_jax(device):
     x = np.array([[1.0, np.nan, 0.5], [2.0, 2.0, -1.0]], np.float32)
     t = np.array([[0.1, 0.2, 0.3], [1.0, 3.0, 5.0]], np.float32)
     _, tangent = sd.differentiable_program(row_max).jvp(x, tangents={"x": t}, device=device)
-    ref = jax.jvp(lambda x: jnp.max(x, axis=1) * 2.0, (np.float64(x),), (np.float64(t),))[1]
+    ref = jax.jvp(jax.jit(lambda x: jnp.max(x, axis=1) * 2.0), (np.float64(x),), (np.float64(t),))[1]
     assert np.isnan(tangent[0]) and np.isnan(ref[0])
     _close(tangent[1:], ref[1:], 1e-6, "tied row")
 
@@ -165,7 +165,7 @@ def test_product_tangent_is_exact_with_zeros(device):
     a = np.array([[1.0, 2.0, 0.0, 3.0], [0.0, 1.5, 0.0, 2.0], [0.5, -1.0, 2.0, 4.0]])
     ta = np.random.default_rng(0).standard_normal(a.shape)
     _, tangent = sd.differentiable_program(products).jvp(a, tangents={"a": ta}, device=device)
-    ref = jax.jvp(lambda a: jnp.sum(jnp.sin(jnp.prod(a, axis=1))), (a,), (ta,))[1]
+    ref = jax.jvp(jax.jit(lambda a: jnp.sum(jnp.sin(jnp.prod(a, axis=1)))), (a,), (ta,))[1]
     _close(tangent, ref, 1e-12, "tangent")
 
 
@@ -197,7 +197,7 @@ def test_gathers_scatters_and_integer_outputs(device):
     flags = np.array([True, False, True, True])
     (value, doubled), (tangent, none) = sd.differentiable_program(indirect).jvp(
         a, w, idx, flags, tangents={"a": ta, "w": tw}, device=device)
-    ref_value, ref_tangent = jax.jvp(lambda a, w: indirect_jax(a, w, idx, flags),
+    ref_value, ref_tangent = jax.jvp(jax.jit(lambda a, w: indirect_jax(a, w, idx, flags)),
                                      *(tuple(np.float64(v) for v in p) for p in ((a, w), (ta, tw))))
     _close(value, ref_value, tol, "value")
     _close(tangent, ref_tangent, tol, "tangent")
@@ -311,7 +311,7 @@ def test_hessian_vector_products_both_ways(fn, twin, shapes, device):
     args = [rng.standard_normal(s).astype(dtype) for s in shapes.values()]
     vs = [rng.standard_normal(s).astype(dtype) for s in shapes.values()]
     names = list(shapes)
-    ref = jax.jvp(jax.grad(twin, argnums=tuple(range(len(names)))), tuple(np.float64(a) for a in args),
+    ref = jax.jvp(jax.jit(jax.grad(twin, argnums=tuple(range(len(names))))), tuple(np.float64(a) for a in args),
                   tuple(np.float64(v) for v in vs))[1]
     program = sd.differentiable_program(fn)
     _, over_reverse = program.grad_program().jvp(*args, tangents=dict(zip(names, vs)), device=device)
@@ -328,7 +328,7 @@ def test_hvp_in_one_argument_as_the_guide_writes_it():
     rng = np.random.default_rng(4)
     w, x, v = rng.standard_normal((4, 3)), rng.standard_normal((5, 4)), rng.standard_normal((4, 3))
     program = sd.differentiable_program(loss)
-    ref = jax.jvp(jax.grad(lambda w: loss_jax(w, x)), (w,), (v,))[1]
+    ref = jax.jvp(jax.jit(jax.grad(lambda w: loss_jax(w, x))), (w,), (v,))[1]
     _close(program.grad_program(wrt=["w"]).jvp(w, x, tangents={"w": v}, device="numpy")[1], ref, 1e-10, "f-o-r")
     _close(program.jvp_program(tangent_of=["w"]).grad(w, x, v, wrt=["w"], device="numpy")["w"], ref, 1e-10, "r-o-f")
 
@@ -345,10 +345,10 @@ def test_third_order_through_jvp_programs():
     rng = np.random.default_rng(5)
     x, u, v = (rng.standard_normal(5) for _ in range(3))
     got = program.jvp_program().grad_program(wrt=["x"]).jvp(x, u, tangents={"x": v}, device="numpy")[1]
-    ref = jax.jvp(jax.grad(lambda x: jax.jvp(twin, (x,), (u,))[1]), (x,), (v,))[1]
+    ref = jax.jvp(jax.jit(jax.grad(lambda x: jax.jvp(twin, (x,), (u,))[1])), (x,), (v,))[1]
     _close(got, ref, 1e-12, "jvp of grad of jvp")
     got = program.jvp_program().jvp_program(tangent_of=["x"]).grad(x, u, v, wrt=["x"], device="numpy")["x"]
-    ref = jax.grad(lambda x: jax.jvp(lambda y: jax.jvp(twin, (y,), (u,))[1], (x,), (v,))[1])(x)
+    ref = jax.jit(jax.grad(lambda x: jax.jvp(lambda y: jax.jvp(twin, (y,), (u,))[1], (x,), (v,))[1]))(x)
     _close(got, ref, 1e-12, "grad of jvp of jvp")
 
 
@@ -384,8 +384,8 @@ def test_through_a_custom_vjp_function_every_way():
     program = sd.differentiable_program(softmax_loss)
     rng = np.random.default_rng(6)
     x, v = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
-    _close(program.jvp(x, tangents={"x": v}, device="numpy")[1], jax.jvp(twin, (x,), (v,))[1], 1e-12, "jvp")
-    ref = jax.jvp(jax.grad(twin), (x,), (v,))[1]
+    _close(program.jvp(x, tangents={"x": v}, device="numpy")[1], jax.jvp(jax.jit(twin), (x,), (v,))[1], 1e-12, "jvp")
+    ref = jax.jvp(jax.jit(jax.grad(twin)), (x,), (v,))[1]
     _close(program.grad_program().jvp(x, tangents={"x": v}, device="numpy")[1], ref, 1e-12, "forward-over-reverse")
     _close(program.jvp_program().grad(x, v, wrt=["x"], device="numpy")["x"], ref, 1e-12, "reverse-over-forward")
     assert program.graph.meta["custom_vjps"], "the program's own graph keeps its rule"
@@ -400,7 +400,7 @@ def test_jvp_program_runs_as_a_program_of_tangents():
     only_u = program.jvp_program(tangent_of="u")
     assert only_u.arg_names == ["u", "k", "t_u"]
     _close(only_u(u, k, tu, device="numpy"), tangent, 1e-12, "jvp_program")
-    _close(tangent, jax.jvp(lambda u: smooth_jax(u, k), (u,), (tu,))[1], 1e-12, "vs JAX")
+    _close(tangent, jax.jvp(jax.jit(lambda u: smooth_jax(u, k)), (u,), (tu,))[1], 1e-12, "vs JAX")
 
 
 # ------------------------------------------------------------------ generated programs
@@ -434,9 +434,9 @@ def fuzz_jvp(seed: int) -> tuple[str, str]:
         def f(*xs):
             return twin(*xs, *ix)
         primals = tuple(jnp.asarray(inputs[n], jnp.float64) for n in names)
-        ref = list(jax.jvp(f, primals, tuple(jnp.asarray(tangents[n]) for n in names)))
+        ref = list(jax.jvp(jax.jit(f), primals, tuple(jnp.asarray(tangents[n]) for n in names)))
         if prog.second is not None:
-            ref.append(jax.jvp(jax.grad(f, argnums=names.index(prog.second)), primals,
+            ref.append(jax.jvp(jax.jit(jax.grad(f, argnums=names.index(prog.second))), primals,
                                tuple(jnp.asarray(tangents[n]) for n in names))[1])
         ref = [np.asarray(r, np.float64) for r in ref]
     except Exception as e:  # the generator made something JAX rejects

@@ -33,12 +33,12 @@ def test_grad_of_grad(name):
     grads = grads if isinstance(grads, tuple) else (grads,)
 
     def jgrad(*xs):
-        return jax.grad(lambda *ys: fn(jnp, *ys), argnums=tuple(range(len(xs))))(*xs)
+        return jax.jit(jax.grad(lambda *ys: fn(jnp, *ys), argnums=tuple(range(len(xs)))))(*xs)
     want_grads = jgrad(*[jnp.asarray(a) for a in args])
     for g, w in zip(grads, want_grads):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-9, atol=1e-10)
     _, hvp = first.vjp(*args, cotangent=tuple(v) if len(v) > 1 else v[0], device="numpy")
-    _, pullback = jax.vjp(jgrad, *[jnp.asarray(a) for a in args])
+    _, pullback = jax.vjp(jax.jit(jgrad), *[jnp.asarray(a) for a in args])
     want = pullback(tuple(jnp.asarray(x) for x in v))
     for n, w in zip(names, want):
         np.testing.assert_allclose(hvp[n], np.asarray(w), rtol=1e-8, atol=1e-9)
@@ -63,7 +63,7 @@ def test_forward_over_reverse():
     a, t = general(rng, 3, 3), rng.normal(size=(3, 3))
     grad_program = sd.differentiable_program(lambda a: _mixed(np, a)).grad_program()
     _, hvp = grad_program.jvp(a, tangents={"a": t}, device="numpy")
-    want = jax.jvp(jax.grad(lambda x: _mixed(jnp, x)), (a,), (t,))[1]
+    want = jax.jvp(jax.jit(jax.grad(lambda x: _mixed(jnp, x))), (a,), (t,))[1]
     np.testing.assert_allclose(hvp, np.asarray(want), rtol=1e-9, atol=1e-12)
 
 
@@ -71,7 +71,7 @@ def test_reverse_over_forward():
     a, t = general(rng, 3, 3), rng.normal(size=(3, 3))
     jvp_program = sd.differentiable_program(lambda a: _mixed(np, a)).jvp_program(tangent_of=["a"])
     _, grads = jvp_program.vjp(a, t, cotangent=np.ones(()), device="numpy")
-    want = jax.grad(lambda x, tt: jax.jvp(lambda y: _mixed(jnp, y), (x,), (tt,))[1], argnums=(0, 1))(a, t)
+    want = jax.jit(jax.grad(lambda x, tt: jax.jvp(lambda y: _mixed(jnp, y), (x,), (tt,))[1], argnums=(0, 1)))(a, t)
     np.testing.assert_allclose(grads["a"], np.asarray(want[0]), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(grads["t_a"], np.asarray(want[1]), rtol=1e-9, atol=1e-12)
 

@@ -21,8 +21,8 @@ def _compare(program, jax_fn, *args, device="numpy", rtol=1e-9, atol=1e-12, name
     """Value and the gradients of the float arguments ``names`` (the first ones) against JAX."""
     value, grads = program.value_and_grad(*args, device=device)
     floats = args[:len(names)]
-    want, want_grads = jax.value_and_grad(lambda *f: jax_fn(*f, *args[len(names):]),
-                                          argnums=tuple(range(len(names))))(*floats)
+    want, want_grads = jax.jit(jax.value_and_grad(lambda *f: jax_fn(*f, *args[len(names):]),
+                                          argnums=tuple(range(len(names)))))(*floats)
     np.testing.assert_allclose(value, want, rtol=rtol, atol=atol)
     for name, w in zip(names, want_grads):
         np.testing.assert_allclose(grads[name], w, rtol=rtol, atol=atol, err_msg=f"gradient of {name}")
@@ -140,7 +140,7 @@ def test_closure_on_slang_devices(device):
             return spring(np, sd.fori_loop, x, k)
         args = (X.astype(np.float32), K.astype(np.float32))
         value, grads = prog32.value_and_grad(*args, device=device)
-        want, (gx, gk) = jax.value_and_grad(lambda x, k: spring(jnp, jax.lax.fori_loop, x, k), argnums=(0, 1))(X, K)
+        want, (gx, gk) = jax.jit(jax.value_and_grad(lambda x, k: spring(jnp, jax.lax.fori_loop, x, k), argnums=(0, 1)))(X, K)
         np.testing.assert_allclose(value, want, rtol=2e-5)
         np.testing.assert_allclose(grads["k"], gk, rtol=2e-4, atol=2e-5)
         return

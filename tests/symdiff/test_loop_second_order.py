@@ -39,14 +39,14 @@ def _float64_device(device):
 
 def test_jvp_through_an_ode_integrator_matches_jax(device):
     value, tangent = integrate.jvp(Y, P, tangents={"y": TY, "p": TP}, device=_float64_device(device))
-    want, want_tangent = jax.jvp(integrate_jax, (Y, P), (TY, TP))
+    want, want_tangent = jax.jvp(jax.jit(integrate_jax), (Y, P), (TY, TP))
     np.testing.assert_allclose(value, want, rtol=1e-12)
     np.testing.assert_allclose(tangent, want_tangent, rtol=1e-10, atol=1e-12)
 
 
 def test_hessian_vector_product_reverse_over_forward_matches_jax(device):
     hvp = integrate.jvp_program().grad(Y, P, TY, TP, wrt=["y", "p"], device=_float64_device(device))
-    want = jax.grad(lambda y, p: jax.jvp(integrate_jax, (y, p), (TY, TP))[1], argnums=(0, 1))(Y, P)
+    want = jax.jit(jax.grad(lambda y, p: jax.jvp(integrate_jax, (y, p), (TY, TP))[1], argnums=(0, 1)))(Y, P)
     np.testing.assert_allclose(hvp["y"], want[0], rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(hvp["p"], want[1], rtol=1e-9, atol=1e-11)
 
@@ -58,7 +58,7 @@ def test_jvp_through_a_while_loop_matches_jax_with_the_same_trip_count():
 
     tc = np.array([1.0, -0.5, 0.25])
     value, tangent = cube_root.jvp(x0, c, tangents={"c": tc}, device="numpy")
-    want, want_tangent = jax.jvp(with_jax, (x0, c), (np.zeros(3), tc))
+    want, want_tangent = jax.jvp(jax.jit(with_jax), (x0, c), (np.zeros(3), tc))
     np.testing.assert_allclose(value, want, rtol=1e-12)
     np.testing.assert_allclose(tangent, want_tangent, rtol=1e-9)
 

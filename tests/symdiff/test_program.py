@@ -51,7 +51,7 @@ def test_vjp_of_non_scalar_output_matches_jax():
     a, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
     ct = rng.standard_normal((4, 3)).astype(np.float32)
     value, grads = f.vjp(a, b, cotangent=ct, device=DEVICE)
-    ref_v, pullback = jax.vjp(lambda a, b: jnp.tanh(a * b) + a, a.astype(np.float64), b.astype(np.float64))
+    ref_v, pullback = jax.vjp(jax.jit(lambda a, b: jnp.tanh(a * b) + a), a.astype(np.float64), b.astype(np.float64))
     ga, gb = pullback(ct.astype(np.float64))
     np.testing.assert_allclose(value, ref_v, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grads["a"], ga, rtol=1e-4, atol=1e-5)
@@ -83,7 +83,7 @@ def test_hessian_vector_product_matches_jax():
     gp = poly.grad_program(wrt=["x"])
     _, hv = gp.vjp(x, w, cotangent=v, wrt=["x"], device=DEVICE)
     f = lambda x: jnp.sum(jnp.sin(x * w.astype(np.float64)) * x)  # noqa: E731
-    ref = jax.jvp(jax.grad(f), (x.astype(np.float64),), (v.astype(np.float64),))[1]
+    ref = jax.jvp(jax.jit(jax.grad(f)), (x.astype(np.float64),), (v.astype(np.float64),))[1]
     np.testing.assert_allclose(hv["x"], ref, rtol=1e-4, atol=1e-4)
 
 
@@ -107,10 +107,10 @@ def test_gradient_of_squared_gradient_norm_matches_jax():
         return jnp.sum(jnp.exp(a * b) + a * a * b)
 
     def L1(a, b):
-        da, db = jax.grad(L0, argnums=(0, 1))(a, b)
+        da, db = jax.jit(jax.grad(L0, argnums=(0, 1)))(a, b)
         return jnp.sum(da ** 2 + db ** 2)
 
-    ra, rb = jax.grad(L1, argnums=(0, 1))(a.astype(np.float64), b.astype(np.float64))
+    ra, rb = jax.jit(jax.grad(L1, argnums=(0, 1)))(a.astype(np.float64), b.astype(np.float64))
     np.testing.assert_allclose(g1["a"], ra, rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(g1["b"], rb, rtol=1e-3, atol=1e-4)
 
@@ -172,7 +172,7 @@ def test_trailing_defaults_keep_their_values_as_in_trace(device):
     x = np.array([1.0, -2.0, 0.5], np.float32)
     value, grads = sd.differentiable_program(body).value_and_grad(x, device=device)
     np.testing.assert_allclose(value, body(x.astype(np.float64)), rtol=1e-6)
-    want = jax.grad(lambda v: body(v, jax.numpy))(x.astype(np.float64))
+    want = jax.jit(jax.grad(lambda v: body(v, jax.numpy)))(x.astype(np.float64))
     np.testing.assert_allclose(grads["x"], np.asarray(want), rtol=1e-6)
 
 

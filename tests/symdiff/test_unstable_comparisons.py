@@ -25,7 +25,7 @@ def test_second_order_through_minimum_like_jax():
                                                                          device="numpy")
     jax.config.update("jax_enable_x64", True)
     inner = jax.grad(lambda *a: jnp.sum(case.body(jnp, *a)), argnums=0)
-    ref_value, pullback = jax.vjp(inner, *(jnp.asarray(x) for x in xs))
+    ref_value, pullback = jax.vjp(jax.jit(inner), *(jnp.asarray(x) for x in xs))
     np.testing.assert_allclose(value, np.asarray(ref_value), rtol=1e-10, atol=1e-12)
     for n, ref in zip(NAMES, pullback(jnp.asarray(ct))):
         np.testing.assert_allclose(grads[n], np.asarray(ref), rtol=1e-10, atol=1e-12, err_msg=n)

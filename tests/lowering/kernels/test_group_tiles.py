@@ -53,7 +53,7 @@ def rand(shapes, seed=0):
 
 def close_to_jax(fn, args, got_value, got_grads, names, rtol=2e-5):
     """``value_and_grad`` of the same function in JAX float64."""
-    value, grads = jax.value_and_grad(fn, argnums=tuple(range(len(args))))(
+    value, grads = jax.jit(jax.value_and_grad(fn, argnums=tuple(range(len(args)))))(
         *[jnp.asarray(a, dtype=jnp.float64) for a in args])
     assert abs(got_value - float(value)) <= rtol * max(1.0, abs(float(value)))
     for name, ref in zip(names, grads):
@@ -144,7 +144,7 @@ def test_sixteen_bit_operands_are_staged_widened(monkeypatch, half):
     staged = [line for line in source.splitlines() if "][mm_at] = " in line]
     assert sum(load in line for line in staged) == 8  # x, y, u, v forward; x, y, u, v in one gradient each
     value, grads = prog.value_and_grad(*args, device="vulkan")
-    want, ref = jax.value_and_grad(lambda *a: products(jnp, *a), argnums=(0, 1, 2, 3, 4))(
+    want, ref = jax.jit(jax.value_and_grad(lambda *a: products(jnp, *a), argnums=(0, 1, 2, 3, 4)))(
         *[jnp.asarray(np.asarray(a, np.float64)) for a in args])
     for name, r in zip("xyuv", (ref[0], ref[1], ref[3], ref[4])):
         within_half_spacing(grads[name], np.asarray(r), half)
