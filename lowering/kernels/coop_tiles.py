@@ -81,6 +81,7 @@ class CoopTiles(TensorTiles):
 
     @staticmethod
     def stand_in(w: KernelWriter) -> bool:
+        """Whether the target asks for the plain-Slang stand-in (``targets.TensorCores``)."""
         return w.target.tensor_cores.stand_in
 
     @staticmethod
@@ -104,7 +105,8 @@ class CoopTiles(TensorTiles):
 
     def tile_declaration(self, w: KernelWriter, gt: TensorTiling, read, tile: str, n: int) -> str:
         elements = (_STAND_IN_ELEMENTS if self.stand_in(w) else _ELEMENTS)[gt.operands]
-        return f"static groupshared {elements} {tile}[{gt.k_tile * (n + self.padding(n))}];  // [k][at], flat"
+        row = n + self.padding(n)  # ``row``'s, for the tile of ``n`` outputs
+        return f"static groupshared {elements} {tile}[{gt.k_tile * row}];  // [k][at], flat, rows of {row}"
 
     def slot(self, gt: GroupTiling, axis: sympy.Symbol, k: str, at: str) -> str:
         return f"[({k}) * {self.row(gt, axis)} + {at}]"
