@@ -84,19 +84,11 @@ class CoopTiles(TensorTiles):
         """Whether the target asks for the plain-Slang stand-in (``targets.TensorCores``)."""
         return w.target.tensor_cores.stand_in
 
-    @staticmethod
-    def thread_place(w: KernelWriter, gt: TensorTiling) -> None:
-        w.emit(f"int mm_warp = group_thread / {WARP}, mm_lane = group_thread % {WARP};", 1)
-        w.emit(f"int mm_wo = mm_warp / {gt.warps[1]}, mm_wi = mm_warp % {gt.warps[1]};  "
-               "// the warp's block of the tile", 1)
-        w.emit("int mm_row = mm_lane / 2, mm_col = mm_lane % 2;  // the lane's row and columns of a fragment's sums", 1)
+    lane_place = "int mm_row = mm_lane / 2, mm_col = mm_lane % 2;  // the lane's row and columns of a fragment's sums"
 
     @staticmethod
-    def described(gt: TensorTiling) -> str:
-        (bm, bn), (wm, wn) = gt.warp_block, gt.warps
-        return (f"a {bm * wm}x{bn * wn} tile of outputs over ({gt.outer}, {gt.inner}) a workgroup, {gt.k_tile} "
-                f"{gt.shape.k}'s at a time through groupshared memory, {wm}x{wn} warps each summing {bm}x{bn} "
-                f"in {COOP_SIDE}x{COOP_SIDE} {gt.operands} cooperative matrices")
+    def fragments_named(gt: TensorTiling) -> str:
+        return f"{COOP_SIDE}x{COOP_SIDE} {gt.operands} cooperative matrices"
 
     def row(self, gt: GroupTiling, axis: sympy.Symbol) -> int:
         """Elements between consecutive k's of the staged tile along ``axis``."""

@@ -181,19 +181,25 @@ class TensorTiles(GroupTiles):
     def tiling(shape: KernelShape) -> TensorTiling:
         return tensor_tiling(shape)
 
-    @staticmethod
-    def thread_place(w: KernelWriter, gt: TensorTiling) -> None:
+    # the lane's place in a fragment (``point`` and ``sum_at`` read it)
+    lane_place = "int mm_g = mm_lane / 4, mm_t = mm_lane % 4;  // the lane's rows and columns in a fragment"
+
+    def thread_place(self, w: KernelWriter, gt: TensorTiling) -> None:
         w.emit(f"int mm_warp = group_thread / {WARP}, mm_lane = group_thread % {WARP};", 1)
         w.emit(f"int mm_wo = mm_warp / {gt.warps[1]}, mm_wi = mm_warp % {gt.warps[1]};  "
                "// the warp's block of the tile", 1)
-        w.emit("int mm_g = mm_lane / 4, mm_t = mm_lane % 4;  // the lane's rows and columns in a fragment", 1)
+        w.emit(self.lane_place, 1)
 
-    @staticmethod
-    def described(gt: TensorTiling) -> str:
+    def described(self, gt: TensorTiling) -> str:
         (bm, bn), (wm, wn) = gt.warp_block, gt.warps
         return (f"a {bm * wm}x{bn * wn} tile of outputs over ({gt.outer}, {gt.inner}) a workgroup, {gt.k_tile} "
                 f"{gt.shape.k}'s at a time through groupshared memory, {wm}x{wn} warps each summing {bm}x{bn} "
-                f"in {MMA_ROWS}x{MMA_COLS} {_OPERANDS[gt.operands][0]} tensor-core fragments")
+                f"in {self.fragments_named(gt)}")
+
+    @staticmethod
+    def fragments_named(gt: TensorTiling) -> str:
+        """The blocks a warp sums, as ``described`` names them."""
+        return f"{MMA_ROWS}x{MMA_COLS} {_OPERANDS[gt.operands][0]} tensor-core fragments"
 
     @staticmethod
     def padding(n: int) -> int:
