@@ -159,14 +159,18 @@ class CoopTiles(TensorTiles):
         w.emit(f"if (mm_v % {LANE_OUTPUTS} == 0)  // a fragment's first output: the warp's sums of it into "
                "groupshared memory", 2)
         w.emit("{", 2)
-        fragment = f"{p}_acc[mm_u][mm_v / {LANE_OUTPUTS}]"
         if self.stand_in(w):  # each lane stores its own sums where the layout puts them
-            w.emit(f"for (int mm_c = 0; mm_c < {LANE_OUTPUTS}; mm_c++) "
-                   f"{element(*sums, 'mm_row', '2 * mm_c + mm_col')} = {fragment}[mm_c];", 3)
-        else:
+            w.emit(f"for (int mm_c = 0; mm_c < {LANE_OUTPUTS}; mm_c++) {element(*sums, 'mm_row', '2 * mm_c + mm_col')}"
+                   f" = {p}_acc[mm_u][mm_v / {LANE_OUTPUTS}][mm_c];", 3)
+        else:  # the accumulator picked by constant indices (unrolled), so the matrices stay in registers
             tile, at, stride, layout = sums
+            rows, cols = tl.fragments
+            unroll = self.unrolled(w)
             w.emit("GroupMemoryBarrierWithWaveSync();  // the lanes have read the last fragment's", 3)
-            w.emit(f"{fragment}.Store<{_LAYOUT}.{layout}>({tile}, {at}, {stride});", 3)
+            w.emit(f"{unroll}for (int mm_i = 0; mm_i < {rows}; mm_i++) {unroll}for (int mm_j = 0; mm_j < {cols}; "
+                   f"mm_j++)", 3)
+            w.emit(f"if (mm_i == mm_u && mm_j == mm_v / {LANE_OUTPUTS}) "
+                   f"{p}_acc[mm_i][mm_j].Store<{_LAYOUT}.{layout}>({tile}, {at}, {stride});", 4)
             w.emit("GroupMemoryBarrierWithWaveSync();", 3)
         w.emit("}", 2)
 
