@@ -92,7 +92,7 @@ def test_jacobi_1d_matches_jax(device):
     rng = np.random.default_rng(0)
     A, B = rng.uniform(-1, 1, 12), rng.uniform(-1, 1, 12)
     value, grads = jacobi_1d.value_and_grad(A.astype(_dtype(device)), B.astype(_dtype(device)), device=device)
-    want, (gA, gB) = jax.value_and_grad(jacobi_1d_jax, argnums=(0, 1))(A, B, 7)
+    want, (gA, gB) = jax.jit(jax.value_and_grad(jacobi_1d_jax, argnums=(0, 1)), static_argnums=2)(A, B, 7)
     np.testing.assert_allclose(value, want, **_tol(device))
     np.testing.assert_allclose(grads["A"], gA, **_tol(device))
     np.testing.assert_allclose(grads["B"], gB, **_tol(device))
@@ -127,7 +127,7 @@ def test_jacobi_2d_any_checkpoint_interval_matches_jax(every):
     rng = np.random.default_rng(1)
     A, B = rng.uniform(-1, 1, (6, 5)), rng.uniform(-1, 1, (6, 5))
     value, grads = jacobi_2d.value_and_grad(A, B, device="numpy")
-    want, (gA, gB) = jax.value_and_grad(jacobi_2d_jax, argnums=(0, 1))(A, B, 10)
+    want, (gA, gB) = jax.jit(jax.value_and_grad(jacobi_2d_jax, argnums=(0, 1)), static_argnums=2)(A, B, 10)
     np.testing.assert_allclose(value, want, rtol=1e-12)
     np.testing.assert_allclose(grads["A"], gA, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(grads["B"], gB, rtol=1e-10, atol=1e-12)
@@ -219,7 +219,7 @@ def _check_vs_jax(program, program_jax, shapes, device):
     rng = np.random.default_rng(4)
     xs = [rng.uniform(-1, 1, s) for s in shapes]
     value, grads = program.value_and_grad(*[x.astype(_dtype(device)) for x in xs], device=device)
-    want, gj = jax.value_and_grad(program_jax, argnums=tuple(range(len(xs))))(*xs)
+    want, gj = jax.jit(jax.value_and_grad(program_jax, argnums=tuple(range(len(xs)))))(*xs)
     np.testing.assert_allclose(value, want, **_tol(device))
     for name, g in zip(program.arg_names, gj):
         np.testing.assert_allclose(grads[name], g, **_tol(device))
@@ -293,7 +293,7 @@ def test_rk4_integrator_matches_jax(device):
 
     y, p = np.array([1.2, -0.3]), np.array([9.81, 0.4])
     value, grads = integrate.value_and_grad(y, p, device=device)
-    want, (gy, gp) = jax.value_and_grad(integrate_jax, argnums=(0, 1))(y, p)
+    want, (gy, gp) = jax.jit(jax.value_and_grad(integrate_jax, argnums=(0, 1)))(y, p)
     np.testing.assert_allclose(value, want, rtol=1e-10)
     np.testing.assert_allclose(grads["y"], gy, rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(grads["p"], gp, rtol=1e-9, atol=1e-11)
@@ -347,7 +347,7 @@ def test_newton_while_loop_matches_jax_with_the_same_trip_count(device):
     assert 3 < trips < 50
 
     value, grads = newton_program().value_and_grad(x0, c, device=device)
-    want, (gx, gc) = jax.value_and_grad(with_jax, argnums=(0, 1))(x0, c)
+    want, (gx, gc) = jax.jit(jax.value_and_grad(with_jax, argnums=(0, 1)))(x0, c)
     np.testing.assert_allclose(value, want, rtol=1e-12)
     np.testing.assert_allclose(grads["c"], gc, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(grads["x0"], gx, atol=1e-9)
@@ -489,7 +489,7 @@ def test_nested_loops_match_jax():
 
     a, b = np.linspace(0.1, 0.9, 4), np.linspace(1.0, 2.0, 4)
     value, grads = nested.value_and_grad(a, b, device="numpy")
-    want, (ga, gb) = jax.value_and_grad(nested_jax, argnums=(0, 1))(a, b)
+    want, (ga, gb) = jax.jit(jax.value_and_grad(nested_jax, argnums=(0, 1)))(a, b)
     np.testing.assert_allclose(value, want, rtol=1e-12)
     np.testing.assert_allclose(grads["a"], ga, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(grads["b"], gb, rtol=1e-10, atol=1e-12)
