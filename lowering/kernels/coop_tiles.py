@@ -51,8 +51,8 @@ from .tile_shapes import COOP_SIDE, WARP
 from .writer import KernelWriter, identifier
 
 # A lane's outputs of a fragment (row ``lane / 2``, every other column), and the
-# row length of a warp's groupshared block of sums (16 + 4: rows 16-byte aligned,
-# lanes two rows apart on different banks)
+# row length of a warp's groupshared block of sums (16 + 4: rows 16-byte aligned, as
+# the extension asks, and the 32 lanes' reads at most two to a bank: rows r and r + 8)
 LANE_OUTPUTS = COOP_SIDE * COOP_SIDE // WARP
 SUMS_ROW = COOP_SIDE + 4
 # The 16-bit operand formats' element types in a staged tile, and a staged element
@@ -97,7 +97,7 @@ class CoopTiles(TensorTiles):
 
     def tile_declaration(self, w: KernelWriter, gt: TensorTiling, read, tile: str, n: int) -> str:
         elements = (_STAND_IN_ELEMENTS if self.stand_in(w) else _ELEMENTS)[gt.operands]
-        row = n + self.padding(n)  # ``row``'s, for the tile of ``n`` outputs
+        row = n + self.padding(n)
         return f"static groupshared {elements} {tile}[{gt.k_tile * row}];  // [k][at], flat, rows of {row}"
 
     def slot(self, gt: GroupTiling, axis: sympy.Symbol, k: str, at: str) -> str:
