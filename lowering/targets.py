@@ -318,9 +318,10 @@ class TensorCores:
 
     ``operands``: the formats they multiply ("tf32" for float32 products at
     ``matmul_precision="tf32"``, "float16", "bfloat16"); sums are float32.
-    CUDA's ``mma.sync`` takes all three; Vulkan's cooperative matrices take
-    float16 (and bfloat16 where the driver has VK_KHR_shader_bfloat16), not
-    TF32 (Slang 2026.12 has no TF32 CoopMat), so a TF32 product there stays exact.
+    CUDA's ``mma.sync`` takes all three; a Vulkan GPU's cooperative matrices
+    are claimed for float16 only (``backends.vulkan.cooperative_matrices``:
+    the extension has no TF32, so a TF32 product there stays exact, and
+    whether a driver's take bfloat16 is not something slangpy reports).
 
     ``stand_in``: the cooperative-matrix form with its 16x16x16 products,
     loads and stores written in plain Slang instead (threads summing from
