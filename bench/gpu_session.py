@@ -11,7 +11,8 @@ budget (``--budget STAGE=SECONDS`` overrides one):
    (``bench.auto_choice``, the cache directory in ``OUTDIR/cache``);
    ``OUTDIR/auto.json``.
 1. ``tests``: pytest on the lowering and symdiff tests selected by ``-k DEVICE``
-   (the device fixtures of ``tests/lowering/conftest.py`` and
+   (on CUDA also ``vulkan_gpu``: the cooperative-matrix products through the
+   same GPU's Vulkan driver, where it has them; the device fixtures of ``tests/lowering/conftest.py`` and
    ``tests/symdiff/conftest.py`` take ``cuda`` where slangpy has it; symdiff's
    hold the interop tests), junit XML in ``OUTDIR/tests.xml``; then the shared
    acceptance check on the device where ``../shared/acceptance`` is beside the
