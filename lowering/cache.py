@@ -3,7 +3,12 @@ optimisation level).
 
 Executables of the same program (or a recompiled binding producing the same
 text) share kernels; slangpy also refuses to reload a module name with other
-source, so module names are the hash.  The on-disk side is slangpy's shader
+source, so module names are the hash.  The cache keeps the ``MODULES_KEPT``
+most recently used modules: a module holds its native compile state (a
+large fuzz model's lavapipe module, 70-100 MB of the process's memory:
+measured), and a process building program after program grew until the
+machine swapped.  An executable keeps its own kernels, so one whose module
+left the cache runs on; only a new binding of the same text compiles again.  The on-disk side is slangpy's shader
 cache, configured per device by its backend (``lowering.backends``), for the
 CPU device g++'s libraries and Slang's checked modules (its compile policy:
 ``CpuBackend.compiling`` and ``modules_folder``), and which modules went hot
@@ -11,6 +16,7 @@ CPU device g++'s libraries and Slang's checked modules (its compile policy:
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
@@ -25,7 +31,9 @@ from . import backends, compiler_cache, direct_program, disk_cache, library_stor
 from .slang import spy
 
 _lock = threading.Lock()
-_modules: dict[tuple[str, str, str], dict[str, spy.ComputeKernel]] = {}
+# How many compiled modules the cache keeps (least recently used dropped first).
+MODULES_KEPT = 64
+_modules: collections.OrderedDict[tuple[str, str, str], dict[str, spy.ComputeKernel]] = collections.OrderedDict()
 _seconds: dict[tuple[str, str, str], float] = {}  # what compiling each of _modules took
 _sessions: dict[tuple[str, Path], "spy.SlangSession"] = {}
 # front end: Slang parsing and checking the module; backend: Slang's code generation and the
@@ -187,6 +195,7 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
     digest = key[1]
     with _lock:
         if key in _modules:
+            _modules.move_to_end(key)
             return _modules[key]
         backend = backends.of(device_kind)
         start = time.perf_counter()
@@ -220,6 +229,8 @@ def kernels(device_kind: str, device: spy.Device, source: str, entries: list[str
         stats[f"compiles_{level}"] = stats.get(f"compiles_{level}", 0) + 1
         _modules[key] = out
         _seconds[key] = end - start
+        while len(_modules) > MODULES_KEPT:
+            _seconds.pop(_modules.popitem(last=False)[0], None)
         return out
 
 

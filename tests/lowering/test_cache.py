@@ -123,3 +123,35 @@ def test_a_later_process_at_O3_reuses_the_checked_module(tmp_path):
     assert (first[0], second[0]) == ("none", "maximal")
     assert (checked(), libraries()) == before
     assert float(first[1]) == pytest.approx(float(second[1]), rel=1e-6)
+
+
+def test_the_cache_keeps_the_most_recent_modules_and_a_dropped_ones_executable_runs_on(monkeypatch):
+    """Past ``MODULES_KEPT`` modules the least recently used leaves the cache (its
+    native compile state with it); the executable that compiled it keeps its
+    kernels and gives the interpreter's values again; a new program of the same
+    text compiles again."""
+    monkeypatch.setattr(cache, "MODULES_KEPT", 2)
+    cache.clear()
+    rng = np.random.default_rng(5)
+
+    def program(scale):
+        def f(x: sd.f32[8], w: sd.f32[8]):
+            return np.sum(np.tanh(x * w) * scale)
+        return sd.differentiable_program(f)
+    x, w = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    programs = [program(s) for s in (1.5, 2.5, 3.5)]
+    for p in programs:
+        p.value_and_grad(x, w, device="cpu")
+    assert len(cache._modules) == 2
+    compiles = cache.stats["compiles"]
+    value, grads = programs[0].value_and_grad(x, w, device="cpu")  # its module was the one dropped
+    want_value, want_grads = programs[0].value_and_grad(x, w, device="numpy")
+    assert cache.stats["compiles"] == compiles  # the executable kept its kernels
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for name in "xw":
+        np.testing.assert_allclose(grads[name], want_grads[name], rtol=1e-5, atol=1e-6)
+    program(3.5).value_and_grad(x, w, device="cpu")  # a new program of a kept module's text: no compile
+    assert cache.stats["compiles"] == compiles
+    program(1.5).value_and_grad(x, w, device="cpu")  # of the dropped module's text: compiled again
+    assert cache.stats["compiles"] == compiles + 1 and len(cache._modules) == 2
+    cache.clear()
