@@ -12,8 +12,8 @@ budget (``--budget STAGE=SECONDS`` overrides one):
    ``OUTDIR/auto.json``.
 1. ``tests``: pytest on the lowering and symdiff tests selected by ``-k DEVICE``
    (on CUDA also ``vulkan_gpu``: the cooperative-matrix products through the
-   same GPU's Vulkan driver, where it has them; the device fixtures of ``tests/lowering/conftest.py`` and
-   ``tests/symdiff/conftest.py`` take ``cuda`` where slangpy has it; symdiff's
+   same GPU's Vulkan driver, where it has them; the device fixtures of
+   ``tests/lowering/conftest.py`` and ``tests/symdiff/conftest.py`` take ``cuda`` where slangpy has it; symdiff's
    hold the interop tests), junit XML in ``OUTDIR/tests.xml``; then the shared
    acceptance check on the device where ``../shared/acceptance`` is beside the
    checkout (``tests/test_acceptance.py`` does not run it on cuda).

@@ -8,11 +8,11 @@ most recently used modules: a module holds its native compile state (a
 large fuzz model's lavapipe module, 70-100 MB of the process's memory:
 measured), and a process building program after program grew until the
 machine swapped.  An executable keeps its own kernels, so one whose module
-left the cache runs on; only a new binding of the same text compiles again.  The on-disk side is slangpy's shader
-cache, configured per device by its backend (``lowering.backends``), for the
-CPU device g++'s libraries and Slang's checked modules (its compile policy:
-``CpuBackend.compiling`` and ``modules_folder``), and which modules went hot
-(``mark_hot``).
+left the cache runs on; only a new binding of the same text compiles again.
+The on-disk side is slangpy's shader cache, configured per device by its
+backend (``lowering.backends``), for the CPU device g++'s libraries and Slang's
+checked modules (its compile policy: ``CpuBackend.compiling`` and
+``modules_folder``), and which modules went hot (``mark_hot``).
 """
 from __future__ import annotations
 

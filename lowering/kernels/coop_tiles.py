@@ -22,7 +22,8 @@ lane holds which element is the driver's.  So:
   its outputs with ``coopMatMulAdd`` into accumulator matrices;
 * after the sums, in the epilogue (``before_output``), the warp stores one
   16x16 accumulator at a time with ``CoopMat.Store`` (row-major) into its own
-  groupshared block, and each lane reads its 8 outputs of it back from there:
+  groupshared block (``_sums_block``), and each lane reads its 8 outputs of it
+  back from there by the same layout (``element``):
   row ``lane / 2``, columns ``2 c + lane % 2``, ``c`` < 8 (neighbouring
   lanes, neighbouring columns).  One block a warp (1.25 KB) instead of the
   whole tile's sums (64 KB for 128x128, past what many drivers give a workgroup).
@@ -75,6 +76,12 @@ def element(array: str, offset: str, stride: str | int, layout: str, r: str, c: 
     return f"{array}[{offset} + ({first}) * {stride} + {second}]"
 
 
+def _sums_block(p: str) -> tuple[str, str, int, str]:
+    """The warp's groupshared block a fragment's sums pass through: (array,
+    offset, stride, layout), as ``element`` and ``CoopMat.Store`` take them."""
+    return f"{p}_sums", f"mm_warp * {COOP_SIDE * SUMS_ROW}", SUMS_ROW, ROW_MAJOR
+
+
 class CoopTiles(TensorTiles):
     name = "coop_tiles"
     instructions = targets.COOPERATIVE_MATRIX
@@ -90,14 +97,9 @@ class CoopTiles(TensorTiles):
     def fragments_named(gt: TensorTiling) -> str:
         return f"{COOP_SIDE}x{COOP_SIDE} {gt.operands} cooperative matrices"
 
-    def row(self, gt: GroupTiling, axis: sympy.Symbol) -> int:
-        """Elements between consecutive k's of the staged tile along ``axis``."""
-        n = gt.tile[gt.axis(axis)]
-        return n + self.padding(n)
-
-    def tile_declaration(self, w: KernelWriter, gt: TensorTiling, read, tile: str, n: int) -> str:
+    def tile_declaration(self, w: KernelWriter, gt: TensorTiling, read, tile: str, axis: sympy.Symbol) -> str:
         elements = (_STAND_IN_ELEMENTS if self.stand_in(w) else _ELEMENTS)[gt.operands]
-        row = n + self.padding(n)
+        row = self.row(gt, axis)
         return f"static groupshared {elements} {tile}[{gt.k_tile * row}];  // [k][at], flat, rows of {row}"
 
     def slot(self, gt: GroupTiling, axis: sympy.Symbol, k: str, at: str) -> str:
@@ -155,7 +157,7 @@ class CoopTiles(TensorTiles):
 
     def before_output(self, w: KernelWriter, tl: TensorTiling) -> None:
         p = identifier(tl.step.tasklet.name)
-        sums = (f"{p}_sums", f"mm_warp * {COOP_SIDE * SUMS_ROW}", SUMS_ROW, ROW_MAJOR)
+        sums = _sums_block(p)
         w.emit(f"if (mm_v % {LANE_OUTPUTS} == 0)  // a fragment's first output: the warp's sums of it into "
                "groupshared memory", 2)
         w.emit("{", 2)
@@ -176,8 +178,7 @@ class CoopTiles(TensorTiles):
 
     @staticmethod
     def sum_at(p: str) -> str:
-        return (f"{p}_sums[mm_warp * {COOP_SIDE * SUMS_ROW} + mm_row * {SUMS_ROW} + 2 * (mm_v % {LANE_OUTPUTS}) "
-                "+ mm_col]")
+        return element(*_sums_block(p), "mm_row", f"2 * (mm_v % {LANE_OUTPUTS}) + mm_col")
 
     @staticmethod
     def point(tl: TensorTiling, a: int) -> str:

@@ -236,8 +236,7 @@ class GroupTiles(RegisterTiles):
         tiles = {gt.outer: f"{p}_outer_tile", gt.inner: f"{p}_inner_tile"}
         operands = ((gt.outer, outer_read), (gt.inner, inner_read))
         for axis, read in operands:
-            n = gt.tile[gt.axis(axis)]
-            w.emit(self.tile_declaration(w, gt, read, tiles[axis], n), 1)
+            w.emit(self.tile_declaration(w, gt, read, tiles[axis], axis), 1)
         length = extent(step.loop[0])
         prefetch = w.target.tuning.group_prefetch and length > gt.k_tile
         if prefetch:  # register double buffering: the next k's load while these are summed
@@ -280,9 +279,14 @@ class GroupTiles(RegisterTiles):
         storing along ``k`` hit distinct banks."""
         return 1
 
-    def tile_declaration(self, w: KernelWriter, gt: GroupTiling, read, tile: str, n: int) -> str:
-        """The groupshared array ``tile`` staging ``k_tile`` k's of ``read`` over ``n`` outputs: ``[k][at]``."""
-        return f"static groupshared {w.operand_type(read)} {tile}[{gt.k_tile}][{n + self.padding(n)}];"
+    def row(self, gt: GroupTiling, axis: sympy.Symbol) -> int:
+        """Elements a staged tile holds per ``k`` along ``axis``: the tile's outputs and their padding."""
+        n = gt.tile[gt.axis(axis)]
+        return n + self.padding(n)
+
+    def tile_declaration(self, w: KernelWriter, gt: GroupTiling, read, tile: str, axis: sympy.Symbol) -> str:
+        """The groupshared array ``tile`` staging ``k_tile`` k's of ``read`` along ``axis``: ``[k][at]``."""
+        return f"static groupshared {w.operand_type(read)} {tile}[{gt.k_tile}][{self.row(gt, axis)}];"
 
     @staticmethod
     def slot(gt: GroupTiling, axis: sympy.Symbol, k: str, at: str) -> str:
